@@ -1,0 +1,326 @@
+"""Request and response models of the six MEMORY operations, and ``NodeResult``.
+
+Data only, no I/O. Field names on the wire are the seed's camelCase (``executionId``,
+``nextCursor``, ``orderBy``); Python attributes are snake_case (SPEC.md "Python mapping").
+Validation is strict (MEM-PY-4): ``limit: true`` or ``"10"`` is not an integer, and
+``content: null`` is a real value that serialization keeps.
+
+Serialize with :func:`to_wire` (or ``model_dump(mode="json", by_alias=True)``): optional
+fields that were never set are omitted, ``content`` is always present.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "MAX_LIMIT",
+    "NODE_IDS",
+    "NODE_QUEUES",
+    "ErrorInfo",
+    "Identifier",
+    "Limit",
+    "MemoryDefaults",
+    "MemoryDeleteInput",
+    "MemoryDeleteOutput",
+    "MemoryDraft",
+    "MemoryGetInput",
+    "MemoryItem",
+    "MemoryQueryInput",
+    "MemoryQueryOutput",
+    "MemorySearchInput",
+    "MemorySearchResult",
+    "MemoryUpdateEntry",
+    "MemoryUpdateInput",
+    "MemoryWriteInput",
+    "NodeId",
+    "NodeResult",
+    "NodeStatus",
+    "OrderBy",
+    "to_wire",
+]
+
+MAX_LIMIT = 10_000
+"""Largest ``limit`` accepted anywhere (MEM-ERR-1)."""
+
+NodeId = Literal[
+    "MEMORY.GET",
+    "MEMORY.QUERY",
+    "MEMORY.SEARCH",
+    "MEMORY.WRITE",
+    "MEMORY.UPDATE",
+    "MEMORY.DELETE",
+]
+
+NODE_QUEUES: dict[str, str] = {
+    "MEMORY.GET": "memory.get",
+    "MEMORY.QUERY": "memory.query",
+    "MEMORY.SEARCH": "memory.search",
+    "MEMORY.WRITE": "memory.write",
+    "MEMORY.UPDATE": "memory.update",
+    "MEMORY.DELETE": "memory.delete",
+}
+"""Node id -> its dedicated Celery queue (SPEC.md "Python mapping")."""
+
+NODE_IDS: tuple[str, ...] = tuple(NODE_QUEUES)
+"""The six MEMORY node ids, in the seed's order."""
+
+Identifier = Annotated[str, Field(min_length=1, description="A non-empty id or key (MEM-DATA-1).")]
+Limit = Annotated[
+    int,
+    Field(ge=1, le=MAX_LIMIT, description="Number of items, an integer 1-10000 (MEM-ERR-1)."),
+]
+JsonObject = dict[str, Any]
+
+
+class _Wire(BaseModel):
+    """Base of every contract model: strict, camelCase aliases, unset optionals omitted."""
+
+    model_config = ConfigDict(
+        strict=True,
+        frozen=True,
+        extra="forbid",
+        populate_by_name=True,
+        alias_generator=to_camel,
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name, field in type(self).model_fields.items():
+            if field.is_required() or (name == "content" and name in self.model_fields_set):
+                continue
+            wire = (field.alias or name) if info.by_alias else name
+            if data.get(wire) is None:
+                data.pop(wire, None)
+        return data
+
+
+def to_wire(model: BaseModel) -> dict[str, Any]:
+    """Return the JSON-ready wire form of a contract model (camelCase, unset optionals omitted)."""
+    dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True)
+    return dumped
+
+
+# --- MEM-DATA ---------------------------------------------------------------------------
+
+
+class MemoryDraft(_Wire):
+    """A memory to create (MEM-DATA-1): like ``MemoryItem`` without ``id``."""
+
+    key: Identifier | None = Field(
+        default=None, description="Optional stable key, unique within the store's scope."
+    )
+    content: Any = Field(
+        description="Any JSON value, ``null`` included; never coerced (MEM-DATA-4)."
+    )
+    metadata: JsonObject | None = Field(
+        default=None, description="Optional JSON object; filterable by QUERY/SEARCH."
+    )
+
+
+class MemoryItem(_Wire):
+    """A stored memory (MEM-DATA-1)."""
+
+    id: Identifier = Field(description="Store-assigned id, a non-empty string.")
+    key: Identifier | None = Field(default=None, description="The record's key, if it has one.")
+    content: Any = Field(description="Any JSON value, ``null`` included (MEM-DATA-4).")
+    metadata: JsonObject | None = Field(default=None, description="Optional JSON object.")
+
+
+class MemorySearchResult(_Wire):
+    """One SEARCH hit (MEM-DATA-2)."""
+
+    memory: MemoryItem = Field(description="The full record.")
+    score: float | None = Field(
+        default=None,
+        description="Optional finite relevance score; its scale and direction are the "
+        "provider's (documented per plugin).",
+    )
+    metadata: JsonObject | None = Field(
+        default=None, description="Optional retrieval metadata (e.g. strategy, rank)."
+    )
+
+    @field_validator("score", mode="before")
+    @classmethod
+    def _finite(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("score must be a finite number")
+        return value
+
+
+# --- Inputs (MEM-GET … MEM-DELETE) ------------------------------------------------------
+
+
+class MemoryGetInput(_Wire):
+    """MEMORY.GET input: exact reads by ids and/or keys, union (MEM-GET-1)."""
+
+    ids: list[Identifier] | None = Field(default=None, description="Ids to read.")
+    keys: list[Identifier] | None = Field(default=None, description="Keys to read.")
+
+
+class OrderBy(_Wire):
+    """One sort term of QUERY (MEM-QUERY-1)."""
+
+    field: Annotated[str, Field(min_length=1)] = Field(
+        description="A metadata field (dots reach nested keys) or id/key/createdAt/updatedAt."
+    )
+    direction: Literal["asc", "desc"] = Field(default="asc", description="Sort direction.")
+
+
+class MemoryQueryInput(_Wire):
+    """MEMORY.QUERY input: structured, deterministic listing with keyset paging."""
+
+    filter: JsonObject | None = Field(
+        default=None, description="The store's filter language; passed through (MEM-QUERY-1)."
+    )
+    order_by: list[OrderBy] | None = Field(default=None, description="Sort terms, in order.")
+    limit: Limit | None = Field(
+        default=None, description="Page size; default from MEM-CONF-2 (built-in 100)."
+    )
+    cursor: Annotated[str, Field(min_length=1)] | None = Field(
+        default=None, description="Opaque token from a previous page's ``nextCursor``."
+    )
+
+
+class MemorySearchInput(_Wire):
+    """MEMORY.SEARCH input (MEM-SEARCH-1/2)."""
+
+    query: Any = Field(description="Text, vector or object; required, validated by the plugin.")
+    strategy: Annotated[str, Field(min_length=1)] | None = Field(
+        default=None, description="Algorithm name (keyword, vector, hybrid, …)."
+    )
+    filter: JsonObject | None = Field(default=None, description="Filter applied to candidates.")
+    limit: Limit | None = Field(
+        default=None, description="At most this many results; default 10 (MEM-CONF-1)."
+    )
+    options: JsonObject | None = Field(default=None, description="Plugin-specific options.")
+
+
+class MemoryWriteInput(_Wire):
+    """MEMORY.WRITE input: records to create, in order (MEM-WRITE-1)."""
+
+    memories: list[MemoryDraft] = Field(description="Drafts; ids are assigned by the store.")
+
+
+class MemoryUpdateEntry(_Wire):
+    """One partial update by id (MEM-UPDATE-1). Presence, not truthiness, decides."""
+
+    id: Identifier = Field(description="Target record id; must exist (MEM-UPDATE-2).")
+    content: Any = Field(default=None, description="New content if present (``null`` counts).")
+    metadata: JsonObject | None = Field(
+        default=None, description="Replaces the whole metadata object if present; ``{}`` clears."
+    )
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _metadata_object(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("metadata must be an object when present ({} clears it)")
+        return value
+
+    @property
+    def has_content(self) -> bool:
+        """True when ``content`` was given (even as ``null``)."""
+        return "content" in self.model_fields_set
+
+    @property
+    def has_metadata(self) -> bool:
+        """True when ``metadata`` was given."""
+        return "metadata" in self.model_fields_set
+
+
+class MemoryUpdateInput(_Wire):
+    """MEMORY.UPDATE input."""
+
+    memories: list[MemoryUpdateEntry] = Field(description="Entries with distinct ids.")
+
+
+class MemoryDeleteInput(_Wire):
+    """MEMORY.DELETE input."""
+
+    ids: list[Identifier] = Field(description="Ids to delete; duplicates are removed.")
+
+
+# --- Raw outputs (MEM-NODE-1) -----------------------------------------------------------
+
+
+class MemoryQueryOutput(_Wire):
+    """MEMORY.QUERY output: at most ``limit`` items; ``nextCursor`` absent on the last page."""
+
+    items: list[MemoryItem] = Field(description="The page, in the requested order.")
+    next_cursor: Annotated[str, Field(min_length=1)] | None = Field(
+        default=None, description="Token for the next page; omitted on the last page."
+    )
+
+
+class MemoryDeleteOutput(_Wire):
+    """MEMORY.DELETE output: ids actually deleted by this call (MEM-DELETE-2)."""
+
+    deleted: list[Identifier] = Field(description="Distinct requested ids deleted now.")
+
+
+class MemoryDefaults(_Wire):
+    """Default limits (MEM-CONF-1/2). ``None`` means "fall through to the next layer"."""
+
+    query_limit: Limit | None = Field(default=None, description="Default QUERY limit.")
+    search_limit: Limit | None = Field(default=None, description="Default SEARCH limit.")
+
+
+# --- NodeResult (MEM-DATA-3) ------------------------------------------------------------
+
+NodeStatus = Literal["success", "failed", "cancelled", "timeout"]
+OutputT = TypeVar("OutputT")
+
+
+class ErrorInfo(_Wire):
+    """The error of a non-successful NodeResult."""
+
+    code: Annotated[str, Field(min_length=1)] = Field(description="An ErrorCode or plugin code.")
+    message: str = Field(description="Safe message: no credentials, URLs, SQL or driver text.")
+
+
+class NodeResult(_Wire, Generic[OutputT]):
+    """The envelope of every node call (MEM-DATA-3).
+
+    ``output`` is set only when ``status`` is ``success``; ``error`` otherwise. A failed
+    result is never to be consumed as an empty result.
+    """
+
+    model_config = ConfigDict(strict=False)
+
+    execution_id: Annotated[str, Field(min_length=1)] = Field(
+        description="The call's execution id (the Celery task id on the fleet)."
+    )
+    node: str = Field(description="The node id, e.g. ``MEMORY.GET``.")
+    status: NodeStatus = Field(description="success | failed | cancelled | timeout.")
+    output: OutputT | None = Field(default=None, description="The raw output on success.")
+    error: ErrorInfo | None = Field(default=None, description="Set when status is not success.")
+
+    @classmethod
+    def failure(
+        cls, execution_id: str, node: str, code: str, message: str, status: NodeStatus = "failed"
+    ) -> NodeResult[Any]:
+        """Build a non-successful result."""
+        return NodeResult[Any](
+            execution_id=execution_id,
+            node=node,
+            status=status,
+            error=ErrorInfo(code=code, message=message),
+        )
