@@ -1,0 +1,404 @@
+"""The validating SDK: one method per MEMORY operation, the only caller of the ports.
+
+``create_memory(store, search=None, defaults=None)`` returns a :class:`Memory` whose
+``execute(node, input, defaults)`` and ``get``/``query``/``search``/``write``/``update``/
+``delete`` always return a :class:`~ditto_worker.contracts.NodeResult`; a call failure
+never raises. Knows nothing of Celery or any driver (STYLE.md "core").
+
+One call, in order (SPEC.md MEM-ERR, MEM-PY-2):
+
+1. unknown node -> ``failed``/``UNKNOWN_NODE``;
+2. cancel token already set -> ``cancelled``/``MEMORY_CANCELLED`` (plugin not called);
+3. deadline (absolute ``time.time()`` s) already passed -> ``timeout``/``MEMORY_TIMEOUT``;
+4. SEARCH without a provider -> ``failed``/``SEARCH_UNAVAILABLE`` (MEM-SEARCH-4);
+5. input validation and pre-plugin rules -> ``failed``/``INVALID_INPUT`` (MEM-ERR-1);
+   empty batches are answered locally (MEM-GET-4, MEM-WRITE-1, MEM-UPDATE-4,
+   MEM-DELETE-1);
+6. the plugin runs with ``MemoryCallOptions(cancel, deadline, execution_id)``;
+7. if the token was cancelled (or the deadline passed) while the plugin ran, the call is
+   ``cancelled`` (or ``timeout``) whatever the plugin did; a completed write is *not*
+   rolled back (MEM-RUN-2, MEM-ERR-5);
+8. ``MemoryError`` -> its code and safe message; any other exception ->
+   ``MEMORY_BACKEND_ERROR`` with a generic message, the exception logged (MEM-ERR-4);
+9. the output is checked (MEM-ERR-2) -> ``INVALID_BACKEND_OUTPUT`` on a violation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ditto_worker import _core_checks as checks
+from ditto_worker.contracts import (
+    MemoryDefaults,
+    MemoryDeleteInput,
+    MemoryDeleteOutput,
+    MemoryGetInput,
+    MemoryItem,
+    MemoryQueryInput,
+    MemoryQueryOutput,
+    MemorySearchInput,
+    MemorySearchResult,
+    MemoryUpdateInput,
+    MemoryWriteInput,
+    NodeResult,
+    NodeStatus,
+)
+from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
+from ditto_worker.ports import CancelToken, MemoryCallOptions, MemorySearchProvider, MemoryStore
+
+__all__ = [
+    "BUILTIN_QUERY_LIMIT",
+    "BUILTIN_SEARCH_LIMIT",
+    "Memory",
+    "MemoryResources",
+    "create_memory",
+]
+
+logger = logging.getLogger(__name__)
+
+BUILTIN_QUERY_LIMIT = 100
+"""QUERY limit when no layer sets one (MEM-CONF-1)."""
+BUILTIN_SEARCH_LIMIT = 10
+"""SEARCH limit when no layer sets one (MEM-CONF-1)."""
+
+_BACKEND_ERROR_MESSAGE = "The memory backend failed; see the worker log for details."
+DefaultsArg = MemoryDefaults | Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class MemoryResources:
+    """The plugin objects of one memory definition (the seed's ``MemoryResources``).
+
+    Attributes:
+        store: the fact store; if it also has a ``search`` method, that is the native
+            search used when ``search`` is ``None`` (MEM-SEARCH-5).
+        search: an explicit search provider replacing the store's native search.
+    """
+
+    store: MemoryStore
+    search: MemorySearchProvider | None = None
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A validated call: ``invoke`` runs the plugin, ``finish`` checks its raw output."""
+
+    invoke: Callable[[MemoryCallOptions], object]
+    finish: Callable[[object], object]
+
+
+_Prepared = _Call | checks.Done
+
+
+def parse_defaults(value: DefaultsArg, where: str) -> MemoryDefaults | None:
+    """Parse a defaults layer (``{queryLimit?, searchLimit?}``, camelCase or snake_case).
+
+    Raises:
+        MemoryError: ``INVALID_INPUT`` naming ``<where>.<field>`` when a limit is not an
+            integer 1-10000 or a key is unknown (MEM-ERR-1).
+    """
+    if value is None or isinstance(value, MemoryDefaults):
+        return value
+    return checks.parse_input(MemoryDefaults, value, prefix=where)
+
+
+class Memory:
+    """The direct SDK over one store and an optional search provider (MEM-NODE-3).
+
+    Built by :func:`create_memory`; the plugin objects are reused for every call and the
+    defaults are a snapshot taken at creation (MEM-CONF-4).
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        search: MemorySearchProvider | None = None,
+        defaults: DefaultsArg = None,
+    ) -> None:
+        try:
+            parsed = parse_defaults(defaults, "defaults")
+        except MemoryError as exc:
+            raise ConfigError(exc.safe_message) from None
+        self.store = store
+        self.defaults: MemoryDefaults = parsed or MemoryDefaults()
+        native = getattr(store, "search", None)
+        self._search: Callable[..., object] | None = (
+            search.search if search is not None else native if callable(native) else None
+        )
+        self._prepare: dict[str, Callable[[Any, MemoryDefaults | None], _Prepared]] = {
+            "MEMORY.GET": self._prepare_get,
+            "MEMORY.QUERY": self._prepare_query,
+            "MEMORY.SEARCH": self._prepare_search,
+            "MEMORY.WRITE": self._prepare_write,
+            "MEMORY.UPDATE": self._prepare_update,
+            "MEMORY.DELETE": self._prepare_delete,
+        }
+
+    @property
+    def has_search(self) -> bool:
+        """True when SEARCH has a provider (explicit or the store's native one)."""
+        return self._search is not None
+
+    # --- the executor -------------------------------------------------------------------
+
+    def execute(
+        self,
+        node: str,
+        input: Any,
+        defaults: DefaultsArg = None,
+        *,
+        cancel: CancelToken | None = None,
+        execution_id: str | None = None,
+        deadline: float | None = None,
+    ) -> NodeResult[Any]:
+        """Run one MEMORY node and wrap its raw output once (MEM-NODE-1).
+
+        Args:
+            node: a node id, ``MEMORY.GET`` … ``MEMORY.DELETE``.
+            input: the node's input as a dict (wire camelCase or snake_case names) or
+                the contract model.
+            defaults: the runtime-YAML layer (``workers.memory`` in ``ditto.yaml``),
+                below the factory defaults (MEM-CONF-2; the seed's ``execute`` third
+                argument).
+            cancel: a cancel token passed on to the plugin (MEM-PY-2).
+            execution_id: the call id; a new uuid4 string when ``None``.
+            deadline: absolute ``time.time()`` seconds after which the caller gave up.
+
+        Returns:
+            A NodeResult: ``success`` with the contract-model output, or ``failed`` /
+            ``cancelled`` / ``timeout`` with an error code (see the module docstring).
+        """
+        eid = execution_id or str(uuid.uuid4())
+        prepare = self._prepare.get(node)
+        if prepare is None:
+            return NodeResult.failure(eid, node, ErrorCode.UNKNOWN_NODE, "Unknown MEMORY node id.")
+        stopped = _stopped(eid, node, cancel, deadline)
+        if stopped is not None:
+            return stopped
+        try:
+            prepared = prepare(input, parse_defaults(defaults, "defaults"))
+        except MemoryError as exc:
+            return _from_error(eid, node, exc)
+        if isinstance(prepared, checks.Done):
+            return _success(eid, node, prepared.output)
+        return _run(eid, node, prepared, cancel, deadline)
+
+    def get(
+        self,
+        input: Any,
+        *,
+        cancel: CancelToken | None = None,
+        execution_id: str | None = None,
+        deadline: float | None = None,
+    ) -> NodeResult[list[MemoryItem]]:
+        """MEMORY.GET: exact reads by ids and/or keys (MEM-GET). Keywords as :meth:`execute`."""
+        return self.execute(
+            "MEMORY.GET", input, cancel=cancel, execution_id=execution_id, deadline=deadline
+        )
+
+    def query(
+        self,
+        input: Any,
+        *,
+        cancel: CancelToken | None = None,
+        execution_id: str | None = None,
+        deadline: float | None = None,
+    ) -> NodeResult[MemoryQueryOutput]:
+        """MEMORY.QUERY: one page of a structured listing (MEM-QUERY)."""
+        return self.execute(
+            "MEMORY.QUERY", input, cancel=cancel, execution_id=execution_id, deadline=deadline
+        )
+
+    def search(
+        self,
+        input: Any,
+        *,
+        cancel: CancelToken | None = None,
+        execution_id: str | None = None,
+        deadline: float | None = None,
+    ) -> NodeResult[list[MemorySearchResult]]:
+        """MEMORY.SEARCH: relevance search in the provider's order (MEM-SEARCH)."""
+        return self.execute(
+            "MEMORY.SEARCH", input, cancel=cancel, execution_id=execution_id, deadline=deadline
+        )
+
+    def write(
+        self,
+        input: Any,
+        *,
+        cancel: CancelToken | None = None,
+        execution_id: str | None = None,
+        deadline: float | None = None,
+    ) -> NodeResult[list[MemoryItem]]:
+        """MEMORY.WRITE: create records, one item per draft in order (MEM-WRITE)."""
+        return self.execute(
+            "MEMORY.WRITE", input, cancel=cancel, execution_id=execution_id, deadline=deadline
+        )
+
+    def update(
+        self,
+        input: Any,
+        *,
+        cancel: CancelToken | None = None,
+        execution_id: str | None = None,
+        deadline: float | None = None,
+    ) -> NodeResult[list[MemoryItem]]:
+        """MEMORY.UPDATE: partial updates by id, in request order (MEM-UPDATE)."""
+        return self.execute(
+            "MEMORY.UPDATE", input, cancel=cancel, execution_id=execution_id, deadline=deadline
+        )
+
+    def delete(
+        self,
+        input: Any,
+        *,
+        cancel: CancelToken | None = None,
+        execution_id: str | None = None,
+        deadline: float | None = None,
+    ) -> NodeResult[MemoryDeleteOutput]:
+        """MEMORY.DELETE: returns the ids deleted by this call (MEM-DELETE)."""
+        return self.execute(
+            "MEMORY.DELETE", input, cancel=cancel, execution_id=execution_id, deadline=deadline
+        )
+
+    # --- per node: validate, apply policy, bind the plugin ------------------------------
+
+    def _prepare_get(self, raw: Any, layer: MemoryDefaults | None) -> _Prepared:
+        data = checks.prepare_get(checks.parse_input(MemoryGetInput, raw))
+        if isinstance(data, checks.Done):
+            return data
+        return _Call(
+            lambda opts: self.store.get(data, opts),
+            lambda out: checks.finish_get(data, out),
+        )
+
+    def _prepare_query(self, raw: Any, layer: MemoryDefaults | None) -> _Prepared:
+        data = checks.parse_input(MemoryQueryInput, raw)
+        limit = self._limit(data.limit, "query_limit", layer, BUILTIN_QUERY_LIMIT)
+        data = data.model_copy(update={"limit": limit})
+        return _Call(
+            lambda opts: self.store.query(data, opts),
+            lambda out: checks.finish_query(limit, out),
+        )
+
+    def _prepare_search(self, raw: Any, layer: MemoryDefaults | None) -> _Prepared:
+        search = self._search
+        if search is None:
+            raise MemoryError(
+                ErrorCode.SEARCH_UNAVAILABLE,
+                "No search provider is configured and the store has no native search.",
+            )
+        data = checks.parse_input(MemorySearchInput, raw)
+        limit = self._limit(data.limit, "search_limit", layer, BUILTIN_SEARCH_LIMIT)
+        data = data.model_copy(update={"limit": limit})
+        return _Call(lambda opts: search(data, opts), lambda out: checks.finish_search(limit, out))
+
+    def _prepare_write(self, raw: Any, layer: MemoryDefaults | None) -> _Prepared:
+        data = checks.parse_input(MemoryWriteInput, raw)
+        if not data.memories:
+            return checks.Done([])
+        return _Call(
+            lambda opts: self.store.write(data, opts),
+            lambda out: checks.finish_write(data, out),
+        )
+
+    def _prepare_update(self, raw: Any, layer: MemoryDefaults | None) -> _Prepared:
+        data = checks.prepare_update(checks.parse_input(MemoryUpdateInput, raw))
+        if not data.memories:
+            return checks.Done([])
+        return _Call(
+            lambda opts: self.store.update(data, opts),
+            lambda out: checks.finish_update(data, out),
+        )
+
+    def _prepare_delete(self, raw: Any, layer: MemoryDefaults | None) -> _Prepared:
+        parsed = checks.parse_input(MemoryDeleteInput, raw)
+        data = MemoryDeleteInput(ids=checks.dedupe(parsed.ids))
+        if not data.ids:
+            return checks.Done(MemoryDeleteOutput(deleted=[]))
+        return _Call(
+            lambda opts: self.store.delete(data, opts),
+            lambda out: checks.finish_delete(data, out),
+        )
+
+    def _limit(
+        self, request: int | None, field: str, layer: MemoryDefaults | None, builtin: int
+    ) -> int:
+        """Resolve a limit: request > factory defaults > runtime YAML > built-in (MEM-CONF-2)."""
+        for candidate in (request, getattr(self.defaults, field), getattr(layer, field, None)):
+            if candidate is not None:
+                return int(candidate)
+        return builtin
+
+
+def create_memory(
+    store: MemoryStore,
+    search: MemorySearchProvider | None = None,
+    defaults: DefaultsArg = None,
+) -> Memory:
+    """Build the direct SDK (MEM-PY-1). Never reads ``ditto.yaml``.
+
+    Args:
+        store: the fact store plugin object (reused for every call, MEM-RUN-4).
+        search: optional provider replacing ``store.search`` (MEM-SEARCH-5).
+        defaults: ``{queryLimit?, searchLimit?}``, e.g. ``config.memory``; defaults, not
+            caps (MEM-CONF-3).
+
+    Raises:
+        ConfigError: ``defaults`` is not a valid ``MemoryDefaults`` (limits 1-10000).
+    """
+    return Memory(store, search, defaults)
+
+
+# --- running one call -------------------------------------------------------------------
+
+
+def _run(
+    eid: str, node: str, call: _Call, cancel: CancelToken | None, deadline: float | None
+) -> NodeResult[Any]:
+    options = MemoryCallOptions(cancel=cancel, deadline=deadline, execution_id=eid)
+    try:
+        output = call.finish(call.invoke(options))
+    except MemoryError as exc:
+        return _stopped(eid, node, cancel, deadline) or _from_error(eid, node, exc)
+    except Exception:
+        logger.error("%s %s: the memory plugin raised", node, eid, exc_info=True)
+        return _stopped(eid, node, cancel, deadline) or NodeResult.failure(
+            eid, node, ErrorCode.MEMORY_BACKEND_ERROR, _BACKEND_ERROR_MESSAGE
+        )
+    return _stopped(eid, node, cancel, deadline) or _success(eid, node, output)
+
+
+def _stopped(
+    eid: str, node: str, cancel: CancelToken | None, deadline: float | None
+) -> NodeResult[Any] | None:
+    """A cancelled/timeout result when the token is set or the deadline passed (MEM-PY-2)."""
+    if cancel is not None and cancel.cancelled:
+        return NodeResult.failure(
+            eid, node, ErrorCode.MEMORY_CANCELLED, "The call was cancelled.", "cancelled"
+        )
+    if deadline is not None and time.time() >= deadline:
+        return NodeResult.failure(
+            eid, node, ErrorCode.MEMORY_TIMEOUT, "The call's deadline passed.", "timeout"
+        )
+    return None
+
+
+def _from_error(eid: str, node: str, exc: MemoryError) -> NodeResult[Any]:
+    """A plugin's or a rule's ``MemoryError`` as a NodeResult; its message is public."""
+    status: NodeStatus = "failed"
+    if exc.code == ErrorCode.MEMORY_CANCELLED:
+        status = "cancelled"
+    elif exc.code == ErrorCode.MEMORY_TIMEOUT:
+        status = "timeout"
+    code = exc.code or ErrorCode.MEMORY_BACKEND_ERROR
+    return NodeResult.failure(eid, node, code, exc.safe_message, status)
+
+
+def _success(eid: str, node: str, output: object) -> NodeResult[Any]:
+    return NodeResult[Any](execution_id=eid, node=node, status="success", output=output)
