@@ -1,8 +1,8 @@
 """ditto_worker: long-term memory for LLM agents as a Celery worker fleet.
 
-The public API (SPEC.md "Python mapping"). ``import ditto_worker`` never imports Celery:
-the SDK (:func:`create_memory`) and the worker definition (:func:`create_memory_worker`)
-are transport-free; the Celery app and tasks live in their own modules.
+The public API (SPEC.md "Python mapping"). The SDK (:func:`create_memory`) and the worker
+definition (:func:`create_memory_worker`) are transport-free; :class:`DittoClient` sends
+node calls through Celery; the Celery app and tasks live in their own modules.
 """
 
 from __future__ import annotations
@@ -63,11 +63,8 @@ from ditto_worker.worker import (
     memory_write_node,
 )
 
-# --- Reserved for the client / config engineers -----------------------------------------
-# Add here (plain imports, not lazy) and to __all__ below:
-#   from ditto_worker.client import DittoClient
-#   from ditto_worker.config import load_runtime_config_file
-# --------------------------------------------------------------------------------------------
+from ditto_worker.client import DittoClient  # noqa: E402  (imports Celery)
+from ditto_worker.config import RuntimeConfig, load_runtime_config_file
 
 __all__ = [
     # contracts
@@ -125,5 +122,8 @@ __all__ = [
     "memory_search_node",
     "memory_update_node",
     "memory_write_node",
-    # client / config (reserved, see above): "DittoClient", "load_runtime_config_file",
+    # client / config
+    "DittoClient",
+    "RuntimeConfig",
+    "load_runtime_config_file",
 ]

@@ -1,0 +1,82 @@
+"""The Celery app: one queue per node, routes keyed by task name, JSON only.
+
+Task names are the node ids (``MEMORY.GET`` …) and each has its own queue
+(``memory.get`` …; SPEC.md "Python mapping"). Only JSON crosses the broker: a pickled
+message is refused by the worker (``accept_content=["json"]``). Queues are declared
+explicitly and ``task_create_missing_queues`` is off, so a typo never creates a queue no
+worker reads. Task events are on for Flower.
+
+With no broker configured the app uses kombu's in-process ``memory://`` transport and a
+``cache+memory://`` result backend, polled every millisecond (kombu's default is 1 s, which
+makes every call take ~1 s).
+
+This module creates no plugin and imports no task: the worker side registers the tasks
+(:mod:`ditto_worker.tasks`), the client only sends by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+from ditto_worker.config import FleetSettings
+from ditto_worker.contracts import NODE_QUEUES
+
+__all__ = ["DEADLINE_HEADER", "IN_PROCESS_POLL_S", "create_celery_app", "queue_for"]
+
+DEADLINE_HEADER = "ditto_deadline"
+"""Message header: the caller's absolute deadline, ``time.time()`` seconds (MEM-PY-3)."""
+
+IN_PROCESS_POLL_S = 0.001
+"""Polling interval of the in-process transport and result backend, seconds."""
+
+
+def queue_for(node: str) -> str:
+    """The dedicated queue of ``node`` (``MEMORY.GET`` -> ``memory.get``)."""
+    return NODE_QUEUES[node]
+
+
+def _broker_urls(fleet: FleetSettings) -> tuple[str, str]:
+    if fleet.in_process:
+        return "memory://", fleet.result_backend or "cache+memory://"
+    return fleet.broker_url, fleet.result_backend or fleet.broker_url
+
+
+def create_celery_app(fleet: FleetSettings | None = None, *, main: str = "ditto_worker") -> Celery:
+    """Create a configured Celery app (no tasks registered).
+
+    Args:
+        fleet: broker and result backend; defaults to the in-process transport.
+        main: the app's name (shown by ``celery inspect`` and Flower).
+
+    Returns:
+        A Celery app whose routes send each node id to its own queue.
+    """
+    fleet = fleet or FleetSettings()
+    broker, backend = _broker_urls(fleet)
+    app = Celery(main, broker=broker, backend=backend, set_as_current=False)
+    queues = [Queue(q, Exchange(q, type="direct"), routing_key=q) for q in NODE_QUEUES.values()]
+    conf: dict[str, Any] = {
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "event_serializer": "json",
+        "task_queues": queues,
+        "task_default_queue": queues[0].name,
+        "task_routes": {node: {"queue": q, "routing_key": q} for node, q in NODE_QUEUES.items()},
+        "task_create_missing_queues": False,
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "worker_prefetch_multiplier": 1,
+        "result_expires": 3600,
+        "broker_connection_retry_on_startup": True,
+        "worker_hijack_root_logger": False,
+        "worker_redirect_stdouts": False,
+    }
+    if fleet.in_process:
+        conf["broker_transport_options"] = {"polling_interval": IN_PROCESS_POLL_S}
+    app.conf.update(conf)
+    return app

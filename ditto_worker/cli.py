@@ -1,0 +1,196 @@
+"""The ``ditto-worker`` command: ``worker``, ``invoke``, ``demo``.
+
+Config comes from ``--config`` or ``./ditto.yaml`` (if present), then ``DITTO_*`` env;
+``--broker`` overrides the broker (and, unless given, the result backend). With no broker
+configured, ``invoke`` and ``demo`` run an in-process worker (MEM-PY-7).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ditto_worker.config import RuntimeConfig, default_config
+from ditto_worker.contracts import NODE_IDS, NODE_QUEUES, to_wire
+from ditto_worker.errors import ConfigError, DittoError
+
+__all__ = ["app", "main", "resolve_nodes"]
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="ditto.yaml to load.")]
+BrokerOpt = Annotated[
+    str | None, typer.Option("--broker", help="Broker URL (redis://…); overrides ditto.yaml.")
+]
+StoreOpt = Annotated[
+    str | None, typer.Option("--store", help="Store plugin; overrides workers.memory.store.")
+]
+
+_DATA = Path(__file__).resolve().parent.parent / "data" / "locomo" / "30.json"
+
+
+def _config(path: Path | None, broker: str | None) -> RuntimeConfig:
+    try:
+        config = default_config(path)
+    except ConfigError as exc:
+        typer.echo(f"config error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if broker:
+        fleet = config.fleet.model_copy(update={"broker_url": broker, "result_backend": broker})
+        config = config.model_copy(update={"fleet": fleet})
+    return config
+
+
+def resolve_nodes(config: RuntimeConfig, nodes: str | None) -> tuple[list[str], int]:
+    """Node ids and pool size for ``--nodes`` (group names and/or node ids, comma-separated).
+
+    No ``--nodes``: all six nodes with ``workers.memory.concurrency``. A single group name:
+    that group's nodes and concurrency. Otherwise the named nodes with
+    ``workers.memory.concurrency``.
+
+    Raises:
+        ConfigError: a name that is neither a group nor a node id.
+    """
+    settings = config.memory_worker
+    if not nodes:
+        return list(NODE_IDS), settings.concurrency
+    names = [n.strip() for n in nodes.split(",") if n.strip()]
+    if len(names) == 1 and names[0] in settings.groups:
+        group = settings.groups[names[0]]
+        return list(group.nodes), group.concurrency
+    picked: list[str] = []
+    for name in names:
+        found = settings.groups[name].nodes if name in settings.groups else [name.upper()]
+        for node in found:
+            if node not in NODE_IDS:
+                raise ConfigError(f"--nodes: {name!r} is neither a group nor a node id")
+            if node not in picked:
+                picked.append(node)
+    return picked, settings.concurrency
+
+
+@app.command()
+def worker(
+    nodes: Annotated[
+        str | None, typer.Option(help="Groups or node ids, comma-separated (default: all six).")
+    ] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Pool size; overrides YAML.")] = None,
+    pool: Annotated[str | None, typer.Option(help="prefork | threads | solo.")] = None,
+    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+    hostname: Annotated[str | None, typer.Option(help="Celery node name.")] = None,
+    config: ConfigOpt = None,
+    broker: BrokerOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Start a Celery worker consuming the queues of the selected MEMORY nodes."""
+    from ditto_worker.fleet import create_worker_app
+
+    cfg = _config(config, broker)
+    if cfg.fleet.in_process:
+        typer.echo("worker: no broker configured (set DITTO_BROKER_URL or --broker)", err=True)
+        raise typer.Exit(2)
+    try:
+        node_ids, default_concurrency = resolve_nodes(cfg, nodes)
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc
+    celery_app = create_worker_app(cfg, store=store)
+    name = hostname or f"memory-{'-'.join(n.split('.')[1].lower() for n in node_ids)}@{socket.gethostname()}"
+    celery_app.worker_main([
+        "worker",
+        "-Q", ",".join(NODE_QUEUES[n] for n in node_ids),
+        "-c", str(concurrency or default_concurrency),
+        "-P", pool or cfg.memory_worker.pool,
+        "-l", loglevel,
+        "-n", name,
+        "-E",
+    ])  # fmt: skip
+
+
+@app.command()
+def invoke(
+    node: Annotated[str, typer.Argument(help="Node id, e.g. MEMORY.GET.")],
+    input_json: Annotated[str, typer.Argument(metavar="JSON", help="The node input as JSON.")],
+    timeout: Annotated[float | None, typer.Option(help="Seconds to wait.")] = None,
+    config: ConfigOpt = None,
+    broker: BrokerOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Run one node call; print its NodeResult as one JSON object (exit 0 iff success)."""
+    from ditto_worker.contracts import NodeResult
+    from ditto_worker.errors import ErrorCode
+    from ditto_worker.fleet import open_fleet
+
+    cfg = _config(config, broker)
+    try:
+        payload: Any = json.loads(input_json)
+    except json.JSONDecodeError:
+        result: NodeResult[Any] = NodeResult.failure(
+            "-", node, ErrorCode.INVALID_INPUT, "input is not valid JSON"
+        )
+    else:
+        with open_fleet(cfg, store=store) as client:
+            result = client.invoke(node, payload, timeout=timeout)
+    sys.stdout.write(json.dumps(to_wire(result), ensure_ascii=False) + "\n")
+    raise typer.Exit(0 if result.status == "success" else 1)
+
+
+def _demo_config(cfg: RuntimeConfig, store: str | None, tmp: str) -> RuntimeConfig:
+    """In-process sqlite demo: a fresh store file of its own in ``tmp``."""
+    if not cfg.fleet.in_process or (store or cfg.memory_worker.store) != "sqlite":
+        return cfg
+    plugins = dict(cfg.plugins)
+    plugins["sqlite"] = {**cfg.plugin_settings("sqlite"), "path": os.path.join(tmp, "demo.sqlite")}
+    return cfg.model_copy(update={"plugins": plugins})
+
+
+@app.command()
+def demo(
+    conversation: Annotated[
+        Path, typer.Option(help="A LoCoMo conversation JSON file.")
+    ] = _DATA,
+    batch_size: Annotated[int, typer.Option(help="Memories per MEMORY.WRITE.")] = 50,
+    keep: Annotated[bool, typer.Option(help="Keep the run's memories (not deleted).")] = False,
+    config: ConfigOpt = None,
+    broker: BrokerOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Write a LoCoMo conversation through the fleet, read it back, search every question."""
+    from ditto_worker.demo import run_demo
+    from ditto_worker.fleet import open_fleet
+
+    cfg = _config(config, broker)
+    tmp = tempfile.mkdtemp(prefix="ditto-demo-")
+    try:
+        run_cfg = _demo_config(cfg, store, tmp)
+        mode = "in-process (memory://)" if cfg.fleet.in_process else "redis broker"
+        typer.echo(f"ditto-worker demo: {conversation.name}, store {store or cfg.memory_worker.store}, fleet {mode}")
+        with open_fleet(run_cfg, store=store) as client:
+            report = run_demo(client, conversation, batch_size=batch_size, keep=keep)
+    except DittoError as exc:
+        typer.echo(f"demo failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    typer.echo(f"{report.turns} turns written, {report.questions} questions with evidence; "
+               + "; ".join(f"{k}: {v}" for k, v in report.checks.items()))
+    typer.echo(f"{report.recall_at_10:.3f} = keyword evidence recall@10 "
+               f"(recall@5 {report.recall_at_5:.3f}, {report.questions} questions)")
+    typer.echo(f"{'node':<15}{'calls':>7}{'p50 ms':>10}{'p95 ms':>10}")
+    for node, calls, p50, p95 in report.latency_rows():
+        typer.echo(f"{node:<15}{calls:>7}{p50:>10.2f}{p95:>10.2f}")
+
+
+def main() -> None:
+    """Console entry point."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    app()

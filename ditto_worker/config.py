@@ -1,0 +1,231 @@
+"""Runtime configuration: ``ditto.yaml`` with ``${VAR}`` expansion, then ``DITTO_*`` env.
+
+One typed tree, validated at start-up and frozen (MEM-CONF-4: a snapshot, never re-read
+per request). The sections this project owns (``fleet``, ``workers.memory``) reject
+unknown keys; other workers' sections of a shared ``ditto.yaml`` and other top-level keys
+are left alone (MEM-PY-7). Plugin sections (``plugins.<name>``) belong to their plugin
+and are passed to it unchanged.
+
+String values may use ``${VAR}`` (an unset variable is a :class:`ConfigError`) and
+``${VAR:-default}``. After expansion, ``DITTO_BROKER_URL`` and ``DITTO_RESULT_BACKEND``
+override ``fleet.brokerUrl`` / ``fleet.resultBackend`` (MEM-PY-7). Database URLs and
+credentials come only from the environment, read by the plugins (MEM-CONF-5).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from ditto_worker.contracts import NODE_IDS, Limit, MemoryDefaults
+from ditto_worker.errors import ConfigError
+
+__all__ = [
+    "FleetSettings",
+    "MemoryWorkerSettings",
+    "NodeGroup",
+    "RuntimeConfig",
+    "default_config",
+    "load_runtime_config",
+    "load_runtime_config_file",
+]
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, alias_generator=to_camel
+    )
+
+
+class FleetSettings(_Section):
+    """``fleet:`` — where the queues live.
+
+    An empty ``broker_url`` means "no server": commands run an in-process worker on
+    kombu's ``memory://`` transport with a ``cache+memory://`` result backend (MEM-PY-7).
+    """
+
+    broker_url: str = Field(default="", description="Celery broker URL; env DITTO_BROKER_URL.")
+    result_backend: str = Field(
+        default="",
+        description="Result backend URL; env DITTO_RESULT_BACKEND. Empty: the broker's Redis "
+        "(or cache+memory:// in-process).",
+    )
+    call_timeout_s: float = Field(
+        default=30.0, gt=0, description="Default client timeout per node call, seconds."
+    )
+
+    @property
+    def in_process(self) -> bool:
+        """True when no broker is configured (the embedded default)."""
+        return not self.broker_url or self.broker_url.startswith("memory://")
+
+
+class NodeGroup(_Section):
+    """A queue group served by one Celery worker process tree (one pool, one concurrency)."""
+
+    nodes: list[str] = Field(description="Node ids of the group, e.g. [MEMORY.GET, MEMORY.QUERY].")
+    concurrency: int = Field(ge=1, description="Pool size for this group's worker.")
+
+
+def _default_groups() -> dict[str, NodeGroup]:
+    return {
+        "reads": NodeGroup(nodes=["MEMORY.GET", "MEMORY.QUERY"], concurrency=4),
+        "writes": NodeGroup(
+            nodes=["MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"], concurrency=2
+        ),
+        "search": NodeGroup(nodes=["MEMORY.SEARCH"], concurrency=2),
+    }
+
+
+class MemoryWorkerSettings(_Section):
+    """``workers.memory:`` — the MEMORY worker (seed: ``workers.memory.queryLimit`` …)."""
+
+    query_limit: Limit = Field(default=100, description="Runtime default QUERY limit (MEM-CONF-2).")
+    search_limit: Limit = Field(
+        default=10, description="Runtime default SEARCH limit (MEM-CONF-2)."
+    )
+    store: str = Field(
+        default="sqlite", description="Store plugin name (entry point group ditto_worker.stores)."
+    )
+    concurrency: int = Field(default=4, ge=1, description="Pool size when no group matches.")
+    pool: Literal["prefork", "threads", "solo"] = Field(
+        default="prefork", description="Celery pool of `ditto-worker worker`."
+    )
+    groups: dict[str, NodeGroup] = Field(
+        default_factory=_default_groups, description="Named queue groups (--nodes NAME)."
+    )
+
+    def model_post_init(self, __context: Any) -> None:
+        for name, group in self.groups.items():
+            unknown = [n for n in group.nodes if n not in NODE_IDS]
+            if unknown:
+                raise ValueError(f"group {name!r} names unknown nodes {unknown}")
+
+
+class RuntimeConfig(BaseModel):
+    """The whole validated config. ``memory`` is the seed's ``config.memory`` defaults."""
+
+    model_config = ConfigDict(frozen=True)
+
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
+    memory_worker: MemoryWorkerSettings = Field(default_factory=MemoryWorkerSettings)
+    plugins: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="plugins.<name>: settings owned by each plugin."
+    )
+    source: str | None = Field(default=None, description="The file it was loaded from.")
+
+    @property
+    def memory(self) -> MemoryDefaults:
+        """Runtime YAML limits, the third layer of MEM-CONF-2 (pass as ``defaults=``)."""
+        return MemoryDefaults(
+            query_limit=self.memory_worker.query_limit,
+            search_limit=self.memory_worker.search_limit,
+        )
+
+    def plugin_settings(self, name: str) -> dict[str, Any]:
+        """Settings of plugin ``name`` (``{}`` when the file has none)."""
+        return dict(self.plugins.get(name) or {})
+
+
+def _expand(value: Any, env: Mapping[str, str], where: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _expand(v, env, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, env, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def sub(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env and (env[name] != "" or default is None):
+            return env[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{where}: environment variable {name} is not set")
+
+    return _VAR.sub(sub, value)
+
+
+def _section(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}{key}: must be a mapping")
+    return value
+
+
+def load_runtime_config(
+    data: Mapping[str, Any] | None, env: Mapping[str, str] | None = None, source: str | None = None
+) -> RuntimeConfig:
+    """Validate an already-parsed ``ditto.yaml`` mapping (``None`` = all defaults).
+
+    Raises:
+        ConfigError: an unknown key in an owned section, a bad value, or an unset ``${VAR}``.
+    """
+    env = os.environ if env is None else env
+    raw = _expand(dict(data or {}), env, "ditto.yaml")
+    fleet = _section(raw, "fleet", "")
+    for key, var in (("brokerUrl", "DITTO_BROKER_URL"), ("resultBackend", "DITTO_RESULT_BACKEND")):
+        if env.get(var):
+            fleet[key] = env[var]
+    workers = _section(raw, "workers", "")
+    try:
+        return RuntimeConfig(
+            fleet=FleetSettings.model_validate(fleet),
+            memory_worker=MemoryWorkerSettings.model_validate(
+                _section(workers, "memory", "workers.")
+            ),
+            plugins={k: dict(v or {}) for k, v in _section(raw, "plugins", "").items()},
+            source=source,
+        )
+    except (ValidationError, ValueError, TypeError) as exc:
+        raise ConfigError(f"invalid config{f' in {source}' if source else ''}: {exc}") from exc
+
+
+def load_runtime_config_file(
+    path: str | os.PathLike[str] = "ditto.yaml", env: Mapping[str, str] | None = None
+) -> RuntimeConfig:
+    """Load and validate a ``ditto.yaml`` (the seed's ``loadRuntimeConfigFile``).
+
+    Args:
+        path: the YAML file.
+        env: variables for ``${VAR}`` expansion and ``DITTO_*`` overrides; ``os.environ``
+            when ``None``.
+
+    Raises:
+        ConfigError: the file is missing or unreadable, is not a YAML mapping, or fails
+            validation.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file} is not valid YAML") from exc
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{file} must contain a YAML mapping")
+    return load_runtime_config(data, env, source=str(file))
+
+
+def default_config(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> RuntimeConfig:
+    """Config for the CLI: ``path`` if given, else ``./ditto.yaml`` if present, else defaults."""
+    if path is not None:
+        return load_runtime_config_file(path, env)
+    if Path("ditto.yaml").is_file():
+        return load_runtime_config_file("ditto.yaml", env)
+    return load_runtime_config(None, env)

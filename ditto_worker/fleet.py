@@ -1,0 +1,69 @@
+"""Wiring: a client connected to the fleet, with an in-process worker when there is no broker.
+
+With a broker configured (``fleet.brokerUrl`` / ``DITTO_BROKER_URL``), :func:`open_fleet`
+returns a client only: workers are started separately (``ditto-worker worker``). With
+none, it starts one Celery worker in a thread of this process on kombu's ``memory://``
+transport — the same tasks, routing and JSON serialization, no server (MEM-PY-7).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
+
+from ditto_worker.celery_app import create_celery_app
+from ditto_worker.client import DittoClient
+from ditto_worker.config import RuntimeConfig
+from ditto_worker.contracts import NODE_QUEUES
+from ditto_worker.tasks import FleetRuntime, WorkerFactory, register_tasks
+
+__all__ = ["create_worker_app", "open_fleet"]
+
+
+def create_worker_app(
+    config: RuntimeConfig, worker_factory: WorkerFactory | None = None, store: str | None = None
+) -> Celery:
+    """A Celery app with the six MEMORY tasks registered, served by ``config``'s store."""
+    app = create_celery_app(config.fleet)
+    register_tasks(app, FleetRuntime(config, worker_factory, store=store))
+    return app
+
+
+@contextmanager
+def open_fleet(
+    config: RuntimeConfig,
+    *,
+    worker_factory: WorkerFactory | None = None,
+    store: str | None = None,
+) -> Iterator[DittoClient]:
+    """Yield a :class:`DittoClient`; in-process mode also runs a worker until exit.
+
+    Args:
+        config: runtime config; ``config.fleet.in_process`` decides the mode.
+        worker_factory: in-process only: builds the MemoryWorker (default: the store
+            plugin from ``ditto.yaml`` via its entry point).
+        store: in-process only: plugin name overriding ``workers.memory.store``.
+    """
+    timeout_s = config.fleet.call_timeout_s
+    if not config.fleet.in_process:
+        client = DittoClient(create_celery_app(config.fleet), default_timeout_s=timeout_s)
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    app = create_worker_app(config, worker_factory, store)
+    with start_worker(
+        app,
+        pool="solo",
+        perform_ping_check=False,
+        loglevel=logging.WARNING,
+        queues=list(NODE_QUEUES.values()),
+        shutdown_timeout=30.0,
+    ):
+        client = DittoClient(app, default_timeout_s=timeout_s)
+        yield client

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs the whole test suite from nothing: installs the Python package with its dev extras
+# and redis-server (apt) if missing, starts a throwaway Redis on a loopback port unless
+# DITTO_TEST_REDIS_URL is already set, runs pytest, stops what it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "== installing redis-server (apt)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
+fi
+echo "== installing ditto-worker[dev]"
+python3 -m pip install -q --disable-pip-version-check -e ".[dev]"
+
+started=""
+cleanup() {
+  if [ -n "$started" ]; then redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; fi
+  rm -rf "${redis_dir:-}"
+}
+trap cleanup EXIT
+if [ -z "${DITTO_TEST_REDIS_URL:-}" ]; then
+  port=${DITTO_TEST_REDIS_PORT:-16379}
+  redis_dir=$(mktemp -d)
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$redis_dir" --daemonize yes --logfile "$redis_dir/redis.log" >/dev/null
+  started=1
+  for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  export DITTO_TEST_REDIS_URL="redis://127.0.0.1:$port"
+fi
+export DITTO_REQUIRE_SERVICES=1
+echo "== pytest (Redis at $DITTO_TEST_REDIS_URL)"
+python3 -m pytest "$@"

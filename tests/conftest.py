@@ -1,0 +1,147 @@
+"""Shared fixtures: a real Redis for integration tests, and a real in-thread Celery worker.
+
+Redis comes from ``DITTO_TEST_REDIS_URL`` (``scripts/test.sh`` and ``.ci/run`` start one);
+without it, a throwaway ``redis-server`` is started on a free loopback port when the binary
+exists. A missing Redis skips integration tests locally and fails them when
+``DITTO_REQUIRE_SERVICES=1`` (set by ``scripts/test.sh``; STYLE.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from ditto_worker.celery_app import create_celery_app
+from ditto_worker.client import DittoClient
+from ditto_worker.config import FleetSettings, RuntimeConfig, load_runtime_config
+from ditto_worker.contracts import NODE_QUEUES
+from ditto_worker.fleet import create_worker_app
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_DB = 3  # integration tests use this Redis database, flushed before each test
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"required service missing: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def redis_server_url() -> Iterator[str]:
+    """``redis://127.0.0.1:PORT`` of a real Redis server (no database number)."""
+    url = os.environ.get("DITTO_TEST_REDIS_URL")
+    if url:
+        yield url.rstrip("/")
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        _missing("no DITTO_TEST_REDIS_URL and no redis-server on PATH")
+    port = _free_port()
+    folder = tempfile.mkdtemp(prefix="ditto-redis-")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", folder],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}"
+    client = redis.Redis.from_url(url)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    client.close()
+    yield url
+    proc.terminate()
+    proc.wait(10)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def redis_url(redis_server_url: str) -> Iterator[str]:
+    """A flushed Redis database for one test: ``redis://…/3``."""
+    url = f"{redis_server_url}/{TEST_DB}"
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushdb()
+    except redis.ConnectionError:
+        _missing(f"Redis at {redis_server_url} is not answering")
+    yield url
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A plain redis-py client on the test database (to inspect queues)."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def fleet_config(broker: str, **memory: Any) -> RuntimeConfig:
+    """A RuntimeConfig pointing at ``broker`` (also the result backend)."""
+    data: dict[str, Any] = {"fleet": {"brokerUrl": broker, "resultBackend": broker}}
+    if memory:
+        data["workers"] = {"memory": memory}
+    return load_runtime_config(data, env={})
+
+
+StartWorker = Callable[..., AbstractContextManager[Any]]
+
+
+@pytest.fixture
+def start_fleet_worker(redis_url: str) -> StartWorker:
+    """Start a real Celery worker thread on real Redis, serving the given MemoryWorker.
+
+    Usage: ``with start_fleet_worker(factory, queues=[...], pool="threads"):``
+    """
+    from celery.contrib.testing.worker import start_worker
+
+    @contextmanager
+    def run(
+        worker_factory: Callable[[], Any],
+        queues: list[str] | None = None,
+        pool: str = "threads",
+        concurrency: int = 2,
+    ) -> Iterator[Any]:
+        app = create_worker_app(fleet_config(redis_url), worker_factory)
+        with start_worker(
+            app,
+            pool=pool,
+            concurrency=concurrency,
+            perform_ping_check=False,
+            queues=queues or list(NODE_QUEUES.values()),
+            shutdown_timeout=30.0,
+            loglevel="WARNING",
+        ) as w:
+            yield w
+        app.close()
+
+    return run
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[DittoClient]:
+    """A DittoClient on its own Celery app (no tasks registered: it only sends by name)."""
+    c = DittoClient(create_celery_app(FleetSettings(broker_url=redis_url, result_backend=redis_url)))
+    yield c
+    c.close()

@@ -1,0 +1,94 @@
+"""Config loading: ${VAR} expansion, owned-section strictness, env overrides (MEM-PY-7, MEM-CONF)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ditto_worker.cli import resolve_nodes
+from ditto_worker.config import load_runtime_config, load_runtime_config_file
+from ditto_worker.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_reference_ditto_yaml_loads_with_defaults() -> None:
+    config = load_runtime_config_file(REPO / "ditto.yaml", env={})
+    assert config.fleet.broker_url == ""
+    assert config.fleet.in_process
+    assert config.memory_worker.query_limit == 100  # MEM-CONF-1
+    assert config.memory_worker.search_limit == 10
+    assert config.plugin_settings("sqlite") == {"path": ".ditto/memory.sqlite"}  # MEM-PY-8
+    assert set(config.memory_worker.groups) == {"reads", "writes", "search"}
+
+
+def test_var_expansion_with_and_without_default() -> None:
+    data = {"fleet": {"brokerUrl": "${B}", "resultBackend": "${R:-redis://x:1/2}"}}
+    config = load_runtime_config(data, env={"B": "redis://h:6379/0"})
+    assert config.fleet.broker_url == "redis://h:6379/0"
+    assert config.fleet.result_backend == "redis://x:1/2"
+
+
+def test_unset_var_without_default_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="NOPE"):
+        load_runtime_config({"fleet": {"brokerUrl": "${NOPE}"}}, env={})
+
+
+def test_env_overrides_yaml_broker() -> None:  # MEM-PY-7
+    config = load_runtime_config(
+        {"fleet": {"brokerUrl": "redis://yaml:1/0"}}, env={"DITTO_BROKER_URL": "redis://env:2/0"}
+    )
+    assert config.fleet.broker_url == "redis://env:2/0"
+    assert not config.fleet.in_process
+
+
+def test_unknown_key_in_owned_section_fails() -> None:  # MEM-PY-7
+    with pytest.raises(ConfigError, match="queryLimt"):
+        load_runtime_config({"workers": {"memory": {"queryLimt": 5}}}, env={})
+    with pytest.raises(ConfigError):
+        load_runtime_config({"fleet": {"brokerURL": "x"}}, env={})
+
+
+def test_other_workers_sections_are_left_alone() -> None:  # MEM-PY-7
+    config = load_runtime_config(
+        {"workers": {"infer": {"model": "x", "anything": 1}}, "context": {"k": 1}}, env={}
+    )
+    assert config.memory_worker.query_limit == 100
+
+
+def test_yaml_limits_are_validated() -> None:  # MEM-ERR-1 applied to config
+    with pytest.raises(ConfigError):
+        load_runtime_config({"workers": {"memory": {"queryLimit": 0}}}, env={})
+    config = load_runtime_config({"workers": {"memory": {"queryLimit": "${Q:-7}"}}}, env={})
+    assert config.memory.query_limit == 7  # the seed's config.memory
+
+
+def test_group_with_unknown_node_fails() -> None:
+    with pytest.raises(ConfigError, match="MEMORY.NOPE"):
+        load_runtime_config(
+            {"workers": {"memory": {"groups": {"g": {"nodes": ["MEMORY.NOPE"], "concurrency": 1}}}}},
+            env={},
+        )
+
+
+def test_missing_file_and_non_mapping(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        load_runtime_config_file(tmp_path / "nope.yaml", env={})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_runtime_config_file(bad, env={})
+
+
+def test_resolve_nodes_groups_ids_and_concurrency() -> None:
+    config = load_runtime_config(None, env={})
+    assert resolve_nodes(config, None) == (
+        ["MEMORY.GET", "MEMORY.QUERY", "MEMORY.SEARCH", "MEMORY.WRITE", "MEMORY.UPDATE",
+         "MEMORY.DELETE"],
+        4,
+    )
+    assert resolve_nodes(config, "writes") == (["MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"], 2)
+    assert resolve_nodes(config, "MEMORY.GET,search") == (["MEMORY.GET", "MEMORY.SEARCH"], 4)
+    with pytest.raises(ConfigError):
+        resolve_nodes(config, "bogus")
