@@ -40,7 +40,7 @@ def queue_for(node: str) -> str:
 
 def _broker_urls(fleet: FleetSettings) -> tuple[str, str]:
     if fleet.in_process:
-        return "memory://", fleet.result_backend or "cache+memory://"
+        return "memory://localhost/", fleet.result_backend or "cache+memory://"
     return fleet.broker_url, fleet.result_backend or fleet.broker_url
 
 

@@ -88,7 +88,7 @@ def _make_task(app: Celery, runtime: FleetRuntime, node: str) -> None:
         return runtime.run(self, node, input)
 
     run_node.__doc__ = f"Celery task for {node}: NodeResult JSON for the given input."
-    app.task(name=node, bind=True, acks_late=False, ignore_result=False)(run_node)
+    app.task(name=node, bind=True, shared=False, ignore_result=False)(run_node)
 
 
 def register_tasks(app: Celery, runtime: FleetRuntime) -> None:

@@ -1,0 +1,68 @@
+"""``ditto_plugin_sqlite``: the embedded SQLite MemoryStore of ditto_worker (MEM-PY-8/10).
+
+A worker builds it through the entry point ``ditto_worker.stores: sqlite =
+"ditto_plugin_sqlite:create_store"``; applications may construct
+:class:`SqliteMemoryStore` directly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from ditto_worker.errors import ConfigError
+
+from ditto_plugin_sqlite.store import SqliteMemoryStore
+
+__all__ = ["DEFAULT_PATH", "SqliteMemoryStore", "create_store"]
+
+DEFAULT_PATH: Final = "./.ditto/memory.sqlite"
+"""Default database file, relative to the working folder (MEM-PY-8)."""
+_ENV_PATH: Final = "DITTO_WORKER_MEMORY_SQLITE_PATH"
+_ENV_BUSY: Final = "DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS"
+_SETTINGS: Final = frozenset({"path", "busy_timeout_ms"})
+
+
+def _busy_timeout_ms(settings: Mapping[str, Any], env: Mapping[str, str]) -> int:
+    raw: Any = env.get(_ENV_BUSY, settings.get("busy_timeout_ms", 5000))
+    try:
+        value = int(raw) if not isinstance(raw, bool) else -1
+    except (TypeError, ValueError) as exc:
+        raise ConfigError("busy_timeout_ms must be a non-negative integer (ms)") from exc
+    if value < 0:
+        raise ConfigError("busy_timeout_ms must be a non-negative integer (ms)")
+    return value
+
+
+def create_store(
+    settings: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> SqliteMemoryStore:
+    """Build the store from plugin settings and the environment (MEM-PY-8, MEM-CONF-5).
+
+    Args:
+        settings: the plugin's ``ditto.yaml`` settings: ``path`` (str, the database file)
+            and ``busy_timeout_ms`` (int, default 5000). Other keys are rejected.
+        env: the environment (default ``os.environ``). ``DITTO_WORKER_MEMORY_SQLITE_PATH``
+            and ``DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS`` override the settings.
+
+    Returns:
+        A store on ``env path > settings path > ./.ditto/memory.sqlite`` (relative paths
+        resolved against the working folder); the parent folder is created.
+
+    Raises:
+        ConfigError: unknown settings keys, a bad path or timeout.
+        MemoryError: ``MEMORY_BACKEND_ERROR`` when the file cannot be opened.
+    """
+    settings = settings or {}
+    env = os.environ if env is None else env
+    unknown = sorted(set(settings) - _SETTINGS)
+    if unknown:
+        raise ConfigError(f"unknown sqlite store settings: {', '.join(map(str, unknown))}")
+    raw_path = env.get(_ENV_PATH) or settings.get("path") or DEFAULT_PATH
+    if not isinstance(raw_path, str | os.PathLike) or str(raw_path) == ":memory:":
+        raise ConfigError("the sqlite store path must be a file path")
+    path = Path(raw_path).expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return SqliteMemoryStore(path, busy_timeout_ms=_busy_timeout_ms(settings, env))
