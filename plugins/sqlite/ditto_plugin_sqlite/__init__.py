@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from ditto_worker.errors import ConfigError
-
 from ditto_plugin_sqlite.store import SqliteMemoryStore
+from ditto_worker.errors import ConfigError
 
 __all__ = ["DEFAULT_PATH", "SqliteMemoryStore", "create_store"]
 

@@ -1,0 +1,496 @@
+"""The shared filter language of ditto_worker's plugins (SPEC.md MEM-PY-5), backend-neutral.
+
+Parsing turns a QUERY/SEARCH ``filter`` object into a small typed AST and ``orderBy`` into
+sort terms; :func:`matches` and :func:`sort_key` evaluate them in pure Python (the reference
+in-memory store and the test oracle); a SQL backend compiles the same AST itself.
+
+Fields:
+    A bare name (``topic``) is a top-level metadata key; dots reach nested metadata objects
+    (``a.b``; a dot path never indexes into arrays). ``id``, ``key``, ``createdAt`` and
+    ``updatedAt`` are reserved record fields (a metadata key with one of these names cannot
+    be filtered). A record without a key has a *missing* ``key``.
+
+Operators and semantics (MongoDB's):
+    ``$eq $ne $gt $gte $lt $lte $in $nin $exists $and $or``; ``{"f": v}`` means
+    ``{"f": {"$eq": v}}``; several fields (or operators) in one object are AND-ed.
+    A missing field matches only ``$ne``, ``$nin``, ``$eq: null`` (also ``$in`` with a
+    ``null`` element) and ``$exists: false``. ``$ne``/``$nin`` are the exact negations of
+    ``$eq``/``$in``. Comparisons never match across types: the string ``"5"`` is not
+    ``>= 1``; booleans are not numbers; ints and floats compare as numbers.
+    Operands are JSON scalars only: ``$eq``/``$ne``/``$in``/``$nin`` take ``null``,
+    booleans, finite numbers and strings; ``$gt``/``$gte``/``$lt``/``$lte`` take finite
+    numbers and strings. Equality against an object or an array value is *not* supported
+    (``UNSUPPORTED_FILTER``; reach into objects with dot paths). A stored object or array
+    never equals a scalar operand, so it matches ``$ne``/``$nin``/``$exists: true`` only.
+
+Sort order (cross-type, MongoDB-like), ascending:
+    missing = ``null`` < numbers < strings (by code point) < objects < arrays < ``false`` <
+    ``true``. Objects are not ordered among themselves, nor are arrays: ties (and every
+    other tie) are broken by the store's sequence number, ascending, in both directions.
+
+Timestamps (``createdAt``/``updatedAt``):
+    ISO-8601 UTC strings with fixed microsecond precision, e.g.
+    ``2026-11-29T19:26:50.123456Z`` (:func:`timestamp_now`); they compare correctly as
+    strings, so filter them with string operands of the same format.
+
+Cursors:
+    Opaque url-safe strings (:func:`encode_cursor`) carrying a version, a fingerprint of
+    (filter, orderBy) and the last row's typed sort values and sequence number.
+
+Errors (all :class:`~ditto_worker.errors.MemoryError`): ``UNSUPPORTED_FILTER``,
+``UNSUPPORTED_ORDER_BY``, ``INVALID_CURSOR``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal, TypeAlias
+
+from ditto_worker.contracts import OrderBy
+from ditto_worker.errors import ErrorCode, MemoryError
+
+__all__ = [
+    "MISSING",
+    "RESERVED_FIELDS",
+    "And",
+    "Compare",
+    "CompareOp",
+    "Cursor",
+    "Exists",
+    "FieldRef",
+    "FilterNode",
+    "In",
+    "Or",
+    "Scalar",
+    "SortTerm",
+    "SortValue",
+    "compare_rows",
+    "decode_cursor",
+    "encode_cursor",
+    "field_value",
+    "matches",
+    "parse_field",
+    "parse_filter",
+    "parse_order_by",
+    "query_fingerprint",
+    "sort_key",
+    "timestamp_now",
+]
+
+RESERVED_FIELDS: Final = frozenset({"id", "key", "createdAt", "updatedAt"})
+"""Record fields addressable by filter and orderBy (everything else is metadata)."""
+
+Scalar: TypeAlias = None | bool | int | float | str
+"""A JSON scalar operand."""
+
+SortValue: TypeAlias = tuple[int, int | float | str]
+"""A typed sort value ``(rank, value)``: rank 0 missing/null, 1 number, 2 string, 3 object,
+4 array, 5 boolean; value is the number, the string, ``0``/``1`` for booleans, else ``0``."""
+
+CompareOp = Literal["$eq", "$ne", "$gt", "$gte", "$lt", "$lte"]
+_RANGE_OPS: Final = ("$gt", "$gte", "$lt", "$lte")
+_CURSOR_VERSION: Final = 1
+
+
+class _Missing:
+    """The value of a field a record does not have."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Final = _Missing()
+"""Sentinel returned by :func:`field_value` for a missing field."""
+
+
+@dataclass(frozen=True)
+class FieldRef:
+    """A filter/orderBy field: ``name`` as written; ``path`` its metadata path (``()`` for
+    the reserved record fields)."""
+
+    name: str
+    path: tuple[str, ...]
+
+    @property
+    def reserved(self) -> bool:
+        """True for ``id``, ``key``, ``createdAt``, ``updatedAt``."""
+        return not self.path
+
+
+@dataclass(frozen=True)
+class Compare:
+    """``field <op> value`` with typed (same-kind only) semantics."""
+
+    field: FieldRef
+    op: CompareOp
+    value: Scalar
+
+
+@dataclass(frozen=True)
+class In:
+    """``$in`` (``negate=False``) or ``$nin`` (``negate=True``) over scalar values."""
+
+    field: FieldRef
+    values: tuple[Scalar, ...]
+    negate: bool = False
+
+
+@dataclass(frozen=True)
+class Exists:
+    """``$exists``: True when the field is present (``null`` counts as present)."""
+
+    field: FieldRef
+    exists: bool
+
+
+@dataclass(frozen=True)
+class And:
+    """All children match (an empty ``And`` matches everything)."""
+
+    children: tuple[FilterNode, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    """At least one child matches (never empty)."""
+
+    children: tuple[FilterNode, ...]
+
+
+FilterNode: TypeAlias = Compare | In | Exists | And | Or
+
+
+@dataclass(frozen=True)
+class SortTerm:
+    """One orderBy term."""
+
+    field: FieldRef
+    descending: bool = False
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A decoded keyset cursor: the last row's sort values (one per term) and sequence."""
+
+    values: tuple[SortValue, ...]
+    seq: int
+
+
+# --- parsing ------------------------------------------------------------------------------
+
+
+def _unsupported(message: str) -> MemoryError:
+    return MemoryError(ErrorCode.UNSUPPORTED_FILTER, message)
+
+
+def _show(name: object) -> str:
+    text = repr(name)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def parse_field(name: object, code: str = ErrorCode.UNSUPPORTED_FILTER) -> FieldRef:
+    """Parse a field name (MEM-PY-5).
+
+    Raises:
+        MemoryError: ``code`` when the name is not a string, is empty, or has an empty
+            dot segment or one starting with ``$``.
+    """
+    if not isinstance(name, str) or not name:
+        raise MemoryError(code, f"unsupported field name {_show(name)}")
+    if name in RESERVED_FIELDS:
+        return FieldRef(name, ())
+    segments = tuple(name.split("."))
+    if any(not segment or segment.startswith("$") for segment in segments):
+        raise MemoryError(code, f"unsupported field name {_show(name)}")
+    return FieldRef(name, segments)
+
+
+def parse_filter(raw: Mapping[str, Any] | None) -> FilterNode | None:
+    """Parse a ``filter`` object into an AST; ``None`` stays ``None`` (match all).
+
+    Raises:
+        MemoryError: ``UNSUPPORTED_FILTER`` naming the offending field or operator.
+    """
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise _unsupported("filter must be an object")
+    return _parse_object(raw)
+
+
+def _parse_object(obj: Mapping[str, Any]) -> FilterNode:
+    children: list[FilterNode] = []
+    for name, value in obj.items():
+        if name in ("$and", "$or"):
+            children.append(_parse_logical(name, value))
+        elif isinstance(name, str) and name.startswith("$"):
+            raise _unsupported(f"unsupported operator {_show(name)}")
+        else:
+            children.append(_parse_condition(parse_field(name), value))
+    return children[0] if len(children) == 1 else And(tuple(children))
+
+
+def _parse_logical(op: str, value: Any) -> FilterNode:
+    if not isinstance(value, list) or not value:
+        raise _unsupported(f"{op} needs a non-empty list of objects")
+    if not all(isinstance(item, Mapping) for item in value):
+        raise _unsupported(f"{op} needs a non-empty list of objects")
+    children = tuple(_parse_object(item) for item in value)
+    return And(children) if op == "$and" else Or(children)
+
+
+def _parse_condition(field: FieldRef, value: Any) -> FilterNode:
+    if (
+        isinstance(value, Mapping)
+        and value
+        and all(isinstance(k, str) and k.startswith("$") for k in value)
+    ):
+        parts = [_parse_operator(field, op, operand) for op, operand in value.items()]
+        return parts[0] if len(parts) == 1 else And(tuple(parts))
+    return Compare(field, "$eq", _scalar(field, "$eq", value))
+
+
+def _parse_operator(field: FieldRef, op: str, operand: Any) -> FilterNode:
+    if op in ("$eq", "$ne"):
+        return Compare(field, op, _scalar(field, op, operand))  # type: ignore[arg-type]
+    if op in _RANGE_OPS:
+        if isinstance(operand, bool) or not isinstance(operand, int | float | str):
+            raise _unsupported(f"{op} on {_show(field.name)} needs a number or a string")
+        return Compare(field, op, _scalar(field, op, operand))  # type: ignore[arg-type]
+    if op in ("$in", "$nin"):
+        if not isinstance(operand, list):
+            raise _unsupported(f"{op} on {_show(field.name)} needs a list")
+        values = tuple(_scalar(field, op, item) for item in operand)
+        return In(field, values, negate=op == "$nin")
+    if op == "$exists":
+        if not isinstance(operand, bool):
+            raise _unsupported(f"$exists on {_show(field.name)} needs true or false")
+        return Exists(field, operand)
+    raise _unsupported(f"unsupported operator {_show(op)} on {_show(field.name)}")
+
+
+def _scalar(field: FieldRef, op: str, value: Any) -> Scalar:
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    raise _unsupported(
+        f"{op} on {_show(field.name)}: operand must be null, a boolean, a finite number or "
+        "a string (object and array values are not supported)"
+    )
+
+
+def parse_order_by(order_by: Sequence[OrderBy | Mapping[str, Any]] | None) -> tuple[SortTerm, ...]:
+    """Parse ``orderBy``; ``None``/``[]`` gives ``()`` (the store's creation order).
+
+    Raises:
+        MemoryError: ``UNSUPPORTED_ORDER_BY`` for a bad field name or direction.
+    """
+    terms: list[SortTerm] = []
+    for item in order_by or ():
+        name: Any = item.field if isinstance(item, OrderBy) else item.get("field")
+        direction: Any = (
+            item.direction if isinstance(item, OrderBy) else item.get("direction", "asc")
+        )
+        if direction not in ("asc", "desc"):
+            raise MemoryError(ErrorCode.UNSUPPORTED_ORDER_BY, f"bad direction {_show(direction)}")
+        field = parse_field(name, ErrorCode.UNSUPPORTED_ORDER_BY)
+        terms.append(SortTerm(field, descending=direction == "desc"))
+    return tuple(terms)
+
+
+# --- evaluation ---------------------------------------------------------------------------
+
+
+def field_value(field: FieldRef, record: Mapping[str, Any]) -> Any:
+    """The field's value in ``record`` or :data:`MISSING`.
+
+    Args:
+        field: a parsed field.
+        record: ``{"id", "key", "createdAt", "updatedAt", "metadata"}``; ``key``/
+            ``metadata`` may be ``None`` (a ``None`` key is missing).
+    """
+    if field.reserved:
+        value = record.get(field.name)
+        return MISSING if value is None else value
+    current = record.get("metadata")
+    for segment in field.path:
+        if not isinstance(current, dict) or segment not in current:
+            return MISSING
+        current = current[segment]
+    return current
+
+
+def _kind(value: Any) -> str:
+    if value is MISSING:
+        return "missing"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list | tuple) else "object"
+
+
+def _equals(value: Any, operand: Scalar) -> bool:
+    if operand is None:
+        return value is MISSING or value is None
+    return _kind(value) == _kind(operand) and bool(value == operand)
+
+
+def _compare(value: Any, op: CompareOp, operand: Scalar) -> bool:
+    if op == "$eq":
+        return _equals(value, operand)
+    if op == "$ne":
+        return not _equals(value, operand)
+    if _kind(value) != _kind(operand) or _kind(value) not in ("number", "string"):
+        return False
+    if op == "$gt":
+        return bool(value > operand)
+    if op == "$gte":
+        return bool(value >= operand)
+    if op == "$lt":
+        return bool(value < operand)
+    return bool(value <= operand)
+
+
+def matches(node: FilterNode | None, record: Mapping[str, Any]) -> bool:
+    """Evaluate a parsed filter against one record (see :func:`field_value` for its shape)."""
+    if node is None:
+        return True
+    if isinstance(node, And):
+        return all(matches(child, record) for child in node.children)
+    if isinstance(node, Or):
+        return any(matches(child, record) for child in node.children)
+    value = field_value(node.field, record)
+    if isinstance(node, Exists):
+        return (value is not MISSING) == node.exists
+    if isinstance(node, In):
+        found = any(_equals(value, operand) for operand in node.values)
+        return found != node.negate
+    return _compare(value, node.op, node.value)
+
+
+_RANKS: Final = {"missing": 0, "null": 0, "number": 1, "string": 2, "object": 3, "array": 4}
+
+
+def sort_key(value: Any) -> SortValue:
+    """The typed sort value of a field value (see the module docstring for the order)."""
+    kind = _kind(value)
+    if kind == "bool":
+        return (5, int(value))
+    if kind in ("number", "string"):
+        return (_RANKS[kind], value)
+    return (_RANKS[kind], 0)
+
+
+def _cmp(a: Any, b: Any) -> int:
+    return int(a > b) - int(a < b)
+
+
+def compare_rows(
+    a: tuple[Sequence[SortValue], int],
+    b: tuple[Sequence[SortValue], int],
+    terms: Sequence[SortTerm],
+) -> int:
+    """Compare two rows ``(sort values, seq)`` in query order: -1, 0 or 1.
+
+    Each term compares its typed values (reversed when descending); the sequence number,
+    ascending, breaks ties.
+    """
+    for a_value, b_value, term in zip(a[0], b[0], terms, strict=True):
+        result = _cmp(a_value[0], b_value[0]) or _cmp(a_value[1], b_value[1])
+        if result:
+            return -result if term.descending else result
+    return _cmp(a[1], b[1])
+
+
+# --- cursors and timestamps ---------------------------------------------------------------
+
+
+def query_fingerprint(
+    filter: Mapping[str, Any] | None, order_by: Sequence[OrderBy | Mapping[str, Any]] | None
+) -> str:
+    """A short hex digest of (filter, orderBy) that a cursor is bound to (16 hex chars)."""
+    terms = [
+        (t.field, t.direction) if isinstance(t, OrderBy) else (t.get("field"), t.get("direction"))
+        for t in order_by or ()
+    ]
+    text = json.dumps([filter, terms], sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def encode_cursor(fingerprint: str, values: Sequence[SortValue], seq: int) -> str:
+    """Encode a keyset cursor as url-safe base64 (no padding) of a small JSON document."""
+    payload = {"v": _CURSOR_VERSION, "f": fingerprint, "k": [list(v) for v in values], "s": seq}
+    raw = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _bad_cursor(reason: str) -> MemoryError:
+    return MemoryError(ErrorCode.INVALID_CURSOR, f"invalid cursor: {reason}")
+
+
+def decode_cursor(token: str, fingerprint: str, n_terms: int) -> Cursor:
+    """Decode and check a cursor made by :func:`encode_cursor`.
+
+    Args:
+        token: the ``cursor`` of the request.
+        fingerprint: :func:`query_fingerprint` of this request's filter and orderBy.
+        n_terms: the number of orderBy terms of this request.
+
+    Raises:
+        MemoryError: ``INVALID_CURSOR`` when malformed, of another version, or made for
+            another filter/orderBy.
+    """
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        payload = json.loads(raw.decode("utf-8"))
+    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
+        raise _bad_cursor("malformed") from exc
+    if not isinstance(payload, dict) or payload.get("v") != _CURSOR_VERSION:
+        raise _bad_cursor("malformed or of another version")
+    if payload.get("f") != fingerprint:
+        raise _bad_cursor("made for another filter or orderBy")
+    seq, keys = payload.get("s"), payload.get("k")
+    if type(seq) is not int or seq < 0 or not isinstance(keys, list) or len(keys) != n_terms:
+        raise _bad_cursor("malformed")
+    return Cursor(tuple(_decode_sort_value(item) for item in keys), seq)
+
+
+def _decode_sort_value(item: Any) -> SortValue:
+    if not isinstance(item, list) or len(item) != 2 or type(item[0]) is not int:
+        raise _bad_cursor("malformed")
+    rank, value = item
+    valid = (
+        (rank in (0, 3, 4) and value == 0 and type(value) is int)
+        or (rank == 1 and type(value) in (int, float) and math.isfinite(value))
+        or (rank == 2 and type(value) is str)
+        or (rank == 5 and value in (0, 1) and type(value) is int)
+    )
+    if not valid:
+        raise _bad_cursor("malformed")
+    return (rank, value)
+
+
+def timestamp_now(previous: str | None = None) -> str:
+    """The current UTC time as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, never before ``previous``.
+
+    Args:
+        previous: the latest timestamp already assigned, if any; the result is
+            ``max(now, previous)`` so creation order and ``createdAt`` order agree (MEM-PY-6).
+    """
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return previous if previous is not None and previous > now else now

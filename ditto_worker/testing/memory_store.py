@@ -1,0 +1,327 @@
+"""``InMemoryMemoryStore``: the reference MemoryStore + MemorySearchProvider.
+
+Instance state only (no class-level dict), thread-safe (one lock), no I/O. It follows the
+same rules as the SQLite plugin and serves as the oracle of the shared filter language
+(:mod:`ditto_worker.filters`): MEM-GET-2/5, MEM-QUERY-2/3/4, MEM-WRITE-2/3,
+MEM-UPDATE-1/2/4, MEM-DELETE-2/3, MEM-SEARCH-1/2, MEM-PY-5/6/11/12.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
+
+from ditto_worker.contracts import (
+    MemoryDeleteInput,
+    MemoryDeleteOutput,
+    MemoryGetInput,
+    MemoryItem,
+    MemoryQueryInput,
+    MemoryQueryOutput,
+    MemorySearchInput,
+    MemorySearchResult,
+    MemoryUpdateInput,
+    MemoryWriteInput,
+)
+from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
+from ditto_worker.filters import (
+    SortTerm,
+    SortValue,
+    compare_rows,
+    decode_cursor,
+    encode_cursor,
+    field_value,
+    matches,
+    parse_filter,
+    parse_order_by,
+    query_fingerprint,
+    sort_key,
+    timestamp_now,
+)
+from ditto_worker.ports import MemoryCallOptions
+
+__all__ = ["InMemoryMemoryStore", "create_store"]
+
+DEFAULT_QUERY_LIMIT: Final = 100
+DEFAULT_SEARCH_LIMIT: Final = 10
+_CJK: Final = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_TOKENS: Final = re.compile(rf"([{_CJK}]+)|((?:(?![{_CJK}])[^\W_])+)")
+
+
+def _copy(value: Any, where: str) -> Any:
+    """A JSON round-trip copy (also rejects non-JSON values and NaN)."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise MemoryError(ErrorCode.INVALID_INPUT, f"{where} is not valid JSON") from exc
+
+
+def _terms(text: str, unigrams: bool) -> set[str]:
+    """Lower-cased words, plus CJK bigrams (and unigrams if asked, or for 1-char runs)."""
+    terms: set[str] = set()
+    for match in _TOKENS.finditer(text):
+        run = match.group(1)
+        if not run:
+            terms.add(match.group(2).lower())
+            continue
+        terms.update(run[i : i + 2] for i in range(len(run) - 1))
+        if unigrams or len(run) == 1:
+            terms.update(run)
+    return terms
+
+
+def _text(content: Any) -> str:
+    """Content as text: a string itself, else its JSON string values (keys excluded)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        return "\n".join(_text(value) for value in content.values())
+    if isinstance(content, list):
+        return "\n".join(_text(value) for value in content)
+    return ""
+
+
+@dataclass
+class _Record:
+    seq: int
+    id: str
+    key: str | None
+    content: Any
+    metadata: dict[str, Any] | None
+    created_at: str
+    updated_at: str
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "key": self.key,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+            "metadata": self.metadata,
+        }
+
+    def item(self) -> MemoryItem:
+        return MemoryItem(
+            id=self.id,
+            key=self.key,
+            content=_copy(self.content, "content"),
+            metadata=_copy(self.metadata, "metadata"),
+        )
+
+
+class InMemoryMemoryStore:
+    """The reference store: same behaviour as ``SqliteMemoryStore``, in process memory.
+
+    Declared behaviour (:attr:`capabilities`): atomic batches (everything is checked
+    before anything is applied; MEM-PY-11); unique keys (``CONFLICT``, nothing written);
+    ``NOT_FOUND`` for UPDATE of a missing id (nothing applied); delete frees the key
+    (MEM-PY-12); QUERY default order is creation order (``createdAt``, then a sequence;
+    MEM-PY-6); keyset cursors bound to (filter, orderBy).
+
+    SEARCH strategy ``keyword`` (the default; alias ``bm25`` is *not* accepted here, the
+    scoring is not BM25): ``score`` is the number of distinct query terms found in the
+    content's text (lower-cased words; CJK runs as bigrams), a float >= 1 where **higher
+    is better**; ties in sequence order; records without any query term are not returned.
+    """
+
+    batch_atomic: ClassVar[bool] = True
+    key_conflict: ClassVar[str] = "error"
+    search_strategies: ClassVar[tuple[str, ...]] = ("keyword",)
+    capabilities: ClassVar[frozenset[str]] = frozenset(
+        {"batch_atomic", "unique_keys", "native_search", "keyword_search", "keyset_cursor"}
+    )
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._records: dict[int, _Record] = {}
+        self._by_id: dict[str, int] = {}
+        self._by_key: dict[str, int] = {}
+        self._seq = 0
+        self._latest: str | None = None
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def get(
+        self, input: MemoryGetInput, options: MemoryCallOptions | None = None
+    ) -> list[MemoryItem]:
+        """Records whose id or key was requested, each once, in creation order."""
+        with self._lock:
+            seqs = {self._by_id[i] for i in input.ids or () if i in self._by_id}
+            seqs |= {self._by_key[k] for k in input.keys or () if k in self._by_key}
+            return [self._records[seq].item() for seq in sorted(seqs)]
+
+    def query(
+        self, input: MemoryQueryInput, options: MemoryCallOptions | None = None
+    ) -> MemoryQueryOutput:
+        """One page of at most ``limit`` records (``UNSUPPORTED_FILTER``,
+        ``UNSUPPORTED_ORDER_BY``, ``INVALID_CURSOR`` as in :mod:`ditto_worker.filters`)."""
+        node = parse_filter(input.filter)
+        terms = parse_order_by(input.order_by)
+        fingerprint = query_fingerprint(input.filter, input.order_by)
+        cursor = decode_cursor(input.cursor, fingerprint, len(terms)) if input.cursor else None
+        limit = input.limit or DEFAULT_QUERY_LIMIT
+        with self._lock:
+            rows = [
+                (_sort_values(terms, record.view()), record.seq, record)
+                for record in self._records.values()
+                if matches(node, record.view())
+            ]
+            compare = functools.partial(_compare, terms=terms)
+            rows.sort(key=functools.cmp_to_key(compare))
+            if cursor is not None:
+                rows = [
+                    r for r in rows if compare_rows(r[:2], (cursor.values, cursor.seq), terms) > 0
+                ]
+            page = rows[:limit]
+            items = [record.item() for _, _, record in page]
+        next_cursor = None
+        if len(rows) > limit:
+            next_cursor = encode_cursor(fingerprint, page[-1][0], page[-1][1])
+        return MemoryQueryOutput(items=items, next_cursor=next_cursor)
+
+    def write(
+        self, input: MemoryWriteInput, options: MemoryCallOptions | None = None
+    ) -> list[MemoryItem]:
+        """Create the drafts atomically (``CONFLICT`` for a taken or repeated key)."""
+        drafts = [
+            (
+                d.key,
+                _copy(d.content, f"memories[{i}].content"),
+                _copy(d.metadata, f"memories[{i}].metadata"),
+            )
+            for i, d in enumerate(input.memories)
+        ]
+        with self._lock:
+            seen: set[str] = set()
+            for index, (key, _, _) in enumerate(drafts):
+                if key is not None and (key in seen or key in self._by_key):
+                    raise MemoryError(ErrorCode.CONFLICT, f"memories[{index}].key is taken")
+                if key is not None:
+                    seen.add(key)
+            now = self._latest = timestamp_now(self._latest)
+            created = [
+                self._insert(key, content, metadata, now) for key, content, metadata in drafts
+            ]
+            return [record.item() for record in created]
+
+    def _insert(self, key: str | None, content: Any, metadata: Any, now: str) -> _Record:
+        self._seq += 1
+        record = _Record(self._seq, uuid.uuid4().hex, key, content, metadata, now, now)
+        self._records[record.seq] = record
+        self._by_id[record.id] = record.seq
+        if key is not None:
+            self._by_key[key] = record.seq
+        return record
+
+    def update(
+        self, input: MemoryUpdateInput, options: MemoryCallOptions | None = None
+    ) -> list[MemoryItem]:
+        """Partial updates (MEM-UPDATE-1), atomically; ``NOT_FOUND`` applies nothing."""
+        changes = [
+            (
+                e.id,
+                e.has_content,
+                _copy(e.content, f"memories[{i}].content"),
+                e.has_metadata,
+                _copy(e.metadata, f"memories[{i}].metadata"),
+            )
+            for i, e in enumerate(input.memories)
+        ]
+        with self._lock:
+            for index, change in enumerate(changes):
+                if change[0] not in self._by_id:
+                    raise MemoryError(
+                        ErrorCode.NOT_FOUND, f"memories[{index}]: no memory with this id"
+                    )
+            now = timestamp_now()
+            updated = []
+            for memory_id, has_content, content, has_metadata, metadata in changes:
+                record = self._records[self._by_id[memory_id]]
+                if has_content:
+                    record.content = content
+                if has_metadata:
+                    record.metadata = metadata
+                record.updated_at = now
+                updated.append(record.item())
+            return updated
+
+    def delete(
+        self, input: MemoryDeleteInput, options: MemoryCallOptions | None = None
+    ) -> MemoryDeleteOutput:
+        """Delete existing ids; only ids deleted now, in request order; frees keys."""
+        deleted: list[str] = []
+        with self._lock:
+            for memory_id in dict.fromkeys(input.ids):
+                seq = self._by_id.pop(memory_id, None)
+                if seq is None:
+                    continue
+                record = self._records.pop(seq)
+                if record.key is not None:
+                    del self._by_key[record.key]
+                deleted.append(memory_id)
+        return MemoryDeleteOutput(deleted=deleted)
+
+    def search(
+        self, input: MemorySearchInput, options: MemoryCallOptions | None = None
+    ) -> list[MemorySearchResult]:
+        """Keyword term-overlap search (see the class docstring); filter before limit.
+
+        Raises:
+            MemoryError: ``UNSUPPORTED_STRATEGY`` unless strategy is ``None``/``keyword``;
+                ``INVALID_INPUT`` when ``query`` is not a string; ``UNSUPPORTED_FILTER``.
+        """
+        strategy = input.strategy or "keyword"
+        if strategy not in self.search_strategies:
+            raise MemoryError(ErrorCode.UNSUPPORTED_STRATEGY, "unsupported search strategy")
+        if not isinstance(input.query, str):
+            raise MemoryError(ErrorCode.INVALID_INPUT, "keyword search needs a text query")
+        node = parse_filter(input.filter)
+        wanted = _terms(input.query, unigrams=False)
+        with self._lock:
+            scored = [
+                (len(wanted & _terms(_text(r.content), unigrams=True)), r.seq, r)
+                for r in self._records.values()
+                if matches(node, r.view())
+            ]
+            hits = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1]))
+            hits = hits[: input.limit or DEFAULT_SEARCH_LIMIT]
+            return [
+                MemorySearchResult(
+                    memory=record.item(),
+                    score=float(score),
+                    metadata={"strategy": strategy, "rank": position},
+                )
+                for position, (score, _, record) in enumerate(hits, start=1)
+            ]
+
+
+def _sort_values(terms: tuple[SortTerm, ...], view: Mapping[str, Any]) -> tuple[SortValue, ...]:
+    return tuple(sort_key(field_value(term.field, view)) for term in terms)
+
+
+def _compare(a: tuple[Any, ...], b: tuple[Any, ...], terms: tuple[SortTerm, ...]) -> int:
+    return compare_rows((a[0], a[1]), (b[0], b[1]), terms)
+
+
+def create_store(
+    settings: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> InMemoryMemoryStore:
+    """Entry point ``memory`` of ``ditto_worker.stores``: a fresh, empty store.
+
+    Args:
+        settings: must be empty (the in-memory store has no settings).
+        env: ignored.
+
+    Raises:
+        ConfigError: when ``settings`` has any key.
+    """
+    if settings:
+        raise ConfigError(f"unknown memory store settings: {', '.join(map(str, settings))}")
+    return InMemoryMemoryStore()

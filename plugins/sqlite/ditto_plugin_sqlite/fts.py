@@ -1,0 +1,90 @@
+"""Keyword-search text handling for the SQLite store's FTS5 index.
+
+The index (table ``memories_fts``, rowid = the record's ``seq``) has two columns:
+
+* ``body``: the record's text, tokenized by FTS5 ``unicode61 remove_diacritics 2``;
+* ``grams``: every run of CJK characters (Han, kana, Hangul) expanded into its
+  unigrams and overlapping bigrams, space-separated, so that Chinese text without spaces is
+  found by a 2-character query (neither unicode61 nor trigram does this alone).
+
+The text of a record is its ``content`` when it is a string; otherwise the JSON string
+values inside ``content`` (recursively, object keys excluded), joined by newlines; other
+content (numbers, ``null``) has no text. Metadata is not indexed.
+
+A query is never passed raw to ``MATCH``: it is tokenized the same way, each term is
+quoted, and the terms are OR-ed (:func:`match_expression`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+__all__ = ["content_text", "index_columns", "match_expression"]
+
+_CJK: Final = (
+    "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff"
+)
+_TOKENS: Final = re.compile(rf"([{_CJK}]+)|((?:(?![{_CJK}])[^\W_])+)")
+MAX_QUERY_TERMS: Final = 64
+"""At most this many distinct terms of a query are used (keeps MATCH expressions small)."""
+
+
+def content_text(content: Any) -> str:
+    """The indexed text of a record's content (see the module docstring)."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    _collect_strings(content, parts)
+    return "\n".join(parts)
+
+
+def _collect_strings(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect_strings(item, out)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect_strings(item, out)
+
+
+def _cjk_grams(run: str, unigrams: bool) -> list[str]:
+    bigrams = [run[i : i + 2] for i in range(len(run) - 1)]
+    if unigrams or len(run) == 1:
+        return list(run) + bigrams
+    return bigrams
+
+
+def index_columns(text: str) -> tuple[str, str]:
+    """``(body, grams)`` column values for a record's text."""
+    grams: list[str] = []
+    for match in _TOKENS.finditer(text):
+        if match.group(1):
+            grams.extend(_cjk_grams(match.group(1), unigrams=True))
+    return text, " ".join(grams)
+
+
+def _quote(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+def match_expression(query: str) -> str | None:
+    """An FTS5 MATCH expression for a free-text query, or ``None`` when it has no terms.
+
+    Words (letters/digits runs) match ``body``; CJK runs match ``grams`` by their bigrams
+    (a single CJK character by itself). Every term is quoted and all are OR-ed, so FTS5
+    syntax in the query (quotes, ``*``, ``-``, ``AND``, ``NEAR``, ``?``) is plain text.
+    Pure punctuation is dropped. At most :data:`MAX_QUERY_TERMS` distinct terms are used.
+    """
+    terms: dict[str, None] = {}
+    for match in _TOKENS.finditer(query):
+        if match.group(1):
+            for gram in _cjk_grams(match.group(1), unigrams=False):
+                terms.setdefault("grams : " + _quote(gram))
+        else:
+            terms.setdefault("body : " + _quote(match.group(2).lower()))
+    if not terms:
+        return None
+    return " OR ".join(list(terms)[:MAX_QUERY_TERMS])

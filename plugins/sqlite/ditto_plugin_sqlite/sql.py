@@ -1,0 +1,181 @@
+"""Compile the shared filter language (:mod:`ditto_worker.filters`) to SQLite SQL.
+
+Every value and every field path is a bound parameter; nothing from a request is
+formatted into the SQL text. A metadata field is read from the ``metadata`` JSON column of
+the table aliased ``m``:
+
+* plain keys (no ``"``, ``\\`` or control characters) use ``json_type``/``json_extract``
+  with the path ``$."seg"."seg"`` bound as a parameter;
+* other keys walk the object with ``json_each`` (whose ``key`` column is the decoded key),
+  one correlated sub-select per path segment.
+
+Each field yields a *type* expression, never NULL (``json_type`` names, or ``'missing'``)
+and a *value* expression (booleans read as 0/1, so typed predicates always check the type
+first; numbers compare only with numbers, strings only with strings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ditto_worker.filters import (
+    And,
+    Cursor,
+    Exists,
+    FieldRef,
+    FilterNode,
+    In,
+    Or,
+    Scalar,
+    SortTerm,
+)
+
+__all__ = ["Sql", "compile_filter", "keyset_condition", "order_clause", "sort_columns"]
+
+_RESERVED_COLUMNS: Final = {
+    "id": ("'text'", "m.id"),
+    "key": ("(CASE WHEN m.key IS NULL THEN 'missing' ELSE 'text' END)", "m.key"),
+    "createdAt": ("'text'", "m.created_at"),
+    "updatedAt": ("'text'", "m.updated_at"),
+}
+_SQL_OPS: Final = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+_INT64_MAX: Final = 2**63 - 1
+
+
+@dataclass
+class Sql:
+    """A SQL fragment and its positional parameters, in text order."""
+
+    text: str
+    params: list[Any] = field(default_factory=list)
+
+
+def _plain(segment: str) -> bool:
+    return not any(ch in segment for ch in '"\\') and all(ord(ch) >= 0x20 for ch in segment)
+
+
+def _field_sql(ref: FieldRef) -> tuple[Sql, Sql]:
+    """(type expression, value expression) of a field."""
+    if ref.reserved:
+        type_text, value_text = _RESERVED_COLUMNS[ref.name]
+        return Sql(type_text), Sql(value_text)
+    if all(_plain(segment) for segment in ref.path):
+        path = "$" + "".join(f'."{segment}"' for segment in ref.path)
+        return (
+            Sql("COALESCE(json_type(m.metadata, ?), 'missing')", [path]),
+            Sql("json_extract(m.metadata, ?)", [path]),
+        )
+    source = Sql("m.metadata")
+    for depth, segment in enumerate(ref.path[:-1]):
+        alias = f"je{depth}"
+        source = Sql(
+            f"(SELECT {alias}.value FROM json_each({source.text}) AS {alias} "
+            f"WHERE {alias}.key = ? AND {alias}.type = 'object')",
+            [*source.params, segment],
+        )
+    last = ref.path[-1]
+    lookup = f"FROM json_each({source.text}) AS jl WHERE jl.key = ?"
+    return (
+        Sql(f"COALESCE((SELECT jl.type {lookup}), 'missing')", [*source.params, last]),
+        Sql(f"(SELECT jl.value {lookup})", [*source.params, last]),
+    )
+
+
+def _bind(value: Scalar) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
+        return float(value)
+    return value
+
+
+def _typed(ref: FieldRef, sql_op: str, value: Scalar) -> Sql:
+    """``field <sql_op> value`` for a scalar, never NULL, never across types."""
+    type_sql, value_sql = _field_sql(ref)
+    if value is None:
+        return Sql(f"({type_sql.text} IN ('missing', 'null'))", type_sql.params)
+    if isinstance(value, bool):
+        return Sql(f"({type_sql.text} = ?)", [*type_sql.params, "true" if value else "false"])
+    kinds = "('text')" if isinstance(value, str) else "('integer', 'real')"
+    return Sql(
+        f"({type_sql.text} IN {kinds} AND {value_sql.text} {sql_op} ?)",
+        [*type_sql.params, *value_sql.params, _bind(value)],
+    )
+
+
+def _join(op: str, parts: Sequence[Sql], empty: str) -> Sql:
+    if not parts:
+        return Sql(empty)
+    return Sql(
+        "(" + f" {op} ".join(part.text for part in parts) + ")",
+        [param for part in parts for param in part.params],
+    )
+
+
+def compile_filter(node: FilterNode | None) -> Sql:
+    """Compile a parsed filter to a boolean SQL expression over ``m`` (0/1, never NULL)."""
+    if node is None:
+        return Sql("1")
+    if isinstance(node, And):
+        return _join("AND", [compile_filter(child) for child in node.children], "1")
+    if isinstance(node, Or):
+        return _join("OR", [compile_filter(child) for child in node.children], "0")
+    if isinstance(node, Exists):
+        type_sql, _ = _field_sql(node.field)
+        op = "<>" if node.exists else "="
+        return Sql(f"({type_sql.text} {op} 'missing')", type_sql.params)
+    if isinstance(node, In):
+        found = _join("OR", [_typed(node.field, "=", value) for value in node.values], "0")
+        return Sql(f"(NOT {found.text})", found.params) if node.negate else found
+    if node.op == "$ne":
+        equal = _typed(node.field, "=", node.value)
+        return Sql(f"(NOT {equal.text})", equal.params)
+    return _typed(node.field, _SQL_OPS[node.op], node.value)
+
+
+def sort_columns(terms: Sequence[SortTerm]) -> Sql:
+    """Select-list items ``rank_i AS r{i}, value_i AS v{i}`` for each term (typed order of
+    :func:`ditto_worker.filters.sort_key`), with a leading comma; empty for no terms."""
+    parts: list[Sql] = []
+    for index, term in enumerate(terms):
+        type_sql, value_sql = _field_sql(term.field)
+        rank = (
+            f"CASE {type_sql.text} WHEN 'integer' THEN 1 WHEN 'real' THEN 1 WHEN 'text' THEN 2 "
+            "WHEN 'object' THEN 3 WHEN 'array' THEN 4 WHEN 'true' THEN 5 WHEN 'false' THEN 5 "
+            "ELSE 0 END"
+        )
+        value = (
+            f"CASE WHEN {type_sql.text} IN ('integer', 'real', 'text', 'true', 'false') "
+            f"THEN {value_sql.text} ELSE 0 END"
+        )
+        parts.append(
+            Sql(
+                f", {rank} AS r{index}, {value} AS v{index}",
+                [*type_sql.params, *type_sql.params, *value_sql.params],
+            )
+        )
+    return Sql("".join(p.text for p in parts), [x for p in parts for x in p.params])
+
+
+def order_clause(terms: Sequence[SortTerm]) -> str:
+    """``ORDER BY`` items over the columns of :func:`sort_columns`, then ``seq`` ascending."""
+    items = []
+    for index, term in enumerate(terms):
+        direction = "DESC" if term.descending else "ASC"
+        items += [f"r{index} {direction}", f"v{index} {direction}"]
+    return ", ".join([*items, "seq ASC"])
+
+
+def keyset_condition(terms: Sequence[SortTerm], cursor: Cursor) -> Sql:
+    """Rows strictly after ``cursor`` in the order of :func:`order_clause`."""
+    columns: list[tuple[str, str, Any]] = []
+    for index, (term, (rank, value)) in enumerate(zip(terms, cursor.values, strict=True)):
+        op = "<" if term.descending else ">"
+        columns += [(f"r{index}", op, rank), (f"v{index}", op, _bind(value))]
+    columns.append(("seq", ">", cursor.seq))
+    branches: list[Sql] = []
+    for position, (column, op, value) in enumerate(columns):
+        prefix = columns[:position]
+        text = " AND ".join([f"{c} = ?" for c, _, _ in prefix] + [f"{column} {op} ?"])
+        branches.append(Sql(f"({text})", [v for _, _, v in prefix] + [value]))
+    return _join("OR", branches, "1")

@@ -1,0 +1,395 @@
+"""``SqliteMemoryStore``: the embedded MemoryStore + native keyword MemorySearchProvider.
+
+One SQLite file (stdlib ``sqlite3`` only) shared safely by several worker processes (WAL,
+busy timeout, ``BEGIN IMMEDIATE`` writes; see :mod:`ditto_plugin_sqlite.db`) and by the
+threads of one process (one connection per thread). Rules owned here: MEM-GET-2/5,
+MEM-QUERY-2/3/4, MEM-WRITE-2/3, MEM-UPDATE-1/2/4, MEM-DELETE-2/3, MEM-SEARCH-1/2,
+MEM-PY-5/6/11/12.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar, Final
+
+from ditto_plugin_sqlite.db import open_connection, transaction
+from ditto_plugin_sqlite.fts import content_text, index_columns, match_expression
+from ditto_plugin_sqlite.sql import (
+    Sql,
+    compile_filter,
+    keyset_condition,
+    order_clause,
+    sort_columns,
+)
+from ditto_worker.contracts import (
+    MemoryDeleteInput,
+    MemoryDeleteOutput,
+    MemoryDraft,
+    MemoryGetInput,
+    MemoryItem,
+    MemoryQueryInput,
+    MemoryQueryOutput,
+    MemorySearchInput,
+    MemorySearchResult,
+    MemoryUpdateInput,
+    MemoryWriteInput,
+)
+from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.filters import (
+    decode_cursor,
+    encode_cursor,
+    parse_filter,
+    parse_order_by,
+    query_fingerprint,
+    timestamp_now,
+)
+from ditto_worker.ports import MemoryCallOptions
+
+__all__ = ["SqliteMemoryStore"]
+
+DEFAULT_QUERY_LIMIT: Final = 100
+DEFAULT_SEARCH_LIMIT: Final = 10
+_CHUNK: Final = 500
+_COLUMNS: Final = "m.seq, m.id, m.key, m.content, m.metadata"
+_Row = tuple[Any, ...]
+
+
+def _dump(value: Any, where: str) -> str:
+    """Compact JSON text (UTF-8 kept raw, see :mod:`ditto_plugin_sqlite.sql`)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text.encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise MemoryError(ErrorCode.INVALID_INPUT, f"{where} is not valid JSON") from exc
+    return text
+
+
+def _item(row: _Row) -> MemoryItem:
+    return MemoryItem(
+        id=row[1],
+        key=row[2],
+        content=json.loads(row[3]),
+        metadata=None if row[4] is None else json.loads(row[4]),
+    )
+
+
+def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(values), _CHUNK):
+        yield values[start : start + _CHUNK]
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ",".join("?" * len(values))
+
+
+def _index(conn: sqlite3.Connection, seq: int, content: Any) -> None:
+    body, grams = index_columns(content_text(content))
+    conn.execute(
+        "INSERT INTO memories_fts (rowid, body, grams) VALUES (?, ?, ?)", (seq, body, grams)
+    )
+
+
+def _check_keys(conn: sqlite3.Connection, drafts: Sequence[MemoryDraft]) -> None:
+    """Raise CONFLICT for a key used twice in the batch or already stored (MEM-WRITE-3)."""
+    seen: dict[str, int] = {}
+    for index, draft in enumerate(drafts):
+        if draft.key is None:
+            continue
+        if draft.key in seen:
+            raise MemoryError(
+                ErrorCode.CONFLICT, f"memories[{index}].key repeats memories[{seen[draft.key]}].key"
+            )
+        seen[draft.key] = index
+    keys = list(seen)
+    for chunk in _chunks(keys):
+        row = conn.execute(f"SELECT key FROM memories WHERE key IN ({_marks(chunk)})", chunk)
+        taken = row.fetchone()
+        if taken is not None:
+            raise MemoryError(
+                ErrorCode.CONFLICT, f"memories[{seen[taken[0]]}].key already exists in the store"
+            )
+
+
+class SqliteMemoryStore:
+    """MemoryStore and MemorySearchProvider over one SQLite file.
+
+    Args:
+        path: the database file (created with its parent folder by
+            :func:`ditto_plugin_sqlite.create_store`; here the folder must exist).
+        busy_timeout_ms: how long a statement waits for another process's lock, in ms.
+
+    Behaviour (declared in :attr:`capabilities`):
+        * WRITE/UPDATE/DELETE batches commit atomically, all or nothing (MEM-PY-11).
+        * Keys are unique: a WRITE whose key exists, or repeats within the batch, raises
+          ``CONFLICT`` and writes nothing; deleting a record frees its key (MEM-PY-12).
+        * QUERY's default order is creation order (``createdAt`` is never earlier than
+          the previous record's, and the sequence breaks ties; MEM-PY-6). Keyset paging
+          neither repeats nor skips records across inserts/deletes between pages; a record
+          whose sort key is updated between pages may move (seen twice or not at all).
+        * SEARCH strategy ``keyword`` (alias ``bm25``): FTS5 BM25; ``score`` is
+          ``-bm25()``, a positive float where **higher is better**, unbounded; results
+          in descending score, the sequence breaking ties.
+        * ``options.cancel`` interrupts the running statement (``MEMORY_CANCELLED``).
+
+    Errors: ``MemoryError`` with ``UNSUPPORTED_FILTER``, ``UNSUPPORTED_ORDER_BY``,
+    ``INVALID_CURSOR``, ``CONFLICT``, ``NOT_FOUND``, ``UNSUPPORTED_STRATEGY``,
+    ``INVALID_INPUT``, ``MEMORY_CANCELLED`` or ``MEMORY_BACKEND_ERROR`` (driver errors,
+    with a safe message).
+    """
+
+    batch_atomic: ClassVar[bool] = True
+    key_conflict: ClassVar[str] = "error"
+    search_strategies: ClassVar[tuple[str, ...]] = ("keyword", "bm25")
+    capabilities: ClassVar[frozenset[str]] = frozenset(
+        {
+            "batch_atomic",
+            "unique_keys",
+            "native_search",
+            "keyword_search",
+            "keyset_cursor",
+            "cancel",
+            "multi_process",
+        }
+    )
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000) -> None:
+        self._path = os.fspath(path)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._abandoned: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
+        self._closed = False
+        self._conn()
+
+    @property
+    def path(self) -> str:
+        """The database file path."""
+        return self._path
+
+    def close(self) -> None:
+        """Close every connection this store opened (in this process); idempotent."""
+        with self._lock:
+            self._closed = True
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+
+    def __enter__(self) -> SqliteMemoryStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise MemoryError(ErrorCode.MEMORY_BACKEND_ERROR, "the SQLite memory store is closed")
+        if os.getpid() != self._pid:  # forked: never reuse the parent's connections
+            self._abandoned.extend(self._connections)
+            self._lock, self._local = threading.Lock(), threading.local()
+            self._connections, self._pid = [], os.getpid()
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = open_connection(self._path, self._busy_timeout_ms)
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def _tx(
+        self, options: MemoryCallOptions | None, write: bool
+    ) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self._conn(), options, write)
+
+    # --- MemoryStore ----------------------------------------------------------------------
+
+    def get(
+        self, input: MemoryGetInput, options: MemoryCallOptions | None = None
+    ) -> list[MemoryItem]:
+        """Records whose id or key was requested, each once, in creation order (MEM-GET)."""
+        wanted = (
+            ("id", list(dict.fromkeys(input.ids or ()))),
+            ("key", list(dict.fromkeys(input.keys or ()))),
+        )
+        rows: dict[int, _Row] = {}
+        with self._tx(options, write=False) as conn:
+            for column, values in wanted:
+                for chunk in _chunks(values):
+                    where = f"m.{column} IN ({_marks(chunk)})"
+                    sql = f"SELECT {_COLUMNS} FROM memories AS m WHERE {where}"
+                    rows.update((row[0], row) for row in conn.execute(sql, chunk))
+        return [_item(rows[seq]) for seq in sorted(rows)]
+
+    def query(
+        self, input: MemoryQueryInput, options: MemoryCallOptions | None = None
+    ) -> MemoryQueryOutput:
+        """One page of at most ``limit`` records matching ``filter``, in ``orderBy`` order.
+
+        Raises:
+            MemoryError: ``UNSUPPORTED_FILTER``, ``UNSUPPORTED_ORDER_BY``,
+                ``INVALID_CURSOR`` (malformed, or made for another filter/orderBy).
+        """
+        node = parse_filter(input.filter)
+        terms = parse_order_by(input.order_by)
+        fingerprint = query_fingerprint(input.filter, input.order_by)
+        cursor = decode_cursor(input.cursor, fingerprint, len(terms)) if input.cursor else None
+        limit = input.limit or DEFAULT_QUERY_LIMIT
+        columns, where = sort_columns(terms), compile_filter(node)
+        after = keyset_condition(terms, cursor) if cursor is not None else Sql("1")
+        sql = (
+            f"SELECT * FROM (SELECT m.seq AS seq, m.id, m.key, m.content, m.metadata"
+            f"{columns.text} FROM memories AS m WHERE {where.text}) "
+            f"WHERE {after.text} ORDER BY {order_clause(terms)} LIMIT ?"
+        )
+        params = [*columns.params, *where.params, *after.params, limit + 1]
+        with self._tx(options, write=False) as conn:
+            rows = conn.execute(sql, params).fetchall()
+        page = rows[:limit]
+        next_cursor = None
+        if len(rows) > limit:
+            last = page[-1]
+            values = tuple((last[5 + 2 * i], last[6 + 2 * i]) for i in range(len(terms)))
+            next_cursor = encode_cursor(fingerprint, values, last[0])
+        return MemoryQueryOutput(items=[_item(row) for row in page], next_cursor=next_cursor)
+
+    def write(
+        self, input: MemoryWriteInput, options: MemoryCallOptions | None = None
+    ) -> list[MemoryItem]:
+        """Create the drafts in one transaction; one full item per draft, in order.
+
+        Raises:
+            MemoryError: ``CONFLICT`` (nothing written) for a taken or repeated key;
+                ``INVALID_INPUT`` for content/metadata that is not JSON.
+        """
+        drafts = input.memories
+        encoded = [
+            (
+                _dump(d.content, f"memories[{i}].content"),
+                None if d.metadata is None else _dump(d.metadata, f"memories[{i}].metadata"),
+            )
+            for i, d in enumerate(drafts)
+        ]
+        ids = [uuid.uuid4().hex for _ in drafts]
+        with self._tx(options, write=True) as conn:
+            _check_keys(conn, drafts)
+            latest = conn.execute("SELECT MAX(created_at) FROM memories").fetchone()[0]
+            now = timestamp_now(latest)
+            for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True):
+                cur = conn.execute(
+                    "INSERT INTO memories (id, key, content, metadata, created_at, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (memory_id, draft.key, content, metadata, now, now),
+                )
+                _index(conn, int(cur.lastrowid or 0), draft.content)
+        return [
+            _item((0, memory_id, draft.key, content, metadata))
+            for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True)
+        ]
+
+    def update(
+        self, input: MemoryUpdateInput, options: MemoryCallOptions | None = None
+    ) -> list[MemoryItem]:
+        """Apply partial updates in one transaction (MEM-UPDATE-1): an omitted field keeps
+        its value, ``metadata`` replaces the whole object, ``content: null`` is a value.
+
+        Raises:
+            MemoryError: ``NOT_FOUND`` (nothing applied) when an id does not exist.
+        """
+        entries = input.memories
+        changes: list[tuple[list[str], list[Any]]] = []
+        for i, entry in enumerate(entries):
+            sets, params = ["updated_at = ?"], []
+            if entry.has_content:
+                sets.append("content = ?")
+                params.append(_dump(entry.content, f"memories[{i}].content"))
+            if entry.has_metadata:
+                sets.append("metadata = ?")
+                params.append(_dump(entry.metadata, f"memories[{i}].metadata"))
+            changes.append((sets, params))
+        rows: list[_Row] = []
+        with self._tx(options, write=True) as conn:
+            now = timestamp_now()
+            for i, (entry, (sets, params)) in enumerate(zip(entries, changes, strict=True)):
+                found = conn.execute("SELECT seq FROM memories WHERE id = ?", (entry.id,))
+                seq_row = found.fetchone()
+                if seq_row is None:
+                    raise MemoryError(ErrorCode.NOT_FOUND, f"memories[{i}]: no memory with this id")
+                sql = f"UPDATE memories SET {', '.join(sets)} WHERE seq = ?"
+                conn.execute(sql, [now, *params, seq_row[0]])
+                if entry.has_content:
+                    conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (seq_row[0],))
+                    _index(conn, seq_row[0], entry.content)
+                select = f"SELECT {_COLUMNS} FROM memories AS m WHERE m.seq = ?"
+                rows.append(conn.execute(select, (seq_row[0],)).fetchone())
+        return [_item(row) for row in rows]
+
+    def delete(
+        self, input: MemoryDeleteInput, options: MemoryCallOptions | None = None
+    ) -> MemoryDeleteOutput:
+        """Delete existing ids in one transaction; returns only the ids deleted now, in
+        request order; the keys of deleted records are free again (MEM-PY-12)."""
+        ids = list(dict.fromkeys(input.ids))
+        found: dict[str, int] = {}
+        with self._tx(options, write=True) as conn:
+            for chunk in _chunks(ids):
+                sql = f"SELECT id, seq FROM memories WHERE id IN ({_marks(chunk)})"
+                found.update(conn.execute(sql, chunk).fetchall())
+            seqs = list(found.values())
+            for chunk in _chunks(seqs):
+                conn.execute(f"DELETE FROM memories_fts WHERE rowid IN ({_marks(chunk)})", chunk)
+                conn.execute(f"DELETE FROM memories WHERE seq IN ({_marks(chunk)})", chunk)
+        return MemoryDeleteOutput(deleted=[memory_id for memory_id in ids if memory_id in found])
+
+    # --- MemorySearchProvider -------------------------------------------------------------
+
+    def search(
+        self, input: MemorySearchInput, options: MemoryCallOptions | None = None
+    ) -> list[MemorySearchResult]:
+        """Keyword search over content (FTS5 BM25, see :mod:`ditto_plugin_sqlite.fts`).
+
+        Returns:
+            At most ``limit`` (default 10) results matching ``filter`` and at least one
+            query term, by descending ``score = -bm25()`` (higher is better); each result's
+            ``metadata`` is ``{"strategy": <strategy>, "rank": <1-based position>}``.
+            A query without any word (e.g. only punctuation) gives ``[]``.
+
+        Raises:
+            MemoryError: ``UNSUPPORTED_STRATEGY`` unless strategy is ``None``, ``keyword``
+                or ``bm25``; ``INVALID_INPUT`` when ``query`` is not a string;
+                ``UNSUPPORTED_FILTER`` for a bad filter.
+        """
+        strategy = input.strategy or "keyword"
+        if strategy not in self.search_strategies:
+            raise MemoryError(
+                ErrorCode.UNSUPPORTED_STRATEGY,
+                f"unsupported search strategy {strategy[:40]!r}; use 'keyword' or 'bm25'",
+            )
+        if not isinstance(input.query, str):
+            raise MemoryError(ErrorCode.INVALID_INPUT, "keyword search needs a text query")
+        where = compile_filter(parse_filter(input.filter))
+        expression = match_expression(input.query)
+        if expression is None:
+            return []
+        sql = (
+            f"SELECT {_COLUMNS}, bm25(memories_fts) AS bm25_score FROM memories_fts "
+            "JOIN memories AS m ON m.seq = memories_fts.rowid "
+            f"WHERE memories_fts MATCH ? AND {where.text} ORDER BY bm25_score, m.seq LIMIT ?"
+        )
+        params = [expression, *where.params, input.limit or DEFAULT_SEARCH_LIMIT]
+        with self._tx(options, write=False) as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [
+            MemorySearchResult(
+                memory=_item(row),
+                score=-float(row[5]),
+                metadata={"strategy": strategy, "rank": position},
+            )
+            for position, row in enumerate(rows, start=1)
+        ]
