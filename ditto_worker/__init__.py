@@ -7,6 +7,8 @@ node calls through Celery; the Celery app and tasks live in their own modules.
 
 from __future__ import annotations
 
+from ditto_worker.client import DittoClient  # imports Celery (the invoke client)
+from ditto_worker.config import RuntimeConfig, load_runtime_config_file
 from ditto_worker.contracts import (
     MAX_LIMIT,
     NODE_IDS,
@@ -62,9 +64,6 @@ from ditto_worker.worker import (
     memory_update_node,
     memory_write_node,
 )
-
-from ditto_worker.client import DittoClient  # noqa: E402  (imports Celery)
-from ditto_worker.config import RuntimeConfig, load_runtime_config_file
 
 __all__ = [
     # contracts
