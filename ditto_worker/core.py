@@ -174,6 +174,7 @@ class Memory:
             ``cancelled`` / ``timeout`` with an error code (see the module docstring).
         """
         eid = execution_id or str(uuid.uuid4())
+        node = node if isinstance(node, str) else str(node)
         prepare = self._prepare.get(node)
         if prepare is None:
             return NodeResult.failure(eid, node, ErrorCode.UNKNOWN_NODE, "Unknown MEMORY node id.")

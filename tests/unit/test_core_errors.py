@@ -9,12 +9,13 @@ import json
 import logging
 import time
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from ditto_worker import (
     CancelToken,
+    ErrorInfo,
     MemoryCallOptions,
     MemoryError,
     MemoryQueryOutput,
@@ -65,6 +66,21 @@ class Spy:
         return self._call("delete", input, options, {"deleted": []})
 
 
+T = TypeVar("T")
+
+
+def out(result: NodeResult[T]) -> T:
+    """The output of a successful result."""
+    assert result.output is not None, result.error
+    return result.output
+
+
+def err(result: NodeResult[Any]) -> ErrorInfo:
+    """The error of a failed result."""
+    assert result.error is not None, result.status
+    return result.error
+
+
 def code(result: Any) -> str | None:
     return None if result.error is None else result.error.code
 
@@ -81,7 +97,7 @@ def test_limit_must_be_an_integer_1_to_10000(node: str, limit: Any) -> None:
         node, {"query": "q", "limit": limit} if "SEARCH" in node else {"limit": limit}
     )
     assert (result.status, code(result)) == ("failed", "INVALID_INPUT")
-    assert "limit" in result.error.message
+    assert "limit" in err(result).message
     assert spy.calls == []
 
 
@@ -118,7 +134,7 @@ def test_input_checked_before_plugin(node: str, request_: Any, field: str) -> No
     spy = Spy()
     result = create_memory(spy).execute(node, request_)
     assert (result.status, code(result)) == ("failed", "INVALID_INPUT")
-    assert field in result.error.message
+    assert field in err(result).message
     assert spy.calls == []
 
 
@@ -126,8 +142,8 @@ def test_input_message_never_echoes_values() -> None:
     # MEM-ERR-1 / MEM-ERR-4: messages name fields, never values
     result = create_memory(Spy()).query({"limit": "hunter2", "cursor": 12, "filter": SECRET})
     assert code(result) == "INVALID_INPUT"
-    assert "hunter2" not in result.error.message and "SELECT" not in result.error.message
-    assert "limit" in result.error.message and "filter" in result.error.message
+    assert "hunter2" not in err(result).message and "SELECT" not in err(result).message
+    assert "limit" in err(result).message and "filter" in err(result).message
 
 
 def test_input_may_be_the_contract_model_or_snake_case() -> None:
@@ -199,7 +215,7 @@ def test_plugin_returning_a_node_result_is_not_double_wrapped() -> None:
 def test_memory_error_code_and_message_pass_through(plugin_code: str) -> None:
     # MEM-ERR-3: MemoryError(code, safe_message) from a plugin keeps its code and message
     result = create_memory(Spy(get=MemoryError(plugin_code, "safe words"))).get({"ids": ["a"]})
-    assert (result.status, code(result), result.error.message) == (
+    assert (result.status, code(result), err(result).message) == (
         "failed",
         plugin_code,
         "safe words",

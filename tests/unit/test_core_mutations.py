@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from ditto_worker import (
+    ErrorInfo,
     MemoryCallOptions,
     MemoryDeleteOutput,
     MemoryError,
     MemoryItem,
     MemoryUpdateInput,
     MemoryWriteInput,
+    NodeResult,
     create_memory,
     to_wire,
 )
@@ -84,6 +86,21 @@ class DictStore:
         return {"deleted": [i for i in input.ids if self.rows.pop(i, None) is not None]}
 
 
+T = TypeVar("T")
+
+
+def out(result: NodeResult[T]) -> T:
+    """The output of a successful result."""
+    assert result.output is not None, result.error
+    return result.output
+
+
+def err(result: NodeResult[Any]) -> ErrorInfo:
+    """The error of a failed result."""
+    assert result.error is not None, result.status
+    return result.error
+
+
 def code(result: Any) -> str | None:
     return None if result.error is None else result.error.code
 
@@ -102,15 +119,18 @@ def test_write_empty_batch_returns_empty_without_plugin() -> None:
 def test_write_one_item_per_draft_in_order_content_null_kept() -> None:
     # MEM-WRITE-2 / MEM-PY-4 / MEM-DATA-4: one full item per draft, in order; null content kept
     spy = Spy()
-    drafts = [
+    drafts: list[dict[str, Any]] = [
         {"key": "pref", "content": {"lang": "zh-CN"}, "metadata": {"s": 1}},
         {"content": None},
     ]
     result = create_memory(spy).write({"memories": drafts})
     assert result.status == "success"
-    assert all(isinstance(i, MemoryItem) for i in result.output)
+    assert all(isinstance(i, MemoryItem) for i in out(result))
     assert to_wire(spy.calls[0][1]) == {"memories": drafts}
-    assert to_wire(result)["output"] == [{"id": "m0", **drafts[0]}, {"id": "m1", "content": None}]
+    assert to_wire(result)["output"] == [
+        {"id": "m0", **drafts[0]},
+        {"id": "m1", "content": None},
+    ]
 
 
 @pytest.mark.parametrize(
@@ -136,7 +156,7 @@ def test_write_key_conflict_is_explicit() -> None:
     # MEM-WRITE-3: a conflict fails explicitly with the plugin's code, never silently drops
     spy = Spy(write=MemoryError("CONFLICT", "key already exists"))
     result = create_memory(spy).write({"memories": [{"key": "k", "content": 1}]})
-    assert (result.status, code(result), result.error.message) == (
+    assert (result.status, code(result), err(result).message) == (
         "failed",
         "CONFLICT",
         "key already exists",
@@ -179,7 +199,7 @@ def test_update_metadata_null_is_invalid() -> None:
     # MEM-UPDATE-1: metadata replaces the whole object; {} clears, null is not an object
     spy = Spy()
     result = create_memory(spy).update({"memories": [{"id": "a", "metadata": None}]})
-    assert code(result) == "INVALID_INPUT" and "memories[0].metadata" in result.error.message
+    assert code(result) == "INVALID_INPUT" and "memories[0].metadata" in err(result).message
     assert spy.calls == []
 
 
@@ -188,8 +208,8 @@ def test_update_entry_with_key_is_invalid_input() -> None:
     spy = Spy()
     result = create_memory(spy).update({"memories": [{"id": "a", "key": "k", "content": 1}]})
     assert (result.status, code(result)) == ("failed", "INVALID_INPUT")
-    assert "memories[0].key" in result.error.message and "key" in result.error.message
-    assert "UPDATE" in result.error.message
+    assert "memories[0].key" in err(result).message and "key" in err(result).message
+    assert "UPDATE" in err(result).message
     assert spy.calls == []
 
 
@@ -212,7 +232,7 @@ def test_update_rejected_before_plugin(entries: Any, where: str) -> None:
     # MEM-UPDATE-3: duplicate ids, no field to update, empty/missing id -> INVALID_INPUT
     spy = Spy()
     result = create_memory(spy).update({"memories": entries})
-    assert code(result) == "INVALID_INPUT" and where in result.error.message
+    assert code(result) == "INVALID_INPUT" and where in err(result).message
     assert spy.calls == []
 
 
@@ -220,11 +240,11 @@ def test_update_empty_batch_and_request_order() -> None:
     # MEM-UPDATE-4: [] -> [] without plugin; success returns every id once, request order
     spy = Spy(update=lambda i: [{"id": e.id, "key": "k", "content": 1} for e in i.memories][::-1])
     memory = create_memory(spy)
-    assert memory.update({"memories": []}).output == []
+    assert out(memory.update({"memories": []})) == []
     assert spy.calls == []
     result = memory.update({"memories": [{"id": "x", "content": 1}, {"id": "y", "content": 1}]})
-    assert [i.id for i in result.output] == ["x", "y"]
-    assert [i.key for i in result.output] == ["k", "k"]  # original key kept
+    assert [i.id for i in out(result)] == ["x", "y"]
+    assert [i.key for i in out(result)] == ["k", "k"]  # original key kept
 
 
 @pytest.mark.parametrize(
@@ -256,16 +276,16 @@ def test_delete_dedupes_and_empty_returns_without_plugin() -> None:
     assert to_wire(empty)["output"] == {"deleted": []} and spy.calls == []
     result = memory.delete({"ids": ["m1", "m1", "m2"]})
     assert spy.calls[0][1].ids == ["m1", "m2"]
-    assert result.output.deleted == ["m1", "m2"]
+    assert out(result).deleted == ["m1", "m2"]
 
 
 def test_delete_reports_only_ids_deleted_now() -> None:
     # MEM-DELETE-2: missing ids ignored; deleting again returns []
     memory = create_memory(DictStore())
-    written = memory.write({"memories": [{"content": 1}, {"content": 2}]}).output
+    written = out(memory.write({"memories": [{"content": 1}, {"content": 2}]}))
     first = memory.delete({"ids": [written[0].id, "missing", written[0].id]})
-    assert first.output.deleted == [written[0].id]
-    assert memory.delete({"ids": [written[0].id]}).output.deleted == []
+    assert out(first).deleted == [written[0].id]
+    assert out(memory.delete({"ids": [written[0].id]})).deleted == []
 
 
 @pytest.mark.parametrize(
@@ -281,7 +301,7 @@ def test_delete_bad_plugin_output(returned: Any) -> None:
 def test_deleted_records_do_not_come_back() -> None:
     # MEM-DELETE-3: after DELETE, GET and QUERY no longer return the record
     memory = create_memory(DictStore())
-    kept, gone = memory.write({"memories": [{"key": "a", "content": 1}, {"content": 2}]}).output
+    kept, gone = out(memory.write({"memories": [{"key": "a", "content": 1}, {"content": 2}]}))
     memory.delete({"ids": [gone.id]})
-    assert [i.id for i in memory.get({"ids": [kept.id, gone.id]}).output] == [kept.id]
-    assert [i.id for i in memory.query({}).output.items] == [kept.id]
+    assert [i.id for i in out(memory.get({"ids": [kept.id, gone.id]}))] == [kept.id]
+    assert [i.id for i in out(memory.query({})).items] == [kept.id]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from ditto_worker import (
+    ErrorInfo,
     MemoryCallOptions,
     MemoryError,
     MemoryGetInput,
@@ -15,6 +16,7 @@ from ditto_worker import (
     MemoryQueryOutput,
     MemorySearchInput,
     MemorySearchResult,
+    NodeResult,
     create_memory,
     to_wire,
 )
@@ -74,6 +76,21 @@ def hit(id: str, score: Any = None) -> dict[str, Any]:
     return out
 
 
+T = TypeVar("T")
+
+
+def out(result: NodeResult[T]) -> T:
+    """The output of a successful result."""
+    assert result.output is not None, result.error
+    return result.output
+
+
+def err(result: NodeResult[Any]) -> ErrorInfo:
+    """The error of a failed result."""
+    assert result.error is not None, result.status
+    return result.error
+
+
 def code(result: Any) -> str | None:
     return None if result.error is None else result.error.code
 
@@ -93,8 +110,8 @@ def test_get_ids_keys_or_both_union(request_: Any, returned: Any, expected: Any)
     # MEM-GET-1: ids, keys or both; the result is their union
     result = create_memory(Spy(get=returned)).get(request_)
     assert result.status == "success"
-    assert [i.id for i in result.output] == expected
-    assert all(isinstance(i, MemoryItem) for i in result.output)
+    assert [i.id for i in out(result)] == expected
+    assert all(isinstance(i, MemoryItem) for i in out(result))
 
 
 @pytest.mark.parametrize("request_", [{}, {"ids": None}, {"ids": None, "keys": None}])
@@ -103,7 +120,7 @@ def test_get_needs_ids_or_keys(request_: Any) -> None:
     spy = Spy()
     result = create_memory(spy).get(request_)
     assert (result.status, code(result)) == ("failed", "INVALID_INPUT")
-    assert "ids" in result.error.message and "keys" in result.error.message
+    assert "ids" in err(result).message and "keys" in err(result).message
     assert spy.calls == []
 
 
@@ -114,7 +131,7 @@ def test_get_dedupes_inputs_and_omits_missing_records() -> None:
     sent = spy.calls[0][1]
     assert isinstance(sent, MemoryGetInput)
     assert (sent.ids, sent.keys) == (["a", "b"], ["k"])
-    assert [i.id for i in result.output] == ["a"]
+    assert [i.id for i in out(result)] == ["a"]
 
 
 def test_get_order_is_ids_then_keys_each_record_once() -> None:
@@ -122,7 +139,7 @@ def test_get_order_is_ids_then_keys_each_record_once() -> None:
     returned = [item("k2", "two"), item("b", "one"), item("a", "kb"), item("a", "kb")]
     result = create_memory(Spy(get=returned)).get({"ids": ["b", "a"], "keys": ["two", "kb", "one"]})
     assert result.status == "success"
-    assert [i.id for i in result.output] == ["b", "a", "k2"]
+    assert [i.id for i in out(result)] == ["b", "a", "k2"]
 
 
 @pytest.mark.parametrize("request_", [{"ids": [], "keys": []}, {"ids": []}, {"keys": []}])
@@ -138,7 +155,7 @@ def test_get_two_ids_with_one_key_is_invalid_backend_output() -> None:
     # MEM-GET-5: two different ids returning the same key violate the plugin contract
     result = create_memory(Spy(get=[item("a", "k"), item("b", "k")])).get({"ids": ["a", "b"]})
     assert code(result) == "INVALID_BACKEND_OUTPUT"
-    assert "MEM-GET-5" in result.error.message
+    assert "MEM-GET-5" in err(result).message
 
 
 @pytest.mark.parametrize(
@@ -195,7 +212,7 @@ def test_query_input_checked_before_plugin(request_: Any, field: str) -> None:
     # MEM-QUERY-1 / MEM-ERR-1: cursor non-empty string, orderBy directions, filter object
     spy = Spy()
     result = create_memory(spy).query(request_)
-    assert code(result) == "INVALID_INPUT" and field in result.error.message
+    assert code(result) == "INVALID_INPUT" and field in err(result).message
     assert spy.calls == []
 
 
@@ -246,8 +263,8 @@ def test_query_paging_with_returned_cursor_neither_repeats_nor_skips() -> None:
     memory, seen, cursor = create_memory(Spy(query=page)), [], None
     while True:
         result = memory.query({"limit": 3, **({"cursor": cursor} if cursor else {})})
-        seen += [i.id for i in result.output.items]
-        cursor = result.output.next_cursor
+        seen += [i.id for i in out(result).items]
+        cursor = out(result).next_cursor
         if cursor is None:
             break
     assert seen == [r["id"] for r in records]
@@ -270,7 +287,7 @@ def test_search_without_query_is_invalid_input() -> None:
     # MEM-SEARCH-1: a missing query is INVALID_INPUT, plugin not called
     store = SearchSpy()
     result = create_memory(store).search({"limit": 3})
-    assert code(result) == "INVALID_INPUT" and "query" in result.error.message
+    assert code(result) == "INVALID_INPUT" and "query" in err(result).message
     assert store.calls == []
 
 
@@ -285,16 +302,16 @@ def test_search_strategy_is_passed_and_unknown_rejected_by_plugin() -> None:
     assert memory.search({"query": "x", "strategy": "keyword"}).status == "success"
     result = memory.search({"query": "x", "strategy": "graph"})
     assert code(result) == "UNSUPPORTED_STRATEGY"
-    assert result.error.message == "Only keyword search is supported"
+    assert err(result).message == "Only keyword search is supported"
 
 
 def test_search_keeps_provider_order_full_items() -> None:
     # MEM-SEARCH-3: full MemoryItem, optional finite score, metadata; never re-sorted
     returned = [hit("a", 0.1), hit("b", 0.9), {**hit("c"), "metadata": {"rank": 3}}, hit("d", 2)]
     result = create_memory(SearchSpy(search=returned)).search({"query": "q"})
-    assert [r.memory.id for r in result.output] == ["a", "b", "c", "d"]
-    assert all(isinstance(r, MemorySearchResult) for r in result.output)
-    assert [r.score for r in result.output] == [0.1, 0.9, None, 2.0]
+    assert [r.memory.id for r in out(result)] == ["a", "b", "c", "d"]
+    assert all(isinstance(r, MemorySearchResult) for r in out(result))
+    assert [r.score for r in out(result)] == [0.1, 0.9, None, 2.0]
     assert to_wire(result)["output"][2] == {"memory": item("c"), "metadata": {"rank": 3}}
 
 
@@ -332,7 +349,7 @@ def test_explicit_provider_replaces_native_search() -> None:
     store = SearchSpy(search=AssertionError("native search must not run"), get=[item("a")])
     provider = SearchSpy(search=[hit("p")])
     memory = create_memory(store, provider)
-    assert [r.memory.id for r in memory.search({"query": "q"}).output] == ["p"]
+    assert [r.memory.id for r in out(memory.search({"query": "q"}))] == ["p"]
     assert memory.get({"ids": ["a"]}).status == "success"
     assert store.ops() == ["get"] and provider.ops() == ["search"]
 
@@ -340,7 +357,7 @@ def test_explicit_provider_replaces_native_search() -> None:
 def test_native_search_used_by_default() -> None:
     # MEM-SEARCH-5 (seed): without an explicit provider the store's own search runs
     store = SearchSpy(search=[hit("n")])
-    assert create_memory(store).search({"query": "q"}).output[0].memory.id == "n"
+    assert out(create_memory(store).search({"query": "q"}))[0].memory.id == "n"
 
 
 def test_write_never_embeds_or_searches() -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 import ditto_worker
 from ditto_worker import (
     ConfigError,
+    ErrorInfo,
     MemoryCallOptions,
     MemoryDefaults,
     MemoryResources,
@@ -64,6 +65,21 @@ class Spy:
 
     def limits(self) -> list[int]:
         return [input.limit for _, input, _ in self.calls]
+
+
+T = TypeVar("T")
+
+
+def out(result: NodeResult[T]) -> T:
+    """The output of a successful result."""
+    assert result.output is not None, result.error
+    return result.output
+
+
+def err(result: NodeResult[Any]) -> ErrorInfo:
+    """The error of a failed result."""
+    assert result.error is not None, result.status
+    return result.error
 
 
 def code(result: Any) -> str | None:
@@ -131,7 +147,7 @@ def test_invalid_runtime_defaults_are_invalid_input() -> None:
     # MEM-CONF-2 / MEM-ERR-1: a bad runtime layer -> INVALID_INPUT naming the field
     spy = Spy()
     result = create_memory(spy).execute("MEMORY.QUERY", {}, {"queryLimit": True})
-    assert code(result) == "INVALID_INPUT" and "defaults.queryLimit" in result.error.message
+    assert code(result) == "INVALID_INPUT" and "defaults.queryLimit" in err(result).message
     assert spy.calls == []
 
 
@@ -139,8 +155,8 @@ def test_credentials_never_come_from_the_request() -> None:
     # MEM-CONF-5: connection settings are not part of any request contract
     spy = Spy()
     result = create_memory(spy).query({"databaseUrl": "postgresql://u:p@h/db"})
-    assert code(result) == "INVALID_INPUT" and "databaseUrl" in result.error.message
-    assert "postgresql" not in result.error.message and spy.calls == []
+    assert code(result) == "INVALID_INPUT" and "databaseUrl" in err(result).message
+    assert "postgresql" not in err(result).message and spy.calls == []
 
 
 # --- MEM-PY-1 -------------------------------------------------------------------------
@@ -273,7 +289,7 @@ def test_override_failures_become_node_results() -> None:
         ],
     )
     raised = worker.handle("MEMORY.GET", {}, NodeContext("e"))
-    assert code(raised) == "MEMORY_BACKEND_ERROR" and "hunter2" not in raised.error.message
+    assert code(raised) == "MEMORY_BACKEND_ERROR" and "hunter2" not in err(raised).message
     assert code(worker.handle("MEMORY.DELETE", {}, NodeContext("e"))) == "INVALID_BACKEND_OUTPUT"
 
 
