@@ -11,6 +11,7 @@ Source: the seed's ``createMemoryWorker`` and node descriptors (``memoryGetNode`
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -127,32 +128,32 @@ class MemoryWorker:
             (logged); ``failed``/``INVALID_BACKEND_OUTPUT`` if an override returned
             something that is not a NodeResult.
         """
+        node = node if isinstance(node, str) else str(node)
+        eid = ctx.execution_id or str(uuid.uuid4())
         handler = self.handlers.get(node)
         if handler is None:
-            return NodeResult.failure(
-                ctx.execution_id, node, ErrorCode.UNKNOWN_NODE, "Unknown MEMORY node id."
-            )
+            return NodeResult.failure(eid, node, ErrorCode.UNKNOWN_NODE, "Unknown MEMORY node id.")
         try:
             result: object = handler(input, ctx)
         except Exception:
-            logger.error("%s %s: the node handler raised", node, ctx.execution_id, exc_info=True)
+            logger.error("%s %s: the node handler raised", node, eid, exc_info=True)
             return NodeResult.failure(
-                ctx.execution_id,
+                eid,
                 node,
                 ErrorCode.MEMORY_BACKEND_ERROR,
                 "The node handler failed; see the worker log for details.",
             )
-        return _as_node_result(result, node, ctx)
+        return _as_node_result(result, node, eid)
 
 
-def _as_node_result(result: object, node: str, ctx: NodeContext) -> NodeResult[Any]:
+def _as_node_result(result: object, node: str, eid: str) -> NodeResult[Any]:
     if isinstance(result, NodeResult):
         return result
     try:
         return NodeResult[Any].model_validate(result)
     except ValidationError:
         return NodeResult.failure(
-            ctx.execution_id,
+            eid,
             node,
             ErrorCode.INVALID_BACKEND_OUTPUT,
             "The node handler did not return a NodeResult.",

@@ -253,6 +253,14 @@ def test_worker_unknown_node() -> None:
     assert (result.status, code(result), result.execution_id) == ("failed", "UNKNOWN_NODE", "e")
 
 
+def test_unknown_node_never_raises() -> None:
+    # MEM-ERR-3: odd node ids or an empty execution id still yield a NodeResult
+    memory, worker = create_memory(Spy()), create_memory_worker(Spy())
+    for result in (memory.execute(None, {}), worker.handle(3, {}, NodeContext(""))):  # type: ignore[arg-type]
+        assert (result.status, code(result)) == ("failed", "UNKNOWN_NODE")
+        assert result.execution_id
+
+
 def test_override_replaces_one_handler() -> None:
     # MEM-NODE-2: define() registers a replacement handler that owns the NodeResult itself
     def custom_get(input: Any, ctx: NodeContext) -> Any:  # the seed's customGet, as a dict
