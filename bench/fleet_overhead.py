@@ -79,7 +79,9 @@ def run(redis_url: str, calls: int, pool: str) -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     store = SqliteMemoryStore(folder / "bench.sqlite")
     direct = create_memory(store)
-    record_id = direct.write({"memories": [{"key": "pref", "content": {"lang": "en"}}]}).output[0].id
+    record_id = (
+        direct.write({"memories": [{"key": "pref", "content": {"lang": "en"}}]}).output[0].id
+    )
     config = load_runtime_config(
         {"fleet": {"brokerUrl": redis_url, "resultBackend": redis_url}}, env={}
     )
@@ -91,7 +93,10 @@ def run(redis_url: str, calls: int, pool: str) -> None:
 
     from kombu import Exchange, Queue
 
-    app.conf.task_queues = [*app.conf.task_queues, Queue(NOOP_QUEUE, Exchange(NOOP_QUEUE), NOOP_QUEUE)]
+    app.conf.task_queues = [
+        *app.conf.task_queues,
+        Queue(NOOP_QUEUE, Exchange(NOOP_QUEUE), NOOP_QUEUE),
+    ]
     app.conf.task_routes = {**app.conf.task_routes, "bench.noop": {"queue": NOOP_QUEUE}}
     client = DittoClient(app)
     get_input = {"ids": [record_id]}
@@ -110,19 +115,31 @@ def run(redis_url: str, calls: int, pool: str) -> None:
         assert result.status == "success"
 
     with start_worker(
-        app, pool=pool, concurrency=1, perform_ping_check=False, loglevel="WARNING",
+        app,
+        pool=pool,
+        concurrency=1,
+        perform_ping_check=False,
+        loglevel="WARNING",
         queues=[*NODE_QUEUES.values(), NOOP_QUEUE],
     ):
         a = measure(raw, calls)
         b = measure(fleet, calls)
     c = measure(sdk, calls)
-    print(f"fleet overhead, {calls} sequential calls each, pool={pool}, task events on, {redis_url}")
+    print(
+        f"fleet overhead, {calls} sequential calls each, pool={pool}, task events on, {redis_url}"
+    )
     print(f"{'path':<34}{'p50 ms':>9}{'p95 ms':>9}{'calls/s':>10}")
-    for name, row in (("(a) raw Celery no-op", a), ("(b) MEMORY.GET via fleet", b),
-                      ("(c) MEMORY.GET via direct SDK", c)):
+    for name, row in (
+        ("(a) raw Celery no-op", a),
+        ("(b) MEMORY.GET via fleet", b),
+        ("(c) MEMORY.GET via direct SDK", c),
+    ):
         print(f"{name:<34}{row['p50_ms']:>9.3f}{row['p95_ms']:>9.3f}{row['calls_per_s']:>10.0f}")
-    print(f"ratio b/a p50 {b['p50_ms'] / a['p50_ms']:.2f}  throughput {a['calls_per_s'] / b['calls_per_s']:.2f}x slower")
-    print(f"ratio b/c p50 {b['p50_ms'] / c['p50_ms']:.1f}  throughput {c['calls_per_s'] / b['calls_per_s']:.1f}x slower")
+    for label, x, y in (("b/a", b, a), ("b/c", b, c)):
+        print(
+            f"ratio {label}: p50 latency {x['p50_ms'] / y['p50_ms']:.2f}x, "
+            f"throughput {y['calls_per_s'] / x['calls_per_s']:.2f}x lower"
+        )
     store.close()
     shutil.rmtree(folder, ignore_errors=True)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
-from kombu import Exchange, Queue
+from kombu.entity import Exchange, Queue
 
 from ditto_worker.config import FleetSettings
 from ditto_worker.contracts import NODE_QUEUES
@@ -57,7 +57,10 @@ def create_celery_app(fleet: FleetSettings | None = None, *, main: str = "ditto_
     fleet = fleet or FleetSettings()
     broker, backend = _broker_urls(fleet)
     app = Celery(main, broker=broker, backend=backend, set_as_current=False)
-    queues = [Queue(q, Exchange(q, type="direct"), routing_key=q) for q in NODE_QUEUES.values()]
+    queues = [
+        Queue(q, Exchange(q, type="direct"), routing_key=q)  # type: ignore[no-untyped-call]
+        for q in NODE_QUEUES.values()
+    ]
     conf: dict[str, Any] = {
         "task_serializer": "json",
         "result_serializer": "json",

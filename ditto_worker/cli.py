@@ -104,7 +104,10 @@ def worker(
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
     celery_app = create_worker_app(cfg, store=store)
-    name = hostname or f"memory-{'-'.join(n.split('.')[1].lower() for n in node_ids)}@{socket.gethostname()}"
+    name = (
+        hostname
+        or f"memory-{'-'.join(n.split('.')[1].lower() for n in node_ids)}@{socket.gethostname()}"
+    )
     celery_app.worker_main([
         "worker",
         "-Q", ",".join(NODE_QUEUES[n] for n in node_ids),
@@ -155,9 +158,7 @@ def _demo_config(cfg: RuntimeConfig, store: str | None, tmp: str) -> RuntimeConf
 
 @app.command()
 def demo(
-    conversation: Annotated[
-        Path, typer.Option(help="A LoCoMo conversation JSON file.")
-    ] = _DATA,
+    conversation: Annotated[Path, typer.Option(help="A LoCoMo conversation JSON file.")] = _DATA,
     batch_size: Annotated[int, typer.Option(help="Memories per MEMORY.WRITE.")] = 50,
     keep: Annotated[bool, typer.Option(help="Keep the run's memories (not deleted).")] = False,
     config: ConfigOpt = None,
@@ -173,7 +174,8 @@ def demo(
     try:
         run_cfg = _demo_config(cfg, store, tmp)
         mode = "in-process (memory://)" if cfg.fleet.in_process else "redis broker"
-        typer.echo(f"ditto-worker demo: {conversation.name}, store {store or cfg.memory_worker.store}, fleet {mode}")
+        store_name = store or cfg.memory_worker.store
+        typer.echo(f"ditto-worker demo: {conversation.name}, store {store_name}, fleet {mode}")
         with open_fleet(run_cfg, store=store) as client:
             report = run_demo(client, conversation, batch_size=batch_size, keep=keep)
     except DittoError as exc:
@@ -181,10 +183,14 @@ def demo(
         raise typer.Exit(1) from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    typer.echo(f"{report.turns} turns written, {report.questions} questions with evidence; "
-               + "; ".join(f"{k}: {v}" for k, v in report.checks.items()))
-    typer.echo(f"{report.recall_at_10:.3f} = keyword evidence recall@10 "
-               f"(recall@5 {report.recall_at_5:.3f}, {report.questions} questions)")
+    typer.echo(
+        f"{report.turns} turns written, {report.questions} questions with evidence; "
+        + "; ".join(f"{k}: {v}" for k, v in report.checks.items())
+    )
+    typer.echo(
+        f"{report.recall_at_10:.3f} = keyword evidence recall@10 "
+        f"(recall@5 {report.recall_at_5:.3f}, {report.questions} questions)"
+    )
     typer.echo(f"{'node':<15}{'calls':>7}{'p50 ms':>10}{'p95 ms':>10}")
     for node, calls, p50, p95 in report.latency_rows():
         typer.echo(f"{node:<15}{calls:>7}{p50:>10.2f}{p95:>10.2f}")

@@ -51,6 +51,11 @@ OUTPUT_TYPES: dict[str, Any] = {
 }
 """Node id -> the type of its raw output (MEM-NODE-1)."""
 
+_RESULT_TYPES: dict[str, type[NodeResult[Any]]] = {
+    node: NodeResult[output]  # type: ignore[valid-type]
+    for node, output in OUTPUT_TYPES.items()
+}
+
 _CANCEL_POLL_S = 0.05
 
 
@@ -157,7 +162,7 @@ class DittoClient:
 
     def _parse(self, payload: Any, node: str, eid: str) -> NodeResult[Any]:
         try:
-            parsed: NodeResult[Any] = NodeResult[OUTPUT_TYPES[node]].model_validate(payload)
+            parsed = _RESULT_TYPES[node].model_validate(payload)
         except ValidationError:
             log.exception("malformed NodeResult from %s", node)
             return NodeResult.failure(

@@ -79,9 +79,7 @@ def load_conversation(path: str | Path) -> Conversation:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     conv = data.get("conversation", data)
     turns: list[Turn] = []
-    sessions = sorted(
-        int(m.group(1)) for k in conv if (m := re.fullmatch(r"session_(\d+)", k))
-    )
+    sessions = sorted(int(m.group(1)) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)))
     for n in sessions:
         date = str(conv.get(f"session_{n}_date_time", ""))
         for t in conv[f"session_{n}"]:
@@ -233,11 +231,19 @@ def run_demo(
     sample = call("MEMORY.GET", {"ids": ids[:10]})
     updated = call(
         "MEMORY.UPDATE",
-        {"memories": [{"id": m.id, "metadata": {**(m.metadata or {}), "reviewed": True}} for m in sample]},
+        {
+            "memories": [
+                {"id": m.id, "metadata": {**(m.metadata or {}), "reviewed": True}} for m in sample
+            ]
+        },
     )
     checks["update"] = f"{len(updated)} records"
     if not keep:
-        deleted = [d for chunk in _chunks(ids, 500) for d in call("MEMORY.DELETE", {"ids": list(chunk)}).deleted]
+        deleted = [
+            d
+            for chunk in _chunks(ids, 500)
+            for d in call("MEMORY.DELETE", {"ids": list(chunk)}).deleted
+        ]
         checks["delete"] = f"{len(deleted)} records"
     asked = sum(1 for q in conv.questions if q.evidence)
     return DemoReport(conv.name, len(conv.turns), asked, r5, r10, dict(call.latencies), checks)

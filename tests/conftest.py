@@ -142,6 +142,8 @@ def start_fleet_worker(redis_url: str) -> StartWorker:
 @pytest.fixture
 def client(redis_url: str) -> Iterator[DittoClient]:
     """A DittoClient on its own Celery app (no tasks registered: it only sends by name)."""
-    c = DittoClient(create_celery_app(FleetSettings(broker_url=redis_url, result_backend=redis_url)))
+    c = DittoClient(
+        create_celery_app(FleetSettings(broker_url=redis_url, result_backend=redis_url))
+    )
     yield c
     c.close()

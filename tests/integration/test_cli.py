@@ -1,4 +1,4 @@
-"""The ``ditto-worker`` command as a user runs it: demo (in-process and on Redis), invoke, worker."""
+"""The ``ditto-worker`` command as a user runs it: demo (in-process, on Redis), invoke."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 CONVERSATION = REPO / "data" / "locomo" / "30.json"
 
 
-def cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ditto_worker", *args],
         cwd=cwd,
@@ -37,7 +39,14 @@ def first_recall_at_10(stdout: str) -> float:
 def check_demo_output(stdout: str) -> None:
     recall = first_recall_at_10(stdout)
     assert recall >= 0.5, stdout  # a plain OR-of-terms BM25 gets about 0.6 on 30.json
-    for node in ("MEMORY.WRITE", "MEMORY.GET", "MEMORY.QUERY", "MEMORY.SEARCH", "MEMORY.UPDATE", "MEMORY.DELETE"):
+    for node in (
+        "MEMORY.WRITE",
+        "MEMORY.GET",
+        "MEMORY.QUERY",
+        "MEMORY.SEARCH",
+        "MEMORY.UPDATE",
+        "MEMORY.DELETE",
+    ):
         assert re.search(rf"^{re.escape(node)}\s+\d+\s+[\d.]+\s+[\d.]+$", stdout, re.M), node
     assert "369 turns written, 105 questions" in stdout
 
@@ -62,7 +71,16 @@ def worker_process(redis_url: str, tmp_path: Path) -> Iterator[subprocess.Popen[
     }
     log = (tmp_path / "worker.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ditto_worker", "worker", "--concurrency", "2", "--loglevel", "INFO"],
+        [
+            sys.executable,
+            "-m",
+            "ditto_worker",
+            "worker",
+            "--concurrency",
+            "2",
+            "--loglevel",
+            "INFO",
+        ],
         cwd=tmp_path,
         env=env,
         stdout=log,
@@ -97,8 +115,13 @@ def test_demo_against_separately_started_worker(
 
 def test_invoke_prints_one_json_object_and_shares_the_store(tmp_path: Path) -> None:  # MEM-PY-8/9
     env = {"DITTO_BROKER_URL": "", "DITTO_WORKER_MEMORY_SQLITE_PATH": ""}
-    wrote = cli("invoke", "MEMORY.WRITE", '{"memories": [{"key": "pref", "content": {"lang": "zh-CN"}}]}',
-                cwd=tmp_path, env=env)
+    wrote = cli(
+        "invoke",
+        "MEMORY.WRITE",
+        '{"memories": [{"key": "pref", "content": {"lang": "zh-CN"}}]}',
+        cwd=tmp_path,
+        env=env,
+    )
     assert wrote.returncode == 0, wrote.stderr
     result = json.loads(wrote.stdout)
     assert result["status"] == "success" and result["node"] == "MEMORY.WRITE"

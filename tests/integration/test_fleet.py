@@ -48,11 +48,20 @@ def test_every_node_round_trip_matches_direct_sdk(
     direct = create_memory(SqliteMemoryStore(tmp_path / "direct.sqlite"))
     with start_fleet_worker(lambda: sqlite_worker(sqlite_path)):
         calls: list[tuple[str, dict[str, Any]]] = [
-            ("MEMORY.WRITE", {"memories": [
-                {"key": "pref", "content": {"language": "zh-CN"}, "metadata": {"source": "user"}},
-                {"content": "Jon lost his job as a banker", "metadata": {"n": 2}},
-                {"content": None},
-            ]}),
+            (
+                "MEMORY.WRITE",
+                {
+                    "memories": [
+                        {
+                            "key": "pref",
+                            "content": {"language": "zh-CN"},
+                            "metadata": {"source": "user"},
+                        },
+                        {"content": "Jon lost his job as a banker", "metadata": {"n": 2}},
+                        {"content": None},
+                    ]
+                },
+            ),
             ("MEMORY.GET", {"keys": ["pref"]}),
             ("MEMORY.QUERY", {"filter": {"n": {"$gte": 1}}, "limit": 10}),
             ("MEMORY.SEARCH", {"query": "banker job", "limit": 5}),
@@ -65,7 +74,9 @@ def test_every_node_round_trip_matches_direct_sdk(
             assert _strip_ids(to_wire(remote)["output"]) == _strip_ids(to_wire(local)["output"])
         written = client.invoke("MEMORY.QUERY", {"limit": 10}, timeout=10).output
         assert [m.content for m in written.items] == [
-            {"language": "zh-CN"}, "Jon lost his job as a banker", None,
+            {"language": "zh-CN"},
+            "Jon lost his job as a banker",
+            None,
         ]  # MEM-DATA-4: null content survives the broker
         first = written.items[0]
         upd = client.invoke(
@@ -93,9 +104,13 @@ def test_failures_cross_the_broker_as_node_results(
         assert bad.status == "failed" and bad.error.code == "INVALID_INPUT"
         assert "limit" in bad.error.message
         client.invoke("MEMORY.WRITE", {"memories": [{"key": "k", "content": 1}]}, timeout=10)
-        conflict = client.invoke("MEMORY.WRITE", {"memories": [{"key": "k", "content": 2}]}, timeout=10)
+        conflict = client.invoke(
+            "MEMORY.WRITE", {"memories": [{"key": "k", "content": 2}]}, timeout=10
+        )
         assert conflict.status == "failed" and conflict.error.code == "CONFLICT"
-        missing = client.invoke("MEMORY.UPDATE", {"memories": [{"id": "nope", "content": 1}]}, timeout=10)
+        missing = client.invoke(
+            "MEMORY.UPDATE", {"memories": [{"id": "nope", "content": 1}]}, timeout=10
+        )
         assert missing.error.code == "NOT_FOUND"
         strategy = client.invoke("MEMORY.SEARCH", {"query": "x", "strategy": "graph"}, timeout=10)
         assert strategy.error.code == "UNSUPPORTED_STRATEGY"

@@ -12,9 +12,12 @@ def test_one_queue_per_node_and_routes_by_task_name() -> None:
     queues = {q.name: q for q in app.conf.task_queues}
     assert set(queues) == set(NODE_QUEUES.values())
     assert NODE_QUEUES == {
-        "MEMORY.GET": "memory.get", "MEMORY.QUERY": "memory.query",
-        "MEMORY.SEARCH": "memory.search", "MEMORY.WRITE": "memory.write",
-        "MEMORY.UPDATE": "memory.update", "MEMORY.DELETE": "memory.delete",
+        "MEMORY.GET": "memory.get",
+        "MEMORY.QUERY": "memory.query",
+        "MEMORY.SEARCH": "memory.search",
+        "MEMORY.WRITE": "memory.write",
+        "MEMORY.UPDATE": "memory.update",
+        "MEMORY.DELETE": "memory.delete",
     }
     for node, queue in NODE_QUEUES.items():
         assert app.amqp.router.route({}, node)["queue"].name == queue

@@ -1,4 +1,4 @@
-"""Config loading: ${VAR} expansion, owned-section strictness, env overrides (MEM-PY-7, MEM-CONF)."""
+"""Config: ${VAR} expansion, owned-section strictness, env overrides (MEM-PY-7, MEM-CONF)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,11 @@ def test_yaml_limits_are_validated() -> None:  # MEM-ERR-1 applied to config
 def test_group_with_unknown_node_fails() -> None:
     with pytest.raises(ConfigError, match="MEMORY.NOPE"):
         load_runtime_config(
-            {"workers": {"memory": {"groups": {"g": {"nodes": ["MEMORY.NOPE"], "concurrency": 1}}}}},
+            {
+                "workers": {
+                    "memory": {"groups": {"g": {"nodes": ["MEMORY.NOPE"], "concurrency": 1}}}
+                }
+            },
             env={},
         )
 
@@ -84,11 +88,20 @@ def test_missing_file_and_non_mapping(tmp_path: Path) -> None:
 def test_resolve_nodes_groups_ids_and_concurrency() -> None:
     config = load_runtime_config(None, env={})
     assert resolve_nodes(config, None) == (
-        ["MEMORY.GET", "MEMORY.QUERY", "MEMORY.SEARCH", "MEMORY.WRITE", "MEMORY.UPDATE",
-         "MEMORY.DELETE"],
+        [
+            "MEMORY.GET",
+            "MEMORY.QUERY",
+            "MEMORY.SEARCH",
+            "MEMORY.WRITE",
+            "MEMORY.UPDATE",
+            "MEMORY.DELETE",
+        ],
         4,
     )
-    assert resolve_nodes(config, "writes") == (["MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"], 2)
+    assert resolve_nodes(config, "writes") == (
+        ["MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"],
+        2,
+    )
     assert resolve_nodes(config, "MEMORY.GET,search") == (["MEMORY.GET", "MEMORY.SEARCH"], 4)
     with pytest.raises(ConfigError):
         resolve_nodes(config, "bogus")
