@@ -62,6 +62,12 @@ def _copy(value: Any, where: str) -> Any:
         raise MemoryError(ErrorCode.INVALID_INPUT, f"{where} is not valid JSON") from exc
 
 
+def _check_cancel(options: MemoryCallOptions | None) -> None:
+    """``MEMORY_CANCELLED`` when the call's token is already cancelled (MEM-RUN-2)."""
+    if options is not None and options.cancel is not None and options.cancel.cancelled:
+        raise MemoryError(ErrorCode.MEMORY_CANCELLED, "the memory call was cancelled")
+
+
 def _terms(text: str, unigrams: bool) -> set[str]:
     """Lower-cased words, plus CJK bigrams (and unigrams if asked, or for 1-char runs)."""
     terms: set[str] = set()
@@ -122,7 +128,9 @@ class InMemoryMemoryStore:
     before anything is applied; MEM-PY-11); unique keys (``CONFLICT``, nothing written);
     ``NOT_FOUND`` for UPDATE of a missing id (nothing applied); delete frees the key
     (MEM-PY-12); QUERY default order is creation order (``createdAt``, then a sequence;
-    MEM-PY-6); keyset cursors bound to (filter, orderBy).
+    MEM-PY-6); keyset cursors bound to (filter, orderBy). A call whose
+    ``options.cancel`` is already cancelled raises ``MEMORY_CANCELLED`` (calls are
+    instantaneous, so there is nothing to interrupt). Returned items are copies.
 
     SEARCH strategy ``keyword`` (the default; alias ``bm25`` is *not* accepted here, the
     scoring is not BM25): ``score`` is the number of distinct query terms found in the
@@ -152,6 +160,7 @@ class InMemoryMemoryStore:
         self, input: MemoryGetInput, options: MemoryCallOptions | None = None
     ) -> list[MemoryItem]:
         """Records whose id or key was requested, each once, in creation order."""
+        _check_cancel(options)
         with self._lock:
             seqs = {self._by_id[i] for i in input.ids or () if i in self._by_id}
             seqs |= {self._by_key[k] for k in input.keys or () if k in self._by_key}
@@ -162,6 +171,7 @@ class InMemoryMemoryStore:
     ) -> MemoryQueryOutput:
         """One page of at most ``limit`` records (``UNSUPPORTED_FILTER``,
         ``UNSUPPORTED_ORDER_BY``, ``INVALID_CURSOR`` as in :mod:`ditto_worker.filters`)."""
+        _check_cancel(options)
         node = parse_filter(input.filter)
         terms = parse_order_by(input.order_by)
         fingerprint = query_fingerprint(input.filter, input.order_by)
@@ -190,6 +200,7 @@ class InMemoryMemoryStore:
         self, input: MemoryWriteInput, options: MemoryCallOptions | None = None
     ) -> list[MemoryItem]:
         """Create the drafts atomically (``CONFLICT`` for a taken or repeated key)."""
+        _check_cancel(options)
         drafts = [
             (
                 d.key,
@@ -224,6 +235,7 @@ class InMemoryMemoryStore:
         self, input: MemoryUpdateInput, options: MemoryCallOptions | None = None
     ) -> list[MemoryItem]:
         """Partial updates (MEM-UPDATE-1), atomically; ``NOT_FOUND`` applies nothing."""
+        _check_cancel(options)
         changes = [
             (
                 e.id,
@@ -256,6 +268,7 @@ class InMemoryMemoryStore:
         self, input: MemoryDeleteInput, options: MemoryCallOptions | None = None
     ) -> MemoryDeleteOutput:
         """Delete existing ids; only ids deleted now, in request order; frees keys."""
+        _check_cancel(options)
         deleted: list[str] = []
         with self._lock:
             for memory_id in dict.fromkeys(input.ids):
@@ -277,6 +290,7 @@ class InMemoryMemoryStore:
             MemoryError: ``UNSUPPORTED_STRATEGY`` unless strategy is ``None``/``keyword``;
                 ``INVALID_INPUT`` when ``query`` is not a string; ``UNSUPPORTED_FILTER``.
         """
+        _check_cancel(options)
         strategy = input.strategy or "keyword"
         if strategy not in self.search_strategies:
             raise MemoryError(ErrorCode.UNSUPPORTED_STRATEGY, "unsupported search strategy")

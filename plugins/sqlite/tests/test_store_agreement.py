@@ -88,7 +88,10 @@ EXPECTED: list[tuple[dict[str, Any], set[str]]] = [
     ({"flag": 0}, {"zero"}),  # false is not 0
     ({"flag": False}, {"float"}),
     ({"n": None}, {"null", "none"}),  # null or missing
-    ({"n": {"$ne": 5}}, {label for label, _ in [(k or "<nokey>", m) for k, m in DATASET]} - {"int"}),
+    (
+        {"n": {"$ne": 5}},
+        {label for label, _ in [(k or "<nokey>", m) for k, m in DATASET]} - {"int"},
+    ),
     ({"n": {"$exists": False}}, {"none"}),
     ({"n": {"$in": [5, "a", None, True]}}, {"int", "null", "none", "bool"}),
     ({"n": {"$lt": "6"}}, {"str5"}),
@@ -139,7 +142,18 @@ def test_filter_agrees_with_oracle(loaded: Any, flt: dict[str, Any]) -> None:
     assert run_query(loaded, flt) == oracle(flt)  # default order = creation order
 
 
-ODD_KEYS = ['a"b', "it's", "100%", "_", "with space", "ключ", "键", "back\\slash", "tab\there", "[0]"]
+ODD_KEYS = [
+    'a"b',
+    "it's",
+    "100%",
+    "_",
+    "with space",
+    "ключ",
+    "键",
+    "back\\slash",
+    "tab\there",
+    "[0]",
+]
 
 
 @pytest.mark.parametrize("odd", ODD_KEYS)
@@ -179,7 +193,20 @@ def test_unsupported_filter_in_query_and_search(store: Any, flt: dict[str, Any])
 
 # --- order and paging (MEM-QUERY-2/4, MEM-PY-6) -----------------------------------------
 
-N_ASC = ["null", "none", "<nokey>", "negf", "zero", "float", "int", "big", "str5", "obj", "arr", "bool"]
+N_ASC = [
+    "null",
+    "none",
+    "<nokey>",
+    "negf",
+    "zero",
+    "float",
+    "int",
+    "big",
+    "str5",
+    "obj",
+    "arr",
+    "bool",
+]
 
 
 def test_typed_sort_order(loaded: Any) -> None:
@@ -322,7 +349,11 @@ def test_update_presence_semantics(store: Any) -> None:
     # MEM-UPDATE-1: omitted keeps, metadata replaces, {} clears, content null is a value
     a, b, c = store.write(
         MemoryWriteInput(
-            memories=[draft("a", {"x": 1, "y": 2}, "A"), draft("b", {"x": 1}, "B"), draft("c", None, "C")]
+            memories=[
+                draft("a", {"x": 1, "y": 2}, "A"),
+                draft("b", {"x": 1}, "B"),
+                draft("c", None, "C"),
+            ]
         )
     )
     out = store.update(
@@ -459,7 +490,11 @@ def test_search_filter_applies_before_limit(store: Any) -> None:
     strong = [draft(None, {"g": "x"}, "apple banana cherry apple banana") for _ in range(30)]
     weak = [draft(f"w{i}", {"g": "y"}, f"apple pie number {i}") for i in range(3)]
     store.write(MemoryWriteInput(memories=strong + weak))
-    assert search_keys(store, "apple banana cherry", filter={"g": "y"}, limit=5) == ["w0", "w1", "w2"]
+    assert search_keys(store, "apple banana cherry", filter={"g": "y"}, limit=5) == [
+        "w0",
+        "w1",
+        "w2",
+    ]
     assert len(search_keys(store, "apple banana cherry", filter={"g": "y"}, limit=2)) == 2
     assert len(search_keys(store, "apple", limit=7)) == 7
 
