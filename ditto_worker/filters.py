@@ -8,7 +8,9 @@ Fields:
     A bare name (``topic``) is a top-level metadata key; dots reach nested metadata objects
     (``a.b``; a dot path never indexes into arrays). ``id``, ``key``, ``createdAt`` and
     ``updatedAt`` are reserved record fields (a metadata key with one of these names cannot
-    be filtered). A record without a key has a *missing* ``key``.
+    be filtered; a dotted name such as ``key.x`` is always a metadata path). A record
+    without a key has a *missing* ``key``. A top-level metadata key containing a dot
+    cannot be addressed.
 
 Operators and semantics (MongoDB's):
     ``$eq $ne $gt $gte $lt $lte $in $nin $exists $and $or``; ``{"f": v}`` means
@@ -48,6 +50,7 @@ import binascii
 import hashlib
 import json
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -350,20 +353,16 @@ def _equals(value: Any, operand: Scalar) -> bool:
     return _kind(value) == _kind(operand) and bool(value == operand)
 
 
-def _compare(value: Any, op: CompareOp, operand: Scalar) -> bool:
-    if op == "$eq":
-        return _equals(value, operand)
-    if op == "$ne":
-        return not _equals(value, operand)
-    if _kind(value) != _kind(operand) or _kind(value) not in ("number", "string"):
+_RANGE: Final = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le}
+
+
+def _compare(value: Any, op: CompareOp, operand: Any) -> bool:
+    if op in ("$eq", "$ne"):
+        return _equals(value, operand) == (op == "$eq")
+    kind, bound = _kind(value), operand
+    if kind != _kind(bound) or kind not in ("number", "string"):
         return False
-    if op == "$gt":
-        return bool(value > operand)
-    if op == "$gte":
-        return bool(value >= operand)
-    if op == "$lt":
-        return bool(value < operand)
-    return bool(value <= operand)
+    return bool(_RANGE[op](value, bound))
 
 
 def matches(node: FilterNode | None, record: Mapping[str, Any]) -> bool:

@@ -48,8 +48,8 @@ from ditto_worker.ports import MemoryCallOptions
 
 __all__ = ["InMemoryMemoryStore", "create_store"]
 
-DEFAULT_QUERY_LIMIT: Final = 100
-DEFAULT_SEARCH_LIMIT: Final = 10
+_DEFAULT_QUERY_LIMIT: Final = 100
+_DEFAULT_SEARCH_LIMIT: Final = 10
 _CJK: Final = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _TOKENS: Final = re.compile(rf"([{_CJK}]+)|((?:(?![{_CJK}])[^\W_])+)")
 
@@ -176,7 +176,7 @@ class InMemoryMemoryStore:
         terms = parse_order_by(input.order_by)
         fingerprint = query_fingerprint(input.filter, input.order_by)
         cursor = decode_cursor(input.cursor, fingerprint, len(terms)) if input.cursor else None
-        limit = input.limit or DEFAULT_QUERY_LIMIT
+        limit = input.limit or _DEFAULT_QUERY_LIMIT
         with self._lock:
             rows = [
                 (_sort_values(terms, record.view()), record.seq, record)
@@ -305,7 +305,7 @@ class InMemoryMemoryStore:
                 if matches(node, r.view())
             ]
             hits = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1]))
-            hits = hits[: input.limit or DEFAULT_SEARCH_LIMIT]
+            hits = hits[: input.limit or _DEFAULT_SEARCH_LIMIT]
             return [
                 MemorySearchResult(
                     memory=record.item(),

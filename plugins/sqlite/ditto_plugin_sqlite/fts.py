@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-__all__ = ["content_text", "index_columns", "match_expression"]
+__all__ = ["MAX_QUERY_TERMS", "content_text", "index_columns", "match_expression"]
 
 _CJK: Final = (
     "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff"

@@ -53,8 +53,8 @@ from ditto_worker.ports import MemoryCallOptions
 
 __all__ = ["SqliteMemoryStore"]
 
-DEFAULT_QUERY_LIMIT: Final = 100
-DEFAULT_SEARCH_LIMIT: Final = 10
+_DEFAULT_QUERY_LIMIT: Final = 100
+_DEFAULT_SEARCH_LIMIT: Final = 10
 _CHUNK: Final = 500
 _COLUMNS: Final = "m.seq, m.id, m.key, m.content, m.metadata"
 _Row = tuple[Any, ...]
@@ -114,6 +114,19 @@ def _check_keys(conn: sqlite3.Connection, drafts: Sequence[MemoryDraft]) -> None
             raise MemoryError(
                 ErrorCode.CONFLICT, f"memories[{seen[taken[0]]}].key already exists in the store"
             )
+
+
+def _search_strategy(input: MemorySearchInput, supported: Sequence[str]) -> str:
+    """The strategy to run (default ``keyword``), after checking strategy and query."""
+    strategy = input.strategy or "keyword"
+    if strategy not in supported:
+        raise MemoryError(
+            ErrorCode.UNSUPPORTED_STRATEGY,
+            f"unsupported search strategy {strategy[:40]!r}; use 'keyword' or 'bm25'",
+        )
+    if not isinstance(input.query, str):
+        raise MemoryError(ErrorCode.INVALID_INPUT, "keyword search needs a text query")
+    return strategy
 
 
 class SqliteMemoryStore:
@@ -240,7 +253,7 @@ class SqliteMemoryStore:
         terms = parse_order_by(input.order_by)
         fingerprint = query_fingerprint(input.filter, input.order_by)
         cursor = decode_cursor(input.cursor, fingerprint, len(terms)) if input.cursor else None
-        limit = input.limit or DEFAULT_QUERY_LIMIT
+        limit = input.limit or _DEFAULT_QUERY_LIMIT
         columns, where = sort_columns(terms), compile_filter(node)
         after = keyset_condition(terms, cursor) if cursor is not None else Sql("1")
         sql = (
@@ -365,14 +378,7 @@ class SqliteMemoryStore:
                 or ``bm25``; ``INVALID_INPUT`` when ``query`` is not a string;
                 ``UNSUPPORTED_FILTER`` for a bad filter.
         """
-        strategy = input.strategy or "keyword"
-        if strategy not in self.search_strategies:
-            raise MemoryError(
-                ErrorCode.UNSUPPORTED_STRATEGY,
-                f"unsupported search strategy {strategy[:40]!r}; use 'keyword' or 'bm25'",
-            )
-        if not isinstance(input.query, str):
-            raise MemoryError(ErrorCode.INVALID_INPUT, "keyword search needs a text query")
+        strategy = _search_strategy(input, self.search_strategies)
         where = compile_filter(parse_filter(input.filter))
         expression = match_expression(input.query)
         if expression is None:
@@ -382,7 +388,7 @@ class SqliteMemoryStore:
             "JOIN memories AS m ON m.seq = memories_fts.rowid "
             f"WHERE memories_fts MATCH ? AND {where.text} ORDER BY bm25_score, m.seq LIMIT ?"
         )
-        params = [expression, *where.params, input.limit or DEFAULT_SEARCH_LIMIT]
+        params = [expression, *where.params, input.limit or _DEFAULT_SEARCH_LIMIT]
         with self._tx(options, write=False) as conn:
             rows = conn.execute(sql, params).fetchall()
         return [

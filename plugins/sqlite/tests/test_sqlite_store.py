@@ -15,6 +15,7 @@ import pytest
 from ditto_plugin_sqlite import SqliteMemoryStore, create_store
 from ditto_plugin_sqlite.db import SCHEMA_VERSION, map_error, open_connection, transaction
 from ditto_plugin_sqlite.fts import match_expression
+from ditto_plugin_sqlite.sql import compile_filter, sort_columns
 
 from ditto_worker.contracts import (
     MemoryDraft,
@@ -22,8 +23,10 @@ from ditto_worker.contracts import (
     MemoryQueryInput,
     MemorySearchInput,
     MemoryWriteInput,
+    OrderBy,
 )
 from ditto_worker.errors import ConfigError, MemoryError
+from ditto_worker.filters import parse_filter, parse_order_by
 from ditto_worker.ports import CancelToken, MemoryCallOptions, MemorySearchProvider, MemoryStore
 
 SLOW_SQL = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
@@ -307,3 +310,14 @@ def test_threads_share_one_store(sqlite_store: SqliteMemoryStore) -> None:
         thread.join(30)
     assert errors == []
     assert count(sqlite_store) == 4 * 10 * 3
+
+
+def test_sql_text_never_contains_request_values() -> None:
+    # MEM-PY-5: values and field paths are bound parameters, never formatted into SQL
+    evil = "x'); DROP TABLE memories; --"
+    flt = {evil: {"$in": [evil, 1]}, f'{evil}"."y': evil, "$or": [{"key": evil}]}
+    compiled = compile_filter(parse_filter(flt))
+    assert "DROP" not in compiled.text
+    assert evil in compiled.params
+    terms = parse_order_by([OrderBy(field=evil)])
+    assert "DROP" not in sort_columns(terms).text
