@@ -11,7 +11,8 @@ idempotently on open)::
              id TEXT UNIQUE, key TEXT UNIQUE NULL,
              content TEXT  -- JSON text, metadata TEXT NULL -- JSON object text,
              created_at TEXT, updated_at TEXT)          -- see ditto_worker.filters
-    memories_fts USING fts5(body, grams)               -- rowid = memories.seq
+    memories_fts USING fts5(body, grams)               -- rowid = memories.seq;
+                                                       -- porter unicode61 tokenizer
 
 Driver errors never reach the caller: :func:`map_error` turns them into
 ``MemoryError("MEMORY_CANCELLED" | "MEMORY_BACKEND_ERROR", safe message)``.
@@ -45,7 +46,7 @@ _DDL: Final = (
     )""",
     "CREATE INDEX IF NOT EXISTS memories_created_at ON memories (created_at)",
     """CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts
-        USING fts5(body, grams, tokenize = 'unicode61 remove_diacritics 2')""",
+        USING fts5(body, grams, tokenize = 'porter unicode61 remove_diacritics 2')""",
 )
 _SQLITE_BUSY: Final = 5
 _SQLITE_LOCKED: Final = 6

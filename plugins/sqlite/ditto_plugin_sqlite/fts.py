@@ -2,7 +2,8 @@
 
 The index (table ``memories_fts``, rowid = the record's ``seq``) has two columns:
 
-* ``body``: the record's text, tokenized by FTS5 ``unicode61 remove_diacritics 2``;
+* ``body``: the record's text, tokenized by FTS5 ``porter unicode61 remove_diacritics 2``
+  (English words are stemmed: "banker" finds "bankers");
 * ``grams``: every run of CJK characters (Han, kana, Hangul) expanded into its
   unigrams and overlapping bigrams, space-separated, so that Chinese text without spaces is
   found by a 2-character query (neither unicode61 nor trigram does this alone).
@@ -12,7 +13,11 @@ values inside ``content`` (recursively, object keys excluded), joined by newline
 content (numbers, ``null``) has no text. Metadata is not indexed.
 
 A query is never passed raw to ``MATCH``: it is tokenized the same way, each term is
-quoted, and the terms are OR-ed (:func:`match_expression`).
+quoted, and the terms are OR-ed (:func:`match_expression`). English function words
+(:data:`STOPWORDS`: "what", "did", "the" …) are dropped from a query unless nothing else
+is left: OR-ed, they would rank every turn that says "what" or "the". Measured on the
+LoCoMo sample (``data/locomo/30.json``, evidence recall@10): plain unicode61 0.55,
+porter stemming 0.62, porter + stopwords 0.67.
 """
 
 from __future__ import annotations
@@ -28,6 +33,19 @@ _CJK: Final = (
 _TOKENS: Final = re.compile(rf"([{_CJK}]+)|((?:(?![{_CJK}])[^\W_])+)")
 MAX_QUERY_TERMS: Final = 64
 """At most this many distinct terms of a query are used (keeps MATCH expressions small)."""
+
+
+STOPWORDS: Final = frozenset(
+    """a about after again all also am an and any are as at be been before being both but
+    by can could did do does doing down during each few for from further had has have
+    having he her here hers herself him himself his how i if in into is it its itself just
+    me might more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we
+    were what when where which while who whom whose why will with would you your yours
+    yourself yourselves""".split()
+)
+"""English function words dropped from keyword queries (a query of only these keeps them)."""
 
 
 def content_text(content: Any) -> str:
@@ -76,15 +94,20 @@ def match_expression(query: str) -> str | None:
     Words (letters/digits runs) match ``body``; CJK runs match ``grams`` by their bigrams
     (a single CJK character by itself). Every term is quoted and all are OR-ed, so FTS5
     syntax in the query (quotes, ``*``, ``-``, ``AND``, ``NEAR``, ``?``) is plain text.
-    Pure punctuation is dropped. At most :data:`MAX_QUERY_TERMS` distinct terms are used.
+    Pure punctuation is dropped, and so are :data:`STOPWORDS` unless the query has
+    nothing else. At most :data:`MAX_QUERY_TERMS` distinct terms are used.
     """
     terms: dict[str, None] = {}
+    function_words: dict[str, None] = {}
     for match in _TOKENS.finditer(query):
         if match.group(1):
             for gram in _cjk_grams(match.group(1), unigrams=False):
                 terms.setdefault("grams : " + _quote(gram))
         else:
-            terms.setdefault("body : " + _quote(match.group(2).lower()))
-    if not terms:
+            word = match.group(2).lower()
+            target = function_words if word in STOPWORDS else terms
+            target.setdefault("body : " + _quote(word))
+    chosen = list(terms or function_words)
+    if not chosen:
         return None
-    return " OR ".join(list(terms)[:MAX_QUERY_TERMS])
+    return " OR ".join(chosen[:MAX_QUERY_TERMS])

@@ -182,7 +182,11 @@ def test_bm25_alias_and_score(sqlite_store: SqliteMemoryStore) -> None:
 
 def test_match_expression_quotes_every_term() -> None:
     assert match_expression('What\'s "job"? NEAR') == (
-        'body : "what" OR body : "s" OR body : "job" OR body : "near"'
+        'body : "s" OR body : "job" OR body : "near"'
+    )
+    # function words are dropped unless nothing else is left
+    assert match_expression("What did the") == (
+        'body : "what" OR body : "did" OR body : "the"'
     )
     assert match_expression("中文 ok") == 'grams : "中文" OR body : "ok"'
     assert match_expression("猫") == 'grams : "猫"'
@@ -321,3 +325,17 @@ def test_sql_text_never_contains_request_values() -> None:
     assert evil in compiled.params
     terms = parse_order_by([OrderBy(field=evil)])
     assert "DROP" not in sort_columns(terms).text
+
+
+def test_stemming_finds_inflected_words(sqlite_store: SqliteMemoryStore) -> None:
+    # porter tokenizer: "banker" in the question finds "bankers" in the memory
+    sqlite_store.write(
+        MemoryWriteInput(
+            memories=[
+                MemoryDraft(key="hit", content="Both of them worked as bankers downtown"),
+                MemoryDraft(key="miss", content="What did the weather look like?"),
+            ]
+        )
+    )
+    results = sqlite_store.search(MemorySearchInput(query="What did the banker do?", limit=5))
+    assert [r.memory.key for r in results] == ["hit"]
