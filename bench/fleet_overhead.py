@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from celery.contrib.testing.worker import start_worker
-from ditto_plugin_sqlite import SqliteMemoryStore
 
+from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_worker import create_memory, create_memory_worker
 from ditto_worker.client import DittoClient
 from ditto_worker.config import load_runtime_config

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import redis
-from ditto_plugin_sqlite import SqliteMemoryStore
 
+from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_worker import CancelToken, create_memory, create_memory_worker, to_wire
 from ditto_worker.celery_app import create_celery_app
 from ditto_worker.client import DittoClient

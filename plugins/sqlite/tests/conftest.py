@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ditto_plugin_sqlite import SqliteMemoryStore
 
+from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_worker.testing import InMemoryMemoryStore
 
 

@@ -10,13 +10,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import ditto_plugin_sqlite
 import pytest
+
+import ditto_plugin_sqlite
 from ditto_plugin_sqlite import SqliteMemoryStore, create_store
 from ditto_plugin_sqlite.db import SCHEMA_VERSION, map_error, open_connection, transaction
 from ditto_plugin_sqlite.fts import match_expression
 from ditto_plugin_sqlite.sql import compile_filter, sort_columns
-
 from ditto_worker.contracts import (
     MemoryDraft,
     MemoryGetInput,
