@@ -19,7 +19,10 @@ def test_reference_ditto_yaml_loads_with_defaults() -> None:
     assert config.fleet.in_process
     assert config.memory_worker.query_limit == 100  # MEM-CONF-1
     assert config.memory_worker.search_limit == 10
-    assert config.plugin_settings("sqlite") == {"path": ".ditto/memory.sqlite"}  # MEM-PY-8
+    assert config.plugin_settings("sqlite") == {
+        "path": ".ditto/memory.sqlite",
+        "busyTimeoutMs": "5000",
+    }  # MEM-PY-8
     assert set(config.memory_worker.groups) == {"reads", "writes", "search"}
 
 

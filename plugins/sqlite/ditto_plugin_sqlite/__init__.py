@@ -21,17 +21,17 @@ DEFAULT_PATH: Final = "./.ditto/memory.sqlite"
 """Default database file, relative to the working folder (MEM-PY-8)."""
 _ENV_PATH: Final = "DITTO_WORKER_MEMORY_SQLITE_PATH"
 _ENV_BUSY: Final = "DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS"
-_SETTINGS: Final = frozenset({"path", "busy_timeout_ms"})
+_SETTINGS: Final = frozenset({"path", "busyTimeoutMs"})
 
 
 def _busy_timeout_ms(settings: Mapping[str, Any], env: Mapping[str, str]) -> int:
-    raw: Any = env.get(_ENV_BUSY, settings.get("busy_timeout_ms", 5000))
+    raw: Any = env.get(_ENV_BUSY, settings.get("busyTimeoutMs", 5000))
     try:
         value = int(raw) if not isinstance(raw, bool) else -1
     except (TypeError, ValueError) as exc:
-        raise ConfigError("busy_timeout_ms must be a non-negative integer (ms)") from exc
+        raise ConfigError("busyTimeoutMs must be a non-negative integer (ms)") from exc
     if value < 0:
-        raise ConfigError("busy_timeout_ms must be a non-negative integer (ms)")
+        raise ConfigError("busyTimeoutMs must be a non-negative integer (ms)")
     return value
 
 
@@ -42,7 +42,7 @@ def create_store(
 
     Args:
         settings: the plugin's ``ditto.yaml`` settings: ``path`` (str, the database file)
-            and ``busy_timeout_ms`` (int, default 5000). Other keys are rejected.
+            and ``busyTimeoutMs`` (int, default 5000). Other keys are rejected.
         env: the environment (default ``os.environ``). ``DITTO_WORKER_MEMORY_SQLITE_PATH``
             and ``DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS`` override the settings.
 

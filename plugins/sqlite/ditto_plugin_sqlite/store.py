@@ -16,6 +16,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any, ClassVar, Final
 
 from ditto_plugin_sqlite.db import open_connection, transaction
@@ -133,8 +134,7 @@ class SqliteMemoryStore:
     """MemoryStore and MemorySearchProvider over one SQLite file.
 
     Args:
-        path: the database file (created with its parent folder by
-            :func:`ditto_plugin_sqlite.create_store`; here the folder must exist).
+        path: the database file; it and its parent folder are created if missing.
         busy_timeout_ms: how long a statement waits for another process's lock, in ms.
 
     Behaviour (declared in :attr:`capabilities`):
@@ -173,6 +173,7 @@ class SqliteMemoryStore:
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000) -> None:
         self._path = os.fspath(path)
+        Path(self._path).parent.mkdir(parents=True, exist_ok=True)
         self._busy_timeout_ms = busy_timeout_ms
         self._lock = threading.Lock()
         self._local = threading.local()

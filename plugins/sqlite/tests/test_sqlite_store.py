@@ -64,7 +64,7 @@ def test_create_store_default_path(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_create_store_settings_and_env(tmp_path: Path) -> None:
     from_settings = tmp_path / "deep" / "er" / "s.sqlite"
-    with create_store({"path": str(from_settings), "busy_timeout_ms": 50}, {}) as store:
+    with create_store({"path": str(from_settings), "busyTimeoutMs": 50}, {}) as store:
         assert Path(store.path) == from_settings and from_settings.exists()
     from_env = tmp_path / "env" / "e.sqlite"
     env = {
@@ -81,8 +81,8 @@ def test_create_store_settings_and_env(tmp_path: Path) -> None:
         ({"url": "x"}, {}),
         ({"path": ":memory:"}, {}),
         ({"path": 5}, {}),
-        ({"busy_timeout_ms": -1}, {}),
-        ({"busy_timeout_ms": True}, {}),
+        ({"busyTimeoutMs": -1}, {}),
+        ({"busyTimeoutMs": True}, {}),
         ({}, {"DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS": "soon"}),
     ],
 )
