@@ -24,7 +24,13 @@ from kombu.entity import Exchange, Queue
 from ditto_worker.config import FleetSettings
 from ditto_worker.contracts import NODE_QUEUES
 
-__all__ = ["DEADLINE_HEADER", "IN_PROCESS_POLL_S", "create_celery_app", "queue_for"]
+__all__ = [
+    "DEADLINE_HEADER",
+    "IN_PROCESS_POLL_S",
+    "create_celery_app",
+    "queue_for",
+    "result_backend_url",
+]
 
 DEADLINE_HEADER = "ditto_deadline"
 """Message header: the caller's absolute deadline, ``time.time()`` seconds (MEM-PY-3)."""
@@ -44,19 +50,29 @@ def _broker_urls(fleet: FleetSettings) -> tuple[str, str]:
     return fleet.broker_url, fleet.result_backend or fleet.broker_url
 
 
-def create_celery_app(fleet: FleetSettings | None = None, *, main: str = "ditto_worker") -> Celery:
+def result_backend_url(fleet: FleetSettings) -> str:
+    """The result backend URL the fleet's workers store results in."""
+    return _broker_urls(fleet)[1]
+
+
+def create_celery_app(
+    fleet: FleetSettings | None = None, *, main: str = "ditto_worker", results: bool = True
+) -> Celery:
     """Create a configured Celery app (no tasks registered).
 
     Args:
         fleet: broker and result backend; defaults to the in-process transport.
         main: the app's name (shown by ``celery inspect`` and Flower).
+        results: ``False`` for a sending-only app (the :class:`DittoClient` of a Redis
+            fleet reads results with its own listener; Celery's result consumer would
+            subscribe one channel per sent task, celery#5320).
 
     Returns:
         A Celery app whose routes send each node id to its own queue.
     """
     fleet = fleet or FleetSettings()
     broker, backend = _broker_urls(fleet)
-    app = Celery(main, broker=broker, backend=backend, set_as_current=False)
+    app = Celery(main, broker=broker, backend=backend if results else None, set_as_current=False)
     queues = [
         Queue(q, Exchange(q, type="direct"), routing_key=q)  # type: ignore[no-untyped-call]
         for q in NODE_QUEUES.values()

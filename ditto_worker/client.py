@@ -1,20 +1,42 @@
-"""The invoke client: send a node call by name, await its NodeResult.
+"""The invoke client: send a node call by name, await its NodeResult (sync or asyncio).
 
-``DittoClient.invoke(node, input)`` returns the same NodeResult shape as the direct SDK
-(MEM-NODE-3). Failures are NodeResults too: an unknown node is ``UNKNOWN_NODE`` before
-anything is sent; a call past its timeout is ``timeout``/``MEMORY_TIMEOUT`` and revoked; a
-cancelled call is ``cancelled``/``MEMORY_CANCELLED`` and revoked (MEM-PY-2). Every message
-carries ``expires`` (= the deadline), so a worker never starts a call whose caller has
-given up; the deadline also travels in the ``ditto_deadline`` header (MEM-PY-3).
+``DittoClient.invoke(node, input)`` and ``await DittoClient.ainvoke(node, input)`` return
+the same NodeResult as the direct SDK (MEM-NODE-3). Failures are NodeResults too: an
+unknown node is ``UNKNOWN_NODE`` before anything is sent; a call past its timeout is
+``timeout``/``MEMORY_TIMEOUT``; a cancelled call is ``cancelled``/``MEMORY_CANCELLED``
+(MEM-PY-2). Cancelling the asyncio task awaiting ``ainvoke`` cancels the call and
+re-raises ``asyncio.CancelledError``.
+
+Every message carries ``expires`` (= the deadline) and the ``ditto_deadline`` header
+(MEM-PY-3): a worker never starts a call whose caller has given up, and stops a running one
+at its deadline. On timeout or cancel the client revokes the task and raises the call's
+cancel flag (:mod:`ditto_worker.cancellation`), which interrupts a running call in the
+plugin's driver. A committed write is never rolled back by a cancel (MEM-RUN-2).
+
+Two ways of awaiting results:
+
+* Redis result backend (the fleet): one :class:`~ditto_worker.results.ResultListener` per
+  client — one pub/sub connection and one event loop thread for all calls, sync and async
+  — plus a small pool of sender threads (``send_threads``) for kombu's blocking publish.
+  Threads and Redis connections stay bounded however many calls are in flight.
+* in-process (``memory://``): Celery's ``AsyncResult`` polled every millisecond; ``ainvoke``
+  runs ``invoke`` on the sender threads.
 
 This module never imports tasks or plugins.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as ThreadTimeoutError
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,8 +45,17 @@ from celery.exceptions import TaskRevokedError
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.exceptions import EncodeError, OperationalError
 from pydantic import BaseModel, ValidationError
+from redis.exceptions import RedisError
 
-from ditto_worker.celery_app import DEADLINE_HEADER, IN_PROCESS_POLL_S, queue_for
+from ditto_worker.cancellation import CANCEL_CHANNEL, cancel_key, local_registry
+from ditto_worker.celery_app import (
+    DEADLINE_HEADER,
+    IN_PROCESS_POLL_S,
+    create_celery_app,
+    queue_for,
+    result_backend_url,
+)
+from ditto_worker.config import FleetSettings
 from ditto_worker.contracts import (
     NODE_QUEUES,
     MemoryDeleteOutput,
@@ -32,10 +63,12 @@ from ditto_worker.contracts import (
     MemoryQueryOutput,
     MemorySearchResult,
     NodeResult,
+    NodeStatus,
     to_wire,
 )
 from ditto_worker.errors import ErrorCode
 from ditto_worker.ports import CancelToken
+from ditto_worker.results import ResultListener
 
 __all__ = ["OUTPUT_TYPES", "DittoClient"]
 
@@ -55,30 +88,75 @@ _RESULT_TYPES: dict[str, type[NodeResult[Any]]] = {
     node: NodeResult[output]  # type: ignore[valid-type]
     for node, output in OUTPUT_TYPES.items()
 }
-
 _CANCEL_POLL_S = 0.05
+_SLACK_S = 5.0  # how long past its deadline a call may take to report (slow broker)
 
 
 def _jsonable(input: Any) -> Any:
-    if isinstance(input, BaseModel):
-        return to_wire(input)
-    return input
+    return to_wire(input) if isinstance(input, BaseModel) else input
+
+
+def _failure(
+    eid: str, node: str, code: str, message: str, status: NodeStatus = "failed"
+) -> NodeResult[Any]:
+    return NodeResult.failure(eid, node, code, message, status=status)
+
+
+def _timed_out(eid: str, node: str, message: str = "the call timed out") -> NodeResult[Any]:
+    return _failure(eid, node, ErrorCode.MEMORY_TIMEOUT, message, "timeout")
+
+
+def _cancelled(eid: str, node: str, message: str = "the call was cancelled") -> NodeResult[Any]:
+    return _failure(eid, node, ErrorCode.MEMORY_CANCELLED, message, "cancelled")
+
+
+def _is_redis(url: str) -> bool:
+    return url.startswith(("redis://", "rediss://", "unix://"))
 
 
 class DittoClient:
     """Sends node calls to the fleet and turns replies into NodeResults.
 
     Args:
-        app: a Celery app from :func:`~ditto_worker.celery_app.create_celery_app`
-            (the client only sends by task name).
-        default_timeout_s: timeout of a call when ``invoke`` is given none, seconds
+        app: a Celery app from :func:`~ditto_worker.celery_app.create_celery_app`; the
+            client only sends by task name. For a Redis fleet prefer :meth:`from_fleet`.
+        default_timeout_s: timeout of a call when none is given, seconds
             (``fleet.callTimeoutS`` in ``ditto.yaml``).
+        result_backend: a Redis URL to read results from with one
+            :class:`~ditto_worker.results.ResultListener`; ``None`` polls ``app``'s backend.
+        send_threads: threads publishing messages (kombu's publish blocks).
     """
 
-    def __init__(self, app: Celery, *, default_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        app: Celery,
+        *,
+        default_timeout_s: float = 30.0,
+        result_backend: str | None = None,
+        send_threads: int = 4,
+    ) -> None:
         self.app = app
         self.default_timeout_s = default_timeout_s
         self._poll_s = IN_PROCESS_POLL_S if str(app.conf.broker_url).startswith("memory") else 0.01
+        self._listener = (
+            ResultListener(result_backend, max_connections=send_threads)
+            if result_backend and _is_redis(result_backend)
+            else None
+        )
+        self._senders = ThreadPoolExecutor(send_threads, thread_name_prefix="ditto-send")
+        self._in_flight = 0
+        self._idle = threading.Condition()
+        self._closed = False
+
+    @classmethod
+    def from_fleet(cls, fleet: FleetSettings, **kwargs: Any) -> DittoClient:
+        """A client of a broker fleet: a sending-only app plus a Redis result listener."""
+        backend = result_backend_url(fleet)
+        app = create_celery_app(fleet, results=not _is_redis(backend))
+        kwargs.setdefault("default_timeout_s", fleet.call_timeout_s)
+        return cls(app, result_backend=backend, **kwargs)
+
+    # --- public API -----------------------------------------------------------------------
 
     def invoke(
         self,
@@ -95,53 +173,225 @@ class DittoClient:
             node: a node id (``MEMORY.GET`` …).
             input: the node input as JSON-ready data (wire names) or a contract model.
             timeout: seconds to wait; default ``default_timeout_s``.
-            cancel: a token; cancelling it revokes the call.
+            cancel: a token; cancelling it cancels the call (revoke + cancel flag).
             execution_id: the call's id (the Celery task id); a new uuid4 when omitted.
 
         Returns:
-            The worker's NodeResult, or one with status ``failed`` (``UNKNOWN_NODE``,
-            ``INVALID_INPUT`` for input that is not JSON, ``MEMORY_BACKEND_ERROR`` when the
-            broker is unreachable or the reply is malformed), ``timeout``
+            The worker's NodeResult, or one with status ``failed`` (``UNKNOWN_NODE``;
+            ``INVALID_INPUT`` for input that is not JSON; ``MEMORY_BACKEND_ERROR`` when
+            the broker or result backend is unreachable, or the client is closed;
+            ``INVALID_BACKEND_OUTPUT`` for a malformed reply), ``timeout``
             (``MEMORY_TIMEOUT``) or ``cancelled`` (``MEMORY_CANCELLED``).
         """
         eid = execution_id or str(uuid.uuid4())
-        if node not in NODE_QUEUES:
-            return NodeResult.failure(eid, node, ErrorCode.UNKNOWN_NODE, f"unknown node {node!r}")
-        if cancel is not None and cancel.cancelled:
-            return self._cancelled(eid, node, "cancelled before it was sent")
-        timeout_s = self.default_timeout_s if timeout is None else timeout
-        deadline = time.time() + timeout_s
-        try:
-            result = self.app.send_task(
-                node,
-                kwargs={"input": _jsonable(input)},
-                task_id=eid,
-                queue=queue_for(node),
-                expires=datetime.fromtimestamp(deadline, UTC),
-                headers={DEADLINE_HEADER: deadline},
-            )
-        except EncodeError:
-            return NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, "input is not JSON data")
-        except OperationalError:
-            log.exception("broker unreachable while sending %s", node)
-            return NodeResult.failure(
-                eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the broker is unreachable"
-            )
-        return self._await(result, node, eid, deadline, cancel)
+        early = self._refuse(node, eid, cancel)
+        if early is not None:
+            return early
+        deadline = time.time() + (self.default_timeout_s if timeout is None else timeout)
+        with self._tracked():
+            if self._listener is None:
+                return self._invoke_polling(node, _jsonable(input), eid, deadline, cancel)
+            coro = self._acall(node, _jsonable(input), eid, deadline, cancel)
+            future = self._listener.submit(coro)
+            try:
+                return future.result(timeout=max(0.0, deadline - time.time()) + _SLACK_S)
+            except ThreadTimeoutError:
+                future.cancel()
+                return _timed_out(eid, node, "the fleet did not answer in time")
 
-    def _await(
-        self, result: Any, node: str, eid: str, deadline: float, cancel: CancelToken | None
+    async def ainvoke(
+        self,
+        node: str,
+        input: Any,
+        *,
+        timeout: float | None = None,
+        cancel: CancelToken | None = None,
+        execution_id: str | None = None,
     ) -> NodeResult[Any]:
+        """``invoke`` for asyncio: same arguments, same NodeResult.
+
+        Raises:
+            asyncio.CancelledError: when the awaiting task is cancelled; the call is
+                cancelled on the fleet first (revoke + cancel flag), MEM-PY-2.
+        """
+        eid = execution_id or str(uuid.uuid4())
+        early = self._refuse(node, eid, cancel)
+        if early is not None:
+            return early
+        deadline = time.time() + (self.default_timeout_s if timeout is None else timeout)
+        with self._tracked():
+            if self._listener is None:
+                token = cancel or CancelToken()
+                call = functools.partial(
+                    self.invoke, node, input, timeout=deadline - time.time(), cancel=token,
+                    execution_id=eid,
+                )  # fmt: skip
+                try:
+                    return await asyncio.get_running_loop().run_in_executor(self._senders, call)
+                except asyncio.CancelledError:
+                    token.cancel()
+                    raise
+            coro = self._acall(node, _jsonable(input), eid, deadline, cancel)
+            return await asyncio.wrap_future(self._listener.submit(coro))
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Drain calls already accepted (up to ``timeout_s``), then release connections.
+
+        New calls after ``close`` fail with ``MEMORY_BACKEND_ERROR``. The client owns no
+        plugin and closes none (MEM-RUN-3).
+        """
+        self._closed = True
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight == 0, timeout=timeout_s)
+        if self._listener is not None:
+            self._listener.close()
+        self._senders.shutdown(wait=True)
+        self.app.close()
+
+    @property
+    def in_flight(self) -> int:
+        """Calls accepted and not yet answered."""
+        return self._in_flight
+
+    # --- shared helpers -------------------------------------------------------------------
+
+    def _refuse(self, node: str, eid: str, cancel: CancelToken | None) -> NodeResult[Any] | None:
+        if node not in NODE_QUEUES:
+            return _failure(eid, node, ErrorCode.UNKNOWN_NODE, f"unknown node {node!r}")
+        if self._closed:
+            return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the client is closed")
+        if cancel is not None and cancel.cancelled:
+            return _cancelled(eid, node, "cancelled before it was sent")
+        return None
+
+    @contextmanager
+    def _tracked(self) -> Iterator[None]:
+        with self._idle:
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    def _send(self, node: str, payload: Any, eid: str, deadline: float) -> None:
+        self.app.send_task(
+            node,
+            kwargs={"input": payload},
+            task_id=eid,
+            queue=queue_for(node),
+            expires=datetime.fromtimestamp(deadline, UTC),
+            headers={DEADLINE_HEADER: deadline},
+        )
+
+    def _send_failure(self, exc: Exception, node: str, eid: str) -> NodeResult[Any]:
+        if isinstance(exc, EncodeError):
+            return _failure(eid, node, ErrorCode.INVALID_INPUT, "input is not JSON data")
+        log.error("could not send %s: %s", node, type(exc).__name__)
+        return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the broker is unreachable")
+
+    def _parse(self, payload: Any, node: str, eid: str) -> NodeResult[Any]:
+        try:
+            return _RESULT_TYPES[node].model_validate(payload)
+        except ValidationError:
+            log.error("malformed NodeResult from %s", node)
+            return _failure(
+                eid, node, ErrorCode.INVALID_BACKEND_OUTPUT, "the worker's reply is malformed"
+            )
+
+    def _from_meta(
+        self, meta: dict[str, Any], node: str, eid: str, cancelled: bool
+    ) -> NodeResult[Any]:
+        status = meta.get("status")
+        if status == "SUCCESS":
+            return self._parse(meta.get("result"), node, eid)
+        if status == "REVOKED":
+            return _cancelled(eid, node) if cancelled else _timed_out(eid, node, "the call expired")
+        log.error("node task %s ended %s without a NodeResult", node, status)
+        return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the node task failed")
+
+    def _revoke(self, eid: str) -> None:
+        try:
+            self.app.control.revoke(eid)
+        except Exception:  # a revoke that cannot be sent is covered by expires + cancel flag
+            log.warning("could not broadcast revoke for %s", eid, exc_info=True)
+
+    # --- Redis fleet: the listener path ---------------------------------------------------
+
+    async def _acall(
+        self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None
+    ) -> NodeResult[Any]:
+        listener = self._listener
+        assert listener is not None
+        loop = asyncio.get_running_loop()
+        cancelled = asyncio.Event()
+
+        def on_cancel() -> None:
+            loop.call_soon_threadsafe(cancelled.set)
+
+        unregister = cancel.on_cancel(on_cancel) if cancel else None
+        try:
+            result = await asyncio.wait_for(listener.subscribe(eid), deadline - time.time())
+            try:
+                await loop.run_in_executor(self._senders, self._send, node, payload, eid, deadline)
+            except (EncodeError, OperationalError) as exc:
+                return self._send_failure(exc, node, eid)
+            await listener.read_stored(eid)
+            waiter: asyncio.Future[Any] = loop.create_task(cancelled.wait())
+            pending: set[asyncio.Future[Any]] = {result, waiter}
+            await asyncio.wait(
+                pending, timeout=max(0.0, deadline - time.time()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )  # fmt: skip
+            waiter.cancel()
+            if result.done() and not result.cancelled():
+                return self._from_meta(result.result(), node, eid, cancelled.is_set())
+            await self._acancel(eid, deadline)
+            return _cancelled(eid, node) if cancelled.is_set() else _timed_out(eid, node)
+        except TimeoutError:
+            return _timed_out(eid, node, "the result backend did not answer in time")
+        except RedisError:
+            log.error("result backend unreachable during %s", node)
+            return _failure(
+                eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the result backend is unreachable"
+            )
+        except asyncio.CancelledError:
+            await self._acancel(eid, deadline)
+            raise
+        finally:
+            if unregister is not None:
+                unregister()
+            await listener.release(eid)
+
+    async def _acancel(self, eid: str, deadline: float) -> None:
+        """Flag ``eid`` cancelled (stops it if running, prevents it if not) and revoke it."""
+        listener = self._listener
+        assert listener is not None
+        ttl_s = max(1, int(deadline - time.time()) + 60)
+        try:
+            await listener.client.set(cancel_key(eid), b"1", ex=ttl_s)
+            await listener.client.publish(CANCEL_CHANNEL, eid)
+        except RedisError:
+            log.warning("could not raise the cancel flag of %s", eid)
+        await asyncio.get_running_loop().run_in_executor(self._senders, self._revoke, eid)
+
+    # --- in-process: the polling path ----------------------------------------------------
+
+    def _invoke_polling(
+        self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None
+    ) -> NodeResult[Any]:
+        try:
+            self._send(node, payload, eid, deadline)
+        except (EncodeError, OperationalError) as exc:
+            return self._send_failure(exc, node, eid)
+        result = self.app.AsyncResult(eid)
         while True:
             remaining = deadline - time.time()
-            if remaining <= 0:
+            if remaining <= 0 or (cancel is not None and cancel.cancelled):
+                local_registry().cancel(eid)
                 self._revoke(eid)
-                return NodeResult.failure(
-                    eid, node, ErrorCode.MEMORY_TIMEOUT, "the call timed out", status="timeout"
-                )
-            if cancel is not None and cancel.cancelled:
-                self._revoke(eid)
-                return self._cancelled(eid, node, "the call was cancelled")
+                return _timed_out(eid, node) if remaining <= 0 else _cancelled(eid, node)
             wait_s = remaining if cancel is None else min(remaining, _CANCEL_POLL_S)
             try:
                 payload = result.get(timeout=wait_s, interval=self._poll_s, propagate=True)
@@ -149,38 +399,9 @@ class DittoClient:
                 continue
             except TaskRevokedError:
                 if cancel is not None and cancel.cancelled:
-                    return self._cancelled(eid, node, "the call was cancelled")
-                return NodeResult.failure(
-                    eid, node, ErrorCode.MEMORY_TIMEOUT, "the call expired", status="timeout"
-                )
+                    return _cancelled(eid, node)
+                return _timed_out(eid, node, "the call expired")
             except Exception:
                 log.exception("node task %s failed without a NodeResult", node)
-                return NodeResult.failure(
-                    eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the node task failed"
-                )
+                return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the node task failed")
             return self._parse(payload, node, eid)
-
-    def _parse(self, payload: Any, node: str, eid: str) -> NodeResult[Any]:
-        try:
-            parsed = _RESULT_TYPES[node].model_validate(payload)
-        except ValidationError:
-            log.exception("malformed NodeResult from %s", node)
-            return NodeResult.failure(
-                eid, node, ErrorCode.INVALID_BACKEND_OUTPUT, "the worker's reply is malformed"
-            )
-        return parsed
-
-    def _cancelled(self, eid: str, node: str, message: str) -> NodeResult[Any]:
-        return NodeResult.failure(
-            eid, node, ErrorCode.MEMORY_CANCELLED, message, status="cancelled"
-        )
-
-    def _revoke(self, eid: str) -> None:
-        try:
-            self.app.control.revoke(eid)
-        except Exception:  # a revoke that cannot be sent is covered by the message's expires
-            log.warning("could not broadcast revoke for %s", eid, exc_info=True)
-
-    def close(self) -> None:
-        """Release the app's broker and backend connections."""
-        self.app.close()

@@ -53,7 +53,7 @@ def open_fleet(
     """
     timeout_s = config.fleet.call_timeout_s
     if not config.fleet.in_process:
-        client = DittoClient(create_celery_app(config.fleet), default_timeout_s=timeout_s)
+        client = DittoClient.from_fleet(config.fleet)
         try:
             yield client
         finally:

@@ -20,9 +20,11 @@ from typing import Any
 
 from celery import Celery, Task
 
+from ditto_worker.cancellation import RedisCancelWatcher, local_registry
 from ditto_worker.celery_app import DEADLINE_HEADER
 from ditto_worker.config import RuntimeConfig
-from ditto_worker.contracts import NODE_IDS, to_wire
+from ditto_worker.contracts import NODE_IDS, NodeResult, to_wire
+from ditto_worker.errors import ErrorCode
 from ditto_worker.worker import MemoryWorker, NodeContext, create_memory_worker
 
 __all__ = ["FleetRuntime", "register_tasks"]
@@ -53,6 +55,7 @@ class FleetRuntime:
         self._store_name = store
         self._lock = threading.Lock()
         self._worker: MemoryWorker | None = None
+        self._watcher: RedisCancelWatcher | None = None
         self._pid = -1
 
     def _from_entry_point(self) -> MemoryWorker:
@@ -61,26 +64,43 @@ class FleetRuntime:
         store = build_store(self.config, self._store_name)
         return create_memory_worker(store)
 
-    @property
-    def worker(self) -> MemoryWorker:
-        """This process's worker, built on first use (after a fork, built anew)."""
+    def _ensure(self, app: Celery | None = None) -> tuple[MemoryWorker, RedisCancelWatcher | None]:
+        """This process's worker and cancel watcher, built on first use (anew after fork)."""
         with self._lock:
             if self._worker is None or self._pid != os.getpid():
                 self._worker = self._factory()
+                self._watcher = None
+                backend = str(app.conf.result_backend or "") if app is not None else ""
+                if backend.startswith(("redis://", "rediss://", "unix://")):
+                    self._watcher = RedisCancelWatcher(backend)
                 self._pid = os.getpid()
-            return self._worker
+            return self._worker, self._watcher
+
+    @property
+    def worker(self) -> MemoryWorker:
+        """This process's worker, built on first use (after a fork, built anew)."""
+        return self._ensure()[0]
 
     def run(self, task: Task, node: str, input: Any) -> dict[str, Any]:
-        """Run ``node`` for the task's current request; returns the NodeResult wire JSON."""
+        """Run ``node`` for the task's current request; returns the NodeResult wire JSON.
+
+        The call runs with a cancel token registered under its execution id (see
+        :mod:`ditto_worker.cancellation`); a call flagged cancelled before it started is
+        answered ``cancelled`` without running.
+        """
+        worker, watcher = self._ensure(task.app)
+        eid = str(task.request.id)
         headers = task.request.headers or {}
-        deadline = headers.get(DEADLINE_HEADER, getattr(task.request, DEADLINE_HEADER, None))
-        ctx = NodeContext(
-            execution_id=str(task.request.id),
-            cancel=None,
-            deadline=float(deadline) if isinstance(deadline, int | float) else None,
-            defaults=self.config.memory,
-        )
-        return to_wire(self.worker.handle(node, input, ctx))
+        raw_deadline = headers.get(DEADLINE_HEADER, getattr(task.request, DEADLINE_HEADER, None))
+        deadline = float(raw_deadline) if isinstance(raw_deadline, int | float) else None
+        if watcher is not None and watcher.is_flagged(eid):
+            cancelled = NodeResult.failure(
+                eid, node, ErrorCode.MEMORY_CANCELLED, "cancelled before it started", "cancelled"
+            )
+            return to_wire(cancelled)
+        with local_registry().running(eid, deadline) as token:
+            ctx = NodeContext(eid, cancel=token, deadline=deadline, defaults=self.config.memory)
+            return to_wire(worker.handle(node, input, ctx))
 
 
 def _make_task(app: Celery, runtime: FleetRuntime, node: str) -> None:

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 import redis
 
-from ditto_worker.celery_app import create_celery_app
 from ditto_worker.client import DittoClient
 from ditto_worker.config import FleetSettings, RuntimeConfig, load_runtime_config
 from ditto_worker.contracts import NODE_QUEUES
@@ -141,9 +140,7 @@ def start_fleet_worker(redis_url: str) -> StartWorker:
 
 @pytest.fixture
 def client(redis_url: str) -> Iterator[DittoClient]:
-    """A DittoClient on its own Celery app (no tasks registered: it only sends by name)."""
-    c = DittoClient(
-        create_celery_app(FleetSettings(broker_url=redis_url, result_backend=redis_url))
-    )
+    """A fleet DittoClient: a sending-only app plus its Redis result listener."""
+    c = DittoClient.from_fleet(FleetSettings(broker_url=redis_url, result_backend=redis_url))
     yield c
     c.close()

@@ -1,0 +1,180 @@
+"""Cooperative cancellation of running node calls (MEM-PY-2, MEM-RUN-2).
+
+Celery's ``revoke(terminate=True)`` is never used: it signals the pool process, which may
+by then run another task, and does nothing on the thread and solo pools. Instead:
+
+* the worker keeps a :class:`CancelRegistry` of the calls it is running, each with its
+  :class:`~ditto_worker.ports.CancelToken` (handed to the plugin in
+  ``MemoryCallOptions.cancel``, which interrupts the driver — e.g.
+  ``sqlite3.Connection.interrupt``) and the caller's deadline;
+* a caller cancels by execution id: on a Redis fleet the client sets the key
+  ``ditto:cancel:<executionId>`` (expiring with the call's deadline) and publishes the id
+  on the channel ``ditto:cancel``; each worker process runs one :class:`RedisCancelWatcher`
+  thread subscribed to that channel. In-process (no broker), the client cancels the
+  registry directly;
+* a call whose id is already flagged when it starts is answered ``cancelled`` without
+  running — so a cancelled call never runs, even if the worker missed the revoke;
+* when a running call's deadline passes, the watcher cancels its token too: work whose
+  caller has given up stops.
+
+What a cancel means for a write: the plugin's transaction is rolled back if the cancel
+arrives before COMMIT; a committed write is never undone (MEM-RUN-2, MEM-ERR-5). A batch
+is committed whole or not at all (MEM-PY-11).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import redis
+
+from ditto_worker.ports import CancelToken
+
+__all__ = [
+    "CANCEL_CHANNEL",
+    "CANCEL_KEY_PREFIX",
+    "CancelRegistry",
+    "RedisCancelWatcher",
+    "cancel_key",
+    "local_registry",
+]
+
+log = logging.getLogger(__name__)
+
+CANCEL_CHANNEL = "ditto:cancel"
+"""Pub/sub channel on which cancelled execution ids are announced."""
+CANCEL_KEY_PREFIX = "ditto:cancel:"
+"""Key prefix of the per-call cancel flag (value ``1``, expiring with the call)."""
+_TICK_S = 0.1
+
+
+def cancel_key(execution_id: str) -> str:
+    """The Redis key flagging ``execution_id`` as cancelled."""
+    return CANCEL_KEY_PREFIX + execution_id
+
+
+@dataclass
+class _Running:
+    token: CancelToken
+    deadline: float | None
+
+
+class CancelRegistry:
+    """The calls this process is running, by execution id; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, _Running] = {}
+        self._flagged: dict[str, float] = {}  # cancelled before start: id -> expiry (time.time)
+
+    @contextmanager
+    def running(self, execution_id: str, deadline: float | None) -> Iterator[CancelToken]:
+        """Register a call for the duration of the block; yields its token.
+
+        The token is already cancelled when the id was flagged before the call started.
+        """
+        token = CancelToken()
+        with self._lock:
+            self._running[execution_id] = _Running(token, deadline)
+            flagged = self._flagged.pop(execution_id, None) is not None
+        if flagged:
+            token.cancel()
+        try:
+            yield token
+        finally:
+            with self._lock:
+                self._running.pop(execution_id, None)
+
+    def cancel(self, execution_id: str, ttl_s: float = 3600.0) -> bool:
+        """Cancel a running call, or flag it for ``ttl_s`` seconds if not running yet.
+
+        Returns:
+            True when a running call's token was cancelled.
+        """
+        with self._lock:
+            entry = self._running.get(execution_id)
+            if entry is None:
+                now = time.time()
+                self._flagged = {k: v for k, v in self._flagged.items() if v > now}
+                self._flagged[execution_id] = now + ttl_s
+                return False
+        entry.token.cancel()
+        return True
+
+    def expire_deadlines(self, now: float | None = None) -> int:
+        """Cancel every running call whose deadline has passed; returns how many."""
+        now = time.time() if now is None else now
+        with self._lock:
+            late = [r.token for r in self._running.values() if r.deadline and r.deadline <= now]
+        for token in late:
+            token.cancel()
+        return len(late)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+
+_LOCAL = CancelRegistry()
+
+
+def local_registry() -> CancelRegistry:
+    """The registry of this process (used by in-process fleets and by the watcher)."""
+    return _LOCAL
+
+
+class RedisCancelWatcher:
+    """One daemon thread per worker process: cancel announcements and deadlines.
+
+    Args:
+        url: the Redis URL of the fleet's result backend (cancel flags live there).
+        registry: the registry to act on (default: this process's).
+    """
+
+    def __init__(self, url: str, registry: CancelRegistry | None = None) -> None:
+        self.registry = registry or local_registry()
+        self._client = redis.Redis.from_url(url, socket_timeout=5, health_check_interval=30)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ditto-cancel-watch", daemon=True)
+        self._thread.start()
+
+    def is_flagged(self, execution_id: str) -> bool:
+        """True when ``execution_id`` was cancelled before this worker took it."""
+        try:
+            return bool(self._client.exists(cancel_key(execution_id)))
+        except redis.RedisError:
+            log.warning("cannot read the cancel flag of %s", execution_id, exc_info=True)
+            return False
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._listen()
+            except redis.RedisError:
+                log.warning("cancel watcher lost Redis; retrying", exc_info=True)
+                self._stop.wait(0.5)
+
+    def _listen(self) -> None:
+        pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        try:
+            pubsub.subscribe(CANCEL_CHANNEL)
+            while not self._stop.is_set():
+                message = pubsub.get_message(timeout=_TICK_S)
+                if message is not None and message.get("type") == "message":
+                    data = message["data"]
+                    eid = data.decode() if isinstance(data, bytes) else str(data)
+                    self.registry.cancel(eid, ttl_s=60.0)
+                self.registry.expire_deadlines()
+        finally:
+            pubsub.close()
+
+    def close(self) -> None:
+        """Stop the thread and close the connection."""
+        self._stop.set()
+        self._thread.join(2)
+        self._client.close()
