@@ -1,4 +1,4 @@
-"""The ``ditto-worker`` command: ``worker``, ``invoke``, ``demo``.
+"""The ``ditto-worker`` command: ``worker``, ``invoke``, ``demo``, ``status``, ``flower``.
 
 Config comes from ``--config`` or ``./ditto.yaml`` (if present), then ``DITTO_*`` env;
 ``--broker`` overrides the broker (and, unless given, the result backend). With no broker
@@ -85,6 +85,10 @@ def worker(
     ] = None,
     concurrency: Annotated[int | None, typer.Option(help="Pool size; overrides YAML.")] = None,
     pool: Annotated[str | None, typer.Option(help="prefork | threads | solo.")] = None,
+    autoscale: Annotated[
+        str | None,
+        typer.Option(help="MAX,MIN pool processes (Celery --autoscale); overrides --concurrency."),
+    ] = None,
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
     hostname: Annotated[str | None, typer.Option(help="Celery node name.")] = None,
     config: ConfigOpt = None,
@@ -116,6 +120,7 @@ def worker(
         "-l", loglevel,
         "-n", name,
         "-E",
+        *(["--autoscale", autoscale] if autoscale else []),
     ])  # fmt: skip
 
 
@@ -194,6 +199,55 @@ def demo(
     typer.echo(f"{'node':<15}{'calls':>7}{'p50 ms':>10}{'p95 ms':>10}")
     for node, calls, p50, p95 in report.latency_rows():
         typer.echo(f"{node:<15}{calls:>7}{p50:>10.2f}{p95:>10.2f}")
+
+
+@app.command()
+def status(
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for workers' replies.")] = 1.0,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per node.")] = False,
+    config: ConfigOpt = None,
+    broker: BrokerOpt = None,
+) -> None:
+    """Per-queue backlog (broker) and per-node workers (celery inspect), as a table."""
+    from ditto_worker.celery_app import create_celery_app
+    from ditto_worker.status import collect_status, render_table
+
+    cfg = _config(config, broker)
+    if cfg.fleet.in_process:
+        typer.echo("status: no broker configured (set DITTO_BROKER_URL or --broker)", err=True)
+        raise typer.Exit(2)
+    celery_app = create_celery_app(cfg.fleet)
+    try:
+        rows = collect_status(celery_app, timeout_s=timeout)
+    except DittoError as exc:
+        typer.echo(f"status: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    finally:
+        celery_app.close()
+    if as_json:
+        for row in rows:
+            typer.echo(json.dumps(row.to_dict()))
+    else:
+        typer.echo(render_table(rows), nl=False)
+
+
+@app.command()
+def flower(
+    address: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port.")] = 5555,
+    config: ConfigOpt = None,
+    broker: BrokerOpt = None,
+) -> None:
+    """Run Flower on the fleet; its pages, API and /metrics need FLOWER_BASIC_AUTH."""
+    from ditto_worker.monitor import run_flower
+
+    cfg = _config(config, broker)
+    try:
+        code = run_flower(cfg, address=address, port=port)
+    except ConfigError as exc:
+        typer.echo(f"flower: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    raise typer.Exit(code or 0)
 
 
 def main() -> None:
