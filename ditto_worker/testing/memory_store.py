@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
+from ditto_worker.capabilities import StoreCapabilities
 from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemoryDeleteOutput,
@@ -138,12 +139,16 @@ class InMemoryMemoryStore:
     is better**; ties in sequence order; records without any query term are not returned.
     """
 
-    batch_atomic: ClassVar[bool] = True
-    key_conflict: ClassVar[str] = "error"
-    search_strategies: ClassVar[tuple[str, ...]] = ("keyword",)
-    capabilities: ClassVar[frozenset[str]] = frozenset(
-        {"batch_atomic", "unique_keys", "native_search", "keyword_search", "keyset_cursor"}
+    capabilities: ClassVar[StoreCapabilities] = StoreCapabilities(
+        search_strategies=("keyword",),
+        default_strategy="keyword",
+        keyword_strategy="keyword",
+        keyword_cjk=True,
+        key_conflict="error",
+        batch_atomic=True,
+        cancel=True,
     )
+    search_strategies: ClassVar[tuple[str, ...]] = capabilities.search_strategies
 
     def __init__(self) -> None:
         self._lock = threading.RLock()

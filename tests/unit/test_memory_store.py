@@ -44,7 +44,7 @@ def test_exports_and_protocols() -> None:
     assert testing.__all__ == ["InMemoryMemoryStore", "create_store"]
     store = create_store({}, {})
     assert isinstance(store, MemoryStore) and isinstance(store, MemorySearchProvider)
-    assert store.batch_atomic is True and "batch_atomic" in store.capabilities  # MEM-PY-11
+    assert store.capabilities.batch_atomic is True  # MEM-PY-11
 
 
 def test_create_store_has_no_settings() -> None:

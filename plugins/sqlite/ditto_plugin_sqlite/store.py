@@ -28,6 +28,7 @@ from ditto_plugin_sqlite.sql import (
     order_clause,
     sort_columns,
 )
+from ditto_worker.capabilities import StoreCapabilities
 from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemoryDeleteOutput,
@@ -156,20 +157,17 @@ class SqliteMemoryStore:
     with a safe message).
     """
 
-    batch_atomic: ClassVar[bool] = True
-    key_conflict: ClassVar[str] = "error"
-    search_strategies: ClassVar[tuple[str, ...]] = ("keyword", "bm25")
-    capabilities: ClassVar[frozenset[str]] = frozenset(
-        {
-            "batch_atomic",
-            "unique_keys",
-            "native_search",
-            "keyword_search",
-            "keyset_cursor",
-            "cancel",
-            "multi_process",
-        }
+    capabilities: ClassVar[StoreCapabilities] = StoreCapabilities(
+        search_strategies=("keyword", "bm25"),
+        default_strategy="keyword",
+        keyword_strategy="keyword",
+        keyword_cjk=True,
+        key_conflict="error",
+        batch_atomic=True,
+        cancel=True,
+        extras=frozenset({"multi_process", "driver_cancel"}),
     )
+    search_strategies: ClassVar[tuple[str, ...]] = capabilities.search_strategies
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000) -> None:
         self._path = os.fspath(path)

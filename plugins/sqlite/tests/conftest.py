@@ -1,5 +1,5 @@
-"""Fixtures: a SQLite store per test (own file under tmp_path), and ``store`` parametrized
-over the in-memory reference store and SQLite so both are checked by the same tests."""
+"""Fixtures: a SQLite store per test (its own file under tmp_path). The behaviour shared
+with every store is checked by the conformance suite (``test_conformance.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from ditto_plugin_sqlite import SqliteMemoryStore
-from ditto_worker.testing import InMemoryMemoryStore
 
 
 @pytest.fixture
@@ -17,13 +16,3 @@ def sqlite_store(tmp_path: Path) -> Iterator[SqliteMemoryStore]:
     store = SqliteMemoryStore(tmp_path / "memory.sqlite")
     yield store
     store.close()
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
-    if request.param == "memory":
-        yield InMemoryMemoryStore()
-        return
-    sqlite = SqliteMemoryStore(tmp_path / "memory.sqlite")
-    yield sqlite
-    sqlite.close()

@@ -45,8 +45,9 @@ def count(store: SqliteMemoryStore) -> int:
 def test_protocols_and_capabilities(sqlite_store: SqliteMemoryStore) -> None:
     # MEM-PY-11: atomic batches are declared
     assert isinstance(sqlite_store, MemoryStore) and isinstance(sqlite_store, MemorySearchProvider)
-    assert sqlite_store.batch_atomic is True
-    assert {"batch_atomic", "unique_keys", "native_search"} <= sqlite_store.capabilities
+    assert sqlite_store.capabilities.batch_atomic is True
+    assert sqlite_store.capabilities.key_conflict == "error"
+    assert "multi_process" in sqlite_store.capabilities.extras
     assert ditto_plugin_sqlite.__all__ == ["DEFAULT_PATH", "SqliteMemoryStore", "create_store"]
 
 

@@ -1,0 +1,128 @@
+"""The conformance suite every MemoryStore plugin runs (pytest).
+
+One behavioural suite, the same for every backend, so that the contract means the same
+on each: typed filters (numbers numeric, strings as strings, missing fields, ``$in``
+with mixed types, nested paths), explicit failures for what a plugin does not support,
+keyset paging across inserts and deletes, literal ``_ % - ' "`` and non-ASCII in keys,
+prefixes and values, a 10,000-record WRITE, deleting more than 1,000 matches, any JSON
+content (string, number, object, list, ``null``), keyword search over English and over
+Chinese without spaces. Plugin-side rules covered: MEM-GET-2/3/5, MEM-QUERY-2/3/4,
+MEM-WRITE-2/3, MEM-UPDATE-1/2/4, MEM-DELETE-2/3, MEM-SEARCH-2/3 (and MEM-PY-5/6/11/12,
+MEM-RUN-2).
+
+Use it from a plugin's own repository (``pip install ditto-worker[dev]`` for pytest)::
+
+    # tests/test_conformance.py
+    import pytest
+    from ditto_worker.testing.conformance import *  # noqa: F403
+
+    @pytest.fixture
+    def conformance_store(tmp_path):
+        store = MyMemoryStore(tmp_path / "db")  # a fresh, empty store per test
+        yield store
+        store.close()
+
+    # Optional: a separate MemorySearchProvider tested with the store (default: the
+    # store's native ``search``). Define it here, after the import, to override:
+    # @pytest.fixture
+    # def conformance_search(conformance_store):
+    #     return MySearchProvider(conformance_store)
+
+The store declares what it supports as a class attribute
+``capabilities: ClassVar[StoreCapabilities]`` (:mod:`ditto_worker.capabilities`: filter
+operators and fields, orderBy fields, search strategies and which one is keyword search,
+key-conflict policy, batch atomicity, max batch size, cancellation). The suite tests what
+is declared and checks that what is not declared fails explicitly
+(``UNSUPPORTED_FILTER``, ``UNSUPPORTED_ORDER_BY``, ``UNSUPPORTED_STRATEGY``,
+``SEARCH_UNAVAILABLE``); tests of undeclared features are skipped.
+
+Calls go through :func:`ditto_worker.create_memory`, so plugin outputs are also checked
+by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 30 tests; the two volume
+tests write 10,000 and 2,800 records. Add ``pytest.register_assert_rewrite(
+"ditto_worker.testing")`` in a ``conftest.py`` for detailed assertion messages (done
+automatically when ``ditto_worker.testing`` is imported under pytest).
+"""
+
+from __future__ import annotations
+
+from ditto_worker.testing._conformance_crud import (
+    test_batch_limit_is_explicit,
+    test_cancelled_call_commits_nothing,
+    test_capabilities_are_declared,
+    test_content_kinds_round_trip,
+    test_delete_reports_only_deleted_and_frees_keys,
+    test_get_union_each_once,
+    test_key_conflict_policy,
+    test_odd_characters_in_keys_and_values,
+    test_update_missing_id_is_not_found,
+    test_update_presence_semantics,
+)
+from ditto_worker.testing._conformance_harness import (
+    Harness,
+    conformance,
+    conformance_capabilities,
+    conformance_search,
+)
+from ditto_worker.testing._conformance_query import (
+    test_cursor_is_bound_to_its_query,
+    test_default_order_is_creation_order,
+    test_filter_semantics,
+    test_odd_metadata_field_names,
+    test_page_size_and_last_page,
+    test_paging_across_inserts_and_deletes,
+    test_paging_matches_one_page,
+    test_typed_sort_order,
+    test_undeclared_filters_fail,
+    test_undeclared_order_by_fails,
+    test_updated_sort_key_may_move,
+)
+from ditto_worker.testing._conformance_scale import (
+    test_delete_more_than_a_thousand_matches,
+    test_ten_thousand_record_write,
+)
+from ditto_worker.testing._conformance_search import (
+    test_keyword_chinese_without_spaces,
+    test_keyword_english,
+    test_keyword_filter_applies_before_limit,
+    test_keyword_follows_updates_and_deletes,
+    test_keyword_query_is_never_syntax,
+    test_search_results_carry_full_records,
+    test_search_strategies_are_explicit,
+)
+
+__all__ = [
+    "Harness",
+    "conformance",
+    "conformance_capabilities",
+    "conformance_search",
+    "test_batch_limit_is_explicit",
+    "test_cancelled_call_commits_nothing",
+    "test_capabilities_are_declared",
+    "test_content_kinds_round_trip",
+    "test_cursor_is_bound_to_its_query",
+    "test_default_order_is_creation_order",
+    "test_delete_more_than_a_thousand_matches",
+    "test_delete_reports_only_deleted_and_frees_keys",
+    "test_filter_semantics",
+    "test_get_union_each_once",
+    "test_key_conflict_policy",
+    "test_keyword_chinese_without_spaces",
+    "test_keyword_english",
+    "test_keyword_filter_applies_before_limit",
+    "test_keyword_follows_updates_and_deletes",
+    "test_keyword_query_is_never_syntax",
+    "test_odd_characters_in_keys_and_values",
+    "test_odd_metadata_field_names",
+    "test_page_size_and_last_page",
+    "test_paging_across_inserts_and_deletes",
+    "test_paging_matches_one_page",
+    "test_search_results_carry_full_records",
+    "test_search_strategies_are_explicit",
+    "test_ten_thousand_record_write",
+    "test_typed_sort_order",
+    "test_undeclared_filters_fail",
+    "test_undeclared_order_by_fails",
+    "test_update_missing_id_is_not_found",
+    "test_update_presence_semantics",
+    "test_updated_sort_key_may_move",
+]
