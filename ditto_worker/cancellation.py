@@ -138,7 +138,12 @@ class RedisCancelWatcher:
 
     def __init__(self, url: str, registry: CancelRegistry | None = None) -> None:
         self.registry = registry or local_registry()
-        self._client = redis.Redis.from_url(url, socket_timeout=5, health_check_interval=30)
+        # one connection for flag reads (a lock-free pool would grow with the pool size)
+        pool = redis.BlockingConnectionPool.from_url(
+            url, max_connections=1, timeout=5, socket_timeout=5, health_check_interval=30
+        )
+        self._client = redis.Redis(connection_pool=pool)
+        self._pubsub_client = redis.Redis.from_url(url, socket_timeout=5, health_check_interval=30)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ditto-cancel-watch", daemon=True)
         self._thread.start()
@@ -160,7 +165,7 @@ class RedisCancelWatcher:
                 self._stop.wait(0.5)
 
     def _listen(self) -> None:
-        pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        pubsub = self._pubsub_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         try:
             pubsub.subscribe(CANCEL_CHANNEL)
             while not self._stop.is_set():
@@ -178,3 +183,4 @@ class RedisCancelWatcher:
         self._stop.set()
         self._thread.join(2)
         self._client.close()
+        self._pubsub_client.close()

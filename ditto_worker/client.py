@@ -188,7 +188,9 @@ class DittoClient:
         if early is not None:
             return early
         deadline = time.time() + (self.default_timeout_s if timeout is None else timeout)
-        with self._tracked():
+        with self._tracked() as accepted:
+            if not accepted:
+                return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the client is closed")
             if self._listener is None:
                 return self._invoke_polling(node, _jsonable(input), eid, deadline, cancel)
             coro = self._acall(node, _jsonable(input), eid, deadline, cancel)
@@ -219,7 +221,9 @@ class DittoClient:
         if early is not None:
             return early
         deadline = time.time() + (self.default_timeout_s if timeout is None else timeout)
-        with self._tracked():
+        with self._tracked() as accepted:
+            if not accepted:
+                return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the client is closed")
             if self._listener is None:
                 token = cancel or CancelToken()
                 call = functools.partial(
@@ -258,18 +262,20 @@ class DittoClient:
     def _refuse(self, node: str, eid: str, cancel: CancelToken | None) -> NodeResult[Any] | None:
         if node not in NODE_QUEUES:
             return _failure(eid, node, ErrorCode.UNKNOWN_NODE, f"unknown node {node!r}")
-        if self._closed:
-            return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the client is closed")
         if cancel is not None and cancel.cancelled:
             return _cancelled(eid, node, "cancelled before it was sent")
         return None
 
     @contextmanager
-    def _tracked(self) -> Iterator[None]:
+    def _tracked(self) -> Iterator[bool]:
+        """Count the call in flight; yields False (and counts nothing) once closed."""
         with self._idle:
+            if self._closed:
+                yield False
+                return
             self._in_flight += 1
         try:
-            yield
+            yield True
         finally:
             with self._idle:
                 self._in_flight -= 1
@@ -331,6 +337,7 @@ class DittoClient:
             loop.call_soon_threadsafe(cancelled.set)
 
         unregister = cancel.on_cancel(on_cancel) if cancel else None
+        waiter: asyncio.Future[Any] | None = None
         try:
             result = await asyncio.wait_for(listener.subscribe(eid), deadline - time.time())
             try:
@@ -338,13 +345,12 @@ class DittoClient:
             except (EncodeError, OperationalError) as exc:
                 return self._send_failure(exc, node, eid)
             await listener.read_stored(eid)
-            waiter: asyncio.Future[Any] = loop.create_task(cancelled.wait())
+            waiter = loop.create_task(cancelled.wait())
             pending: set[asyncio.Future[Any]] = {result, waiter}
             await asyncio.wait(
                 pending, timeout=max(0.0, deadline - time.time()),
                 return_when=asyncio.FIRST_COMPLETED,
             )  # fmt: skip
-            waiter.cancel()
             if result.done() and not result.cancelled():
                 return self._from_meta(result.result(), node, eid, cancelled.is_set())
             await self._acancel(eid, deadline)
@@ -360,6 +366,8 @@ class DittoClient:
             await self._acancel(eid, deadline)
             raise
         finally:
+            if waiter is not None:
+                waiter.cancel()
             if unregister is not None:
                 unregister()
             await listener.release(eid)

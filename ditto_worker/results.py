@@ -44,7 +44,7 @@ class ResultListener:
     Args:
         url: the result backend's Redis URL (``redis://`` or ``rediss://``).
         max_connections: size of the pool used for key reads and cancel flags (the
-            pub/sub connection is one more).
+            pub/sub connection is one more); calls wait for a free connection.
     """
 
     def __init__(self, url: str, *, max_connections: int = 4) -> None:
@@ -66,7 +66,10 @@ class ResultListener:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self._client = aioredis.Redis.from_url(self.url, max_connections=self._max_connections)
+        pool = aioredis.BlockingConnectionPool.from_url(
+            self.url, max_connections=self._max_connections, timeout=None
+        )
+        self._client = aioredis.Redis(connection_pool=pool)
         self._pubsub = self._client.pubsub()
         self._lock = asyncio.Lock()
         self._started.set()
