@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import redis
+
 from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_plugin_sqlite.db import transaction
-
 from ditto_worker import CancelToken, create_memory, create_memory_worker, to_wire
 from ditto_worker.client import DittoClient
 from ditto_worker.results import RESULT_KEY_PREFIX
