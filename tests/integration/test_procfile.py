@@ -1,0 +1,215 @@
+"""The Procfile as a newcomer runs it: ``honcho start``, the demo, per-node counts in Flower.
+
+honcho starts every Procfile line — a loopback Redis on a free port, the three worker
+groups, Flower on a free port — exactly as written; only the environment differs (ports,
+broker URL, fresh credentials, a SQLite file of the test's own). The demo then runs
+through the fleet with ``--broker``, and Flower's ``/metrics`` (with the credentials; 401
+without) must count every MEMORY node's succeeded calls, as many as the demo made.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+CONVERSATION = REPO / "data" / "locomo" / "30.json"
+NODES = ["MEMORY.WRITE", "MEMORY.GET", "MEMORY.QUERY", "MEMORY.SEARCH",
+         "MEMORY.UPDATE", "MEMORY.DELETE"]  # fmt: skip
+WORKERS = ["reads.1", "writes.1", "search.1"]  # honcho process names = Celery node names
+READY_S = 45.0
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_get(url: str, auth: str | None = None) -> tuple[int, str]:
+    """Status and body of a GET (2 s timeout); an HTTP error status is returned, not raised."""
+    request = urllib.request.Request(url)
+    if auth is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def succeeded_per_node(metrics: str) -> dict[str, float]:
+    """``flower_events_total{type="task-succeeded"}`` summed by task (node id) over workers."""
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == "flower_events_total" and sample.labels["type"] == "task-succeeded":
+                task = sample.labels["task"]
+                counts[task] = counts.get(task, 0.0) + sample.value
+    return counts
+
+
+def online_workers(metrics: str) -> set[str]:
+    """honcho process names (``reads.1`` …) of the workers Flower has seen online."""
+    return {
+        sample.labels["worker"].split("@")[0]
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == "flower_worker_online" and sample.value == 1.0
+    }
+
+
+@dataclass
+class Fleet:
+    broker_url: str
+    flower_url: str
+    credentials: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def wait_for(self, what: str, probe: Callable[[], T | None], timeout_s: float) -> T:
+        """Poll ``probe`` every 0.25 s until it returns a value; fail after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, (
+                f"honcho exited while waiting for {what}:\n{self.log()}"
+            )
+            try:
+                value = probe()
+            except (OSError, urllib.error.URLError):
+                value = None  # not listening yet
+            if value is not None:
+                return value
+            time.sleep(0.25)
+        pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}:\n{self.log()}")
+
+    def metrics(self) -> str:
+        status, body = http_get(f"{self.flower_url}/metrics", self.credentials)
+        assert status == 200, (status, body[:200])
+        return body
+
+
+def _stop(proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    """SIGTERM honcho (it stops its children, SIGKILL after 5 s); then kill any leftover."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+    # each Procfile process runs in its own session (honcho's start_new_session)
+    for pid in re.findall(r"started \(pid=(\d+)\)", log_path.read_text(errors="replace")):
+        try:
+            os.killpg(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    """``honcho start`` with the repo's Procfile; yields once Flower sees all three workers."""
+    if shutil.which("redis-server") is None:
+        if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
+            pytest.fail("required service missing: redis-server (the Procfile's redis line)")
+        pytest.skip("no redis-server on PATH (the Procfile's redis line)")
+    redis_port = free_port()
+    flower_port = next(p for p in iter(free_port, None) if p != redis_port)
+    credentials = f"ops:{secrets.token_urlsafe(12)}"
+    broker_url = f"redis://127.0.0.1:{redis_port}/0"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "DITTO_REDIS_PORT": str(redis_port),
+        "DITTO_BROKER_URL": broker_url,
+        "DITTO_RESULT_BACKEND": "",
+        "DITTO_WORKER_MEMORY_SQLITE_PATH": str(tmp_path / "fleet.sqlite"),
+        "FLOWER_PORT": str(flower_port),
+        "FLOWER_BASIC_AUTH": credentials,
+    }
+    log_path = tmp_path / "honcho.log"
+    with log_path.open("wb") as log:
+        # -d: honcho reads .env from the (empty) tmp folder, never a developer's .env;
+        # cwd: the repo, so workers load its ditto.yaml as in the README
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "honcho", "start", "--no-colour",
+             "-f", str(REPO / "Procfile"), "-d", str(tmp_path)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        fleet = Fleet(broker_url, f"http://127.0.0.1:{flower_port}", credentials, proc, log_path)
+        try:
+            fleet.wait_for(
+                "Flower to see reads.1, writes.1 and search.1 online",
+                lambda: True if set(WORKERS) <= online_workers(fleet.metrics()) else None,
+                READY_S,
+            )
+            yield fleet
+        finally:
+            _stop(proc, log_path)
+
+
+def demo_calls(stdout: str) -> dict[str, int]:
+    """The demo's per-node table: ``MEMORY.GET  <calls>  <p50>  <p95>`` -> calls."""
+    rows = re.findall(r"^(MEMORY\.[A-Z]+)\s+(\d+)\s+[\d.]+\s+[\d.]+$", stdout, re.M)
+    return {node: int(calls) for node, calls in rows}
+
+
+def test_honcho_fleet_runs_the_demo_and_flower_counts_every_node(fleet: Fleet) -> None:
+    url = fleet.flower_url
+    # /metrics and the API need the credentials (Flower 2.2.0 alone serves /metrics to all)
+    for path in ["/metrics", "/api/queues/length", "/api/workers"]:
+        assert http_get(url + path)[0] == 401, path
+        assert http_get(url + path, "ops:wrong")[0] == 401, path
+    assert http_get(url + "/healthcheck") == (200, "OK")  # liveness only, no data
+
+    demo = subprocess.run(
+        [sys.executable, "-m", "ditto_worker", "demo", "--broker", fleet.broker_url,
+         "--conversation", str(CONVERSATION)],
+        cwd=fleet.log_path.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    assert "redis broker" in demo.stdout and "369 turns written" in demo.stdout
+    calls = demo_calls(demo.stdout)
+    assert sorted(calls) == sorted(NODES) and all(n > 0 for n in calls.values()), demo.stdout
+
+    # task-succeeded events reach Flower shortly after the results: wait for all of them
+    def all_counted() -> dict[str, float] | None:
+        counts = succeeded_per_node(fleet.metrics())
+        return counts if {node: int(counts.get(node, 0)) for node in NODES} == calls else None
+
+    counts = fleet.wait_for("Flower to count every demo call", all_counted, 15.0)
+    assert all(counts[node] > 0 for node in NODES), counts
+
+    status, body = http_get(url + "/api/queues/length", fleet.credentials)
+    assert status == 200
+    assert body.count('"messages": 0') == 6 and "memory.search" in body  # all drained
