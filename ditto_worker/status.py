@@ -13,7 +13,7 @@
 - **workers**: Celery workers (one per ``ditto-worker worker`` process tree) consuming
   the queue, from ``app.control.inspect().active_queues()``.
 - **processes**: the sum of those workers' pool sizes (``stats()["pool"]["max-concurrency"]``;
-  the upper bound when a worker autoscales).
+  for a worker started with ``--autoscale MAX,MIN``, its current size, between MIN and MAX).
 
 A worker that does not answer within ``timeout_s`` is not counted. Errors::
 
