@@ -1,43 +1,44 @@
 """What the fleet costs per call, measured side by side in one run.
 
-Against one Redis and one worker (the same pool, concurrency and task-events setting for
-all), this prints the round-trip latency p50/p95 and sequential throughput of:
+One Redis and one worker process (the same pool, concurrency and task-events setting for
+everything measured) serve both a raw Celery no-op task and the six MEMORY tasks. Printed:
 
-  (a) a raw Celery no-op task (``send_task`` + ``get``),
+Sequential (one caller), round-trip p50/p95 and throughput of
+  (a) a raw Celery no-op task (``send_task`` + ``AsyncResult.get``),
   (b) MEMORY.GET of one record through the fleet (``DittoClient.invoke``),
   (c) the same MEMORY.GET through the direct SDK (``create_memory``, no broker),
+with the ratios b/a (our envelope, validation and store over Celery itself) and b/c (the
+queue over an in-process call).
 
-and the ratios b/a (what our envelope, validation and store cost over Celery itself) and
-b/c (what the queue costs over an in-process call).
+Concurrent callers (1, 10, 100): throughput of
+  (d) raw Celery no-op, one thread per concurrent caller (Celery has no awaitable result),
+  (e) MEMORY.GET through ``await DittoClient.ainvoke`` on one event loop,
+with the peak thread count of this process and the peak number of Redis connections.
 
+    python bench/fleet_overhead.py                       # throwaway redis-server
     python bench/fleet_overhead.py --redis redis://127.0.0.1:6379/9 --calls 2000
-
-Without ``--redis`` it starts a throwaway ``redis-server`` on a free loopback port.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import shutil
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from celery.contrib.testing.worker import start_worker
+import redis
 
-from ditto_plugin_sqlite import SqliteMemoryStore
-from ditto_worker import create_memory, create_memory_worker
-from ditto_worker.client import DittoClient
-from ditto_worker.config import load_runtime_config
-from ditto_worker.contracts import NODE_QUEUES
-from ditto_worker.fleet import create_worker_app
-
-NOOP_QUEUE = "bench.noop"
+NOOP = "bench.noop"
 
 
 def measure(fn: Callable[[], Any], calls: int, warmup: int = 50) -> dict[str, float]:
@@ -59,6 +60,92 @@ def measure(fn: Callable[[], Any], calls: int, warmup: int = 50) -> dict[str, fl
     }
 
 
+def noop(input: Any = None) -> None:
+    """The raw Celery task: does nothing."""
+
+
+def worker_app(redis_url: str, db_path: str) -> Any:
+    """The fleet's worker app with a raw no-op task added on its own queue."""
+    from kombu.entity import Exchange, Queue
+
+    from ditto_plugin_sqlite import SqliteMemoryStore
+    from ditto_worker import create_memory_worker
+    from ditto_worker.config import load_runtime_config
+    from ditto_worker.fleet import create_worker_app
+
+    config = load_runtime_config({"fleet": {"brokerUrl": redis_url}}, env={})
+    app = create_worker_app(config, lambda: create_memory_worker(SqliteMemoryStore(db_path)))
+    app.task(name=NOOP, shared=False)(noop)
+    app.conf.task_queues = [*app.conf.task_queues, Queue(NOOP, Exchange(NOOP), NOOP)]
+    app.conf.task_routes = {**app.conf.task_routes, NOOP: {"queue": NOOP}}
+    return app
+
+
+def serve(redis_url: str, db_path: str, pool: str, concurrency: int) -> None:
+    """Run the benchmark's worker (in its own process)."""
+    from ditto_worker.contracts import NODE_QUEUES
+
+    app = worker_app(redis_url, db_path)
+    app.worker_main([
+        "worker", "-P", pool, "-c", str(concurrency), "-l", "WARNING", "-E",
+        "-Q", ",".join([*NODE_QUEUES.values(), NOOP]), "-n", f"bench-{os.getpid()}@%h",
+    ])  # fmt: skip
+
+
+class Peaks:
+    """Samples this process's threads and Redis's connected clients every 20 ms."""
+
+    def __init__(self, redis_url: str) -> None:
+        self._redis = redis.Redis.from_url(redis_url)
+        self.threads = self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.threads = max(self.threads, threading.active_count() - 1)
+            clients = int(self._redis.info("clients")["connected_clients"]) - 1
+            self.connections = max(self.connections, clients)
+            time.sleep(0.02)
+
+    def __enter__(self) -> Peaks:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._redis.close()
+
+
+def concurrent_raw(app: Any, callers: int, per_caller: int) -> float:
+    def caller() -> None:
+        for _ in range(per_caller):
+            app.send_task(NOOP, kwargs={"input": None}, queue=NOOP).get(timeout=30)
+
+    threads = [threading.Thread(target=caller) for _ in range(callers)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return callers * per_caller / (time.perf_counter() - start)
+
+
+def concurrent_fleet(client: Any, callers: int, per_caller: int, record_id: str) -> float:
+    async def caller() -> None:
+        for _ in range(per_caller):
+            result = await client.ainvoke("MEMORY.GET", {"ids": [record_id]}, timeout=30)
+            assert result.status == "success", result.error
+
+    async def run() -> float:
+        start = time.perf_counter()
+        await asyncio.gather(*(caller() for _ in range(callers)))
+        return callers * per_caller / (time.perf_counter() - start)
+
+    return asyncio.run(run())
+
+
 def _start_redis() -> tuple[str, subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -75,80 +162,80 @@ def _start_redis() -> tuple[str, subprocess.Popen[bytes], str]:
     return f"redis://127.0.0.1:{port}/0", proc, folder
 
 
-def run(redis_url: str, calls: int, pool: str) -> None:
+def _print_rows(rows: list[tuple[str, dict[str, float]]]) -> None:
+    print(f"{'path':<34}{'p50 ms':>9}{'p95 ms':>9}{'calls/s':>10}")
+    for name, row in rows:
+        print(f"{name:<34}{row['p50_ms']:>9.3f}{row['p95_ms']:>9.3f}{row['calls_per_s']:>10.0f}")
+
+
+def run(redis_url: str, calls: int, pool: str, concurrency: int, per_caller: int) -> None:
+    from ditto_plugin_sqlite import SqliteMemoryStore
+    from ditto_worker import DittoClient, create_memory
+    from ditto_worker.config import FleetSettings
+
     folder = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
-    store = SqliteMemoryStore(folder / "bench.sqlite")
-    direct = create_memory(store)
+    db_path = str(folder / "bench.sqlite")
+    direct = create_memory(SqliteMemoryStore(db_path))
     record_id = (
         direct.write({"memories": [{"key": "pref", "content": {"lang": "en"}}]}).output[0].id
     )
-    config = load_runtime_config(
-        {"fleet": {"brokerUrl": redis_url, "resultBackend": redis_url}}, env={}
+    worker = subprocess.Popen(
+        [sys.executable, __file__, "--serve", redis_url, db_path, pool, str(concurrency)]
     )
-    app = create_worker_app(config, lambda: create_memory_worker(store))
-
-    @app.task(name="bench.noop")
-    def noop(input: Any = None) -> None:
-        return None
-
-    from kombu import Exchange, Queue
-
-    app.conf.task_queues = [
-        *app.conf.task_queues,
-        Queue(NOOP_QUEUE, Exchange(NOOP_QUEUE), NOOP_QUEUE),
-    ]
-    app.conf.task_routes = {**app.conf.task_routes, "bench.noop": {"queue": NOOP_QUEUE}}
-    client = DittoClient(app)
+    raw_app = worker_app(redis_url, db_path)
+    client = DittoClient.from_fleet(FleetSettings(broker_url=redis_url))
     get_input = {"ids": [record_id]}
-
-    def raw() -> None:
-        app.send_task("bench.noop", kwargs={"input": get_input}, queue=NOOP_QUEUE).get(
-            timeout=10, interval=0.01
+    try:
+        raw_app.send_task(NOOP, queue=NOOP).get(timeout=60)  # wait until the worker is up
+        a = measure(
+            lambda: raw_app.send_task(NOOP, kwargs={"input": get_input}, queue=NOOP).get(
+                timeout=10
+            ),
+            calls,
         )
-
-    def fleet() -> None:
-        result = client.invoke("MEMORY.GET", get_input, timeout=10)
-        assert result.status == "success" and result.output[0].id == record_id
-
-    def sdk() -> None:
-        result = direct.get(get_input)
-        assert result.status == "success"
-
-    with start_worker(
-        app,
-        pool=pool,
-        concurrency=1,
-        perform_ping_check=False,
-        loglevel="WARNING",
-        queues=[*NODE_QUEUES.values(), NOOP_QUEUE],
-    ):
-        a = measure(raw, calls)
-        b = measure(fleet, calls)
-    c = measure(sdk, calls)
-    print(
-        f"fleet overhead, {calls} sequential calls each, pool={pool}, task events on, {redis_url}"
-    )
-    print(f"{'path':<34}{'p50 ms':>9}{'p95 ms':>9}{'calls/s':>10}")
-    for name, row in (
-        ("(a) raw Celery no-op", a),
-        ("(b) MEMORY.GET via fleet", b),
-        ("(c) MEMORY.GET via direct SDK", c),
-    ):
-        print(f"{name:<34}{row['p50_ms']:>9.3f}{row['p95_ms']:>9.3f}{row['calls_per_s']:>10.0f}")
-    for label, x, y in (("b/a", b, a), ("b/c", b, c)):
-        print(
-            f"ratio {label}: p50 latency {x['p50_ms'] / y['p50_ms']:.2f}x, "
-            f"throughput {y['calls_per_s'] / x['calls_per_s']:.2f}x lower"
-        )
-    store.close()
-    shutil.rmtree(folder, ignore_errors=True)
+        b = measure(lambda: client.invoke("MEMORY.GET", get_input, timeout=10), calls)
+        c = measure(lambda: direct.get(get_input), calls)
+        print(f"fleet overhead: one worker process, pool={pool} -c {concurrency}, task events on")
+        print(f"sequential, {calls} calls each")
+        _print_rows([
+            ("(a) raw Celery no-op", a),
+            ("(b) MEMORY.GET via fleet", b),
+            ("(c) MEMORY.GET via direct SDK", c),
+        ])  # fmt: skip
+        for label, x, y in (("b/a", b, a), ("b/c", b, c)):
+            print(
+                f"ratio {label}: p50 latency {x['p50_ms'] / y['p50_ms']:.2f}x, "
+                f"throughput {y['calls_per_s'] / x['calls_per_s']:.2f}x lower"
+            )
+        print(f"\nconcurrent callers, {per_caller} calls each (threads/connections: peaks "
+              "in this process / on Redis, worker included)")  # fmt: skip
+        print(f"{'callers':>8}{'(d) raw thr/s':>15}{'thr':>5}{'conn':>6}"
+              f"{'(e) ainvoke/s':>15}{'thr':>5}{'conn':>6}{'e/d':>7}")  # fmt: skip
+        for callers in (1, 10, 100):
+            with Peaks(redis_url) as pd:
+                d = concurrent_raw(raw_app, callers, per_caller)
+            with Peaks(redis_url) as pe:
+                e = concurrent_fleet(client, callers, per_caller, record_id)
+            print(f"{callers:>8}{d:>15.0f}{pd.threads:>5}{pd.connections:>6}"
+                  f"{e:>15.0f}{pe.threads:>5}{pe.connections:>6}{e / d:>7.2f}")  # fmt: skip
+    finally:
+        client.close()
+        raw_app.close()
+        worker.terminate()
+        worker.wait(30)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def main() -> None:
+    if len(sys.argv) == 6 and sys.argv[1] == "--serve":
+        serve(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--redis", help="Redis URL (default: start a throwaway redis-server)")
-    parser.add_argument("--calls", type=int, default=1000)
-    parser.add_argument("--pool", default="solo", choices=["solo", "threads", "prefork"])
+    parser.add_argument("--calls", type=int, default=1000, help="sequential calls per path")
+    parser.add_argument("--per-caller", type=int, default=20, help="calls per concurrent caller")
+    parser.add_argument("--pool", default="threads", choices=["solo", "threads", "prefork"])
+    parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
     proc = None
     folder = None
@@ -156,7 +243,7 @@ def main() -> None:
     if url is None:
         url, proc, folder = _start_redis()
     try:
-        run(url, args.calls, args.pool)
+        run(url, args.calls, args.pool, args.concurrency, args.per_caller)
     finally:
         if proc is not None:
             proc.terminate()
