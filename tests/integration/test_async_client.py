@@ -51,7 +51,9 @@ def stored_result(redis_client: redis.Redis, eid: str, wait_s: float) -> dict[st
 
 
 def clients(redis_client: redis.Redis) -> int:
-    return len(redis_client.client_list())
+    """Connections to this test's database (other users of the server are not counted)."""
+    db = str(redis_client.connection_pool.connection_kwargs.get("db", 0))
+    return sum(1 for c in redis_client.client_list() if c["db"] == db)
 
 
 def result_channels(redis_client: redis.Redis) -> list[bytes]:
@@ -85,7 +87,9 @@ def test_thousand_concurrent_ainvoke_bounded_threads_and_connections(
         await sampler
         return results, peak_threads, peak_clients
 
-    with start_fleet_worker(lambda: create_memory_worker(store), pool="threads", concurrency=4):
+    # one pool thread: the worker's own connections (result store, cancel flags) stay
+    # constant, so any growth after the load would be the client's
+    with start_fleet_worker(lambda: create_memory_worker(store), pool="threads", concurrency=1):
         asyncio.run(burst(200))  # warm: listener pool, sender threads, producer connections
         base_threads, base_clients = threading.active_count(), clients(redis_client)
         base_list = {c["id"]: c for c in redis_client.client_list()}
@@ -96,7 +100,9 @@ def test_thousand_concurrent_ainvoke_bounded_threads_and_connections(
         assert len({r.execution_id for r in results}) == 1000
         time.sleep(0.3)
         after_clients = clients(redis_client)
-        new = [c["cmd"] for c in redis_client.client_list() if c["id"] not in base_list]
+        new = [
+            (c["cmd"], c["db"]) for c in redis_client.client_list() if c["id"] not in base_list
+        ]
         assert result_channels(redis_client) == []  # no channel outlives its call
     print(
         f"\n1000 concurrent ainvoke: {1000 / elapsed:.0f} calls/s; threads {base_threads} -> "
