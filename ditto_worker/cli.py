@@ -1,4 +1,5 @@
-"""The ``ditto-worker`` command: ``worker``, ``invoke``, ``demo``, ``status``, ``flower``.
+"""The ``ditto-worker`` command: ``worker``, ``invoke``, ``demo``, ``status``, ``flower``,
+``migrate``.
 
 Config comes from ``--config`` or ``./ditto.yaml`` (if present), then ``DITTO_*`` env;
 ``--broker`` overrides the broker (and, unless given, the result backend). With no broker
@@ -20,7 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from ditto_worker.config import RuntimeConfig, default_config
-from ditto_worker.contracts import NODE_IDS, NODE_QUEUES, to_wire
+from ditto_worker.contracts import FLEET_QUEUES, NODE_IDS, RETRIEVAL_SEARCH, to_wire
 from ditto_worker.errors import ConfigError, DittoError
 
 __all__ = ["app", "main", "resolve_nodes"]
@@ -53,9 +54,10 @@ def _config(path: Path | None, broker: str | None) -> RuntimeConfig:
 def resolve_nodes(config: RuntimeConfig, nodes: str | None) -> tuple[list[str], int]:
     """Node ids and pool size for ``--nodes`` (group names and/or node ids, comma-separated).
 
-    No ``--nodes``: all six nodes with ``workers.memory.concurrency``. A single group name:
-    that group's nodes and concurrency. Otherwise the named nodes with
-    ``workers.memory.concurrency``.
+    No ``--nodes``: all six MEMORY nodes with ``workers.memory.concurrency``. A single group
+    name: that group's nodes and concurrency; ``retrieval`` (or ``RETRIEVAL.SEARCH``) alone:
+    the retrieval queue with ``workers.retrieval.concurrency``. Otherwise the named nodes
+    with ``workers.memory.concurrency``.
 
     Raises:
         ConfigError: a name that is neither a group nor a node id.
@@ -64,6 +66,9 @@ def resolve_nodes(config: RuntimeConfig, nodes: str | None) -> tuple[list[str], 
     if not nodes:
         return list(NODE_IDS), settings.concurrency
     names = [n.strip() for n in nodes.split(",") if n.strip()]
+    names = [RETRIEVAL_SEARCH if n.lower() == "retrieval" else n for n in names]
+    if names == [RETRIEVAL_SEARCH] or names == [RETRIEVAL_SEARCH.lower()]:
+        return [RETRIEVAL_SEARCH], config.retrieval_worker.concurrency
     if len(names) == 1 and names[0] in settings.groups:
         group = settings.groups[names[0]]
         return list(group.nodes), group.concurrency
@@ -71,7 +76,7 @@ def resolve_nodes(config: RuntimeConfig, nodes: str | None) -> tuple[list[str], 
     for name in names:
         found = settings.groups[name].nodes if name in settings.groups else [name.upper()]
         for node in found:
-            if node not in NODE_IDS:
+            if node not in FLEET_QUEUES:
                 raise ConfigError(f"--nodes: {name!r} is neither a group nor a node id")
             if node not in picked:
                 picked.append(node)
@@ -95,7 +100,7 @@ def worker(
     broker: BrokerOpt = None,
     store: StoreOpt = None,
 ) -> None:
-    """Start a Celery worker consuming the queues of the selected MEMORY nodes."""
+    """Start a Celery worker consuming the queues of the selected nodes (MEMORY or retrieval)."""
     from ditto_worker.fleet import create_worker_app
 
     cfg = _config(config, broker)
@@ -108,15 +113,18 @@ def worker(
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
     celery_app = create_worker_app(cfg, store=store)
+    retrieval_only = node_ids == [RETRIEVAL_SEARCH]
+    settings = cfg.retrieval_worker if retrieval_only else cfg.memory_worker
+    prefix = "retrieval" if retrieval_only else "memory"
     name = (
         hostname
-        or f"memory-{'-'.join(n.split('.')[1].lower() for n in node_ids)}@{socket.gethostname()}"
+        or f"{prefix}-{'-'.join(n.split('.')[1].lower() for n in node_ids)}@{socket.gethostname()}"
     )
     celery_app.worker_main([
         "worker",
-        "-Q", ",".join(NODE_QUEUES[n] for n in node_ids),
+        "-Q", ",".join(FLEET_QUEUES[n] for n in node_ids),
         "-c", str(concurrency or default_concurrency),
-        "-P", pool or cfg.memory_worker.pool,
+        "-P", pool or settings.pool,
         "-l", loglevel,
         "-n", name,
         "-E",
@@ -248,6 +256,41 @@ def flower(
         typer.echo(f"flower: {exc}", err=True)
         raise typer.Exit(2) from exc
     raise typer.Exit(code or 0)
+
+
+@app.command()
+def migrate(config: ConfigOpt = None, store: StoreOpt = None) -> None:
+    """Create or upgrade the store's schema (versioned, idempotent); prints its version.
+
+    Exit 0 when done (or the store has no migrations), 1 when the store fails (safe
+    message on stderr), 2 for a config error.
+    """
+    from ditto_worker.registry import build_store
+
+    cfg = _config(config, None)
+    name = store or cfg.memory_worker.store
+    try:
+        plugin = build_store(cfg, name)
+    except ConfigError as exc:
+        typer.echo(f"migrate: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    try:
+        run = getattr(plugin, "migrate", None)
+        if run is None:
+            typer.echo(f"migrate: store {name} has no explicit migrations (nothing to do)")
+            return
+        report = run()
+    except DittoError as exc:
+        typer.echo(f"migrate failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    finally:
+        if callable(getattr(plugin, "close", None)):
+            plugin.close()
+    applied = ", ".join(map(str, report.applied)) or "none"
+    typer.echo(
+        f"migrate: store {name}, schema {report.schema} at version {report.version} "
+        f"(applied now: {applied})"
+    )
 
 
 def main() -> None:

@@ -1,0 +1,110 @@
+"""``ditto_plugin_postgres``: the PostgreSQL MemoryStore of ditto_worker (MEM-PY-10).
+
+A worker builds it through the entry point ``ditto_worker.stores: postgres =
+"ditto_plugin_postgres:create_store"``; applications may construct
+:class:`PostgresMemoryStore` directly. Install with ``pip install ditto-worker[postgres]``
+(psycopg 3 and psycopg-pool). The server URL comes only from the environment
+(``DITTO_WORKER_MEMORY_POSTGRES_URL``, MEM-CONF-5); the schema is created by
+``ditto-worker migrate --store postgres`` or on first use (``autoMigrate``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ditto_plugin_postgres.migrations import LATEST_VERSION, MigrationReport
+from ditto_plugin_postgres.store import PostgresMemoryStore
+from ditto_worker.errors import ConfigError
+
+__all__ = [
+    "ENV_SCHEMA",
+    "ENV_URL",
+    "LATEST_VERSION",
+    "MigrationReport",
+    "PostgresMemoryStore",
+    "create_store",
+]
+
+ENV_URL: Final = "DITTO_WORKER_MEMORY_POSTGRES_URL"
+"""The environment variable holding the server URL (the only place it is read from)."""
+ENV_SCHEMA: Final = "DITTO_WORKER_MEMORY_POSTGRES_SCHEMA"
+"""Overrides ``plugins.postgres.schema``."""
+
+_DEFAULTS: Final[dict[str, Any]] = {
+    "schema": "ditto",
+    "poolMinSize": 1,
+    "poolMaxSize": 4,
+    "connectTimeoutS": 5.0,
+    "poolTimeoutS": 30.0,
+    "autoMigrate": True,
+}
+
+
+def _number(settings: Mapping[str, Any], name: str, low: float) -> float:
+    value = settings[name]
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            value = None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
+        raise ConfigError(f"plugins.postgres.{name} must be a number >= {low}")
+    return float(value)
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    raise ConfigError("plugins.postgres.autoMigrate must be true or false")
+
+
+def create_store(
+    settings: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> PostgresMemoryStore:
+    """Build the store from ``plugins.postgres`` settings and the environment.
+
+    Args:
+        settings: ``schema`` (default ``ditto``), ``poolMinSize`` (1), ``poolMaxSize``
+            (4), ``connectTimeoutS`` (5 s), ``poolTimeoutS`` (30 s), ``autoMigrate``
+            (true). A ``url`` key, or any other key, is rejected (MEM-CONF-5).
+        env: the environment (default ``os.environ``): ``DITTO_WORKER_MEMORY_POSTGRES_URL``
+            (required) and ``DITTO_WORKER_MEMORY_POSTGRES_SCHEMA`` (optional).
+
+    Returns:
+        A store that connects (and migrates, if allowed) on first use.
+
+    Raises:
+        ConfigError: a missing URL, an unknown or invalid setting.
+    """
+    given = dict(settings or {})
+    env = os.environ if env is None else env
+    if "url" in given:
+        raise ConfigError(f"plugins.postgres.url is not allowed: set {ENV_URL} instead")
+    unknown = sorted(set(given) - set(_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown postgres store settings: {', '.join(map(str, unknown))}")
+    values = {**_DEFAULTS, **given}
+    url = env.get(ENV_URL, "")
+    if not url:
+        raise ConfigError(f"the postgres store needs {ENV_URL} (a postgresql:// URL)")
+    schema = str(env.get(ENV_SCHEMA) or values["schema"])
+    pool_min = int(_number(values, "poolMinSize", 0))
+    pool_max = int(_number(values, "poolMaxSize", 1))
+    if pool_max < pool_min:
+        raise ConfigError("plugins.postgres.poolMaxSize must be >= poolMinSize")
+    try:
+        return PostgresMemoryStore(
+            url,
+            schema=schema,
+            pool_min_size=pool_min,
+            pool_max_size=pool_max,
+            connect_timeout_s=_number(values, "connectTimeoutS", 0.1),
+            pool_timeout_s=_number(values, "poolTimeoutS", 0.1),
+            auto_migrate=_flag(values["autoMigrate"]),
+        )
+    except ValueError as exc:
+        raise ConfigError(f"plugins.postgres.schema: {exc}") from exc

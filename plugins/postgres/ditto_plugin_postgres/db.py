@@ -1,0 +1,189 @@
+"""Connections, transactions, cancellation and error mapping of the PostgreSQL store.
+
+Connections come from a ``psycopg_pool.ConnectionPool`` (autocommit connections; every
+call runs inside one explicit ``conn.transaction()``). A call's cancel token sends a
+protocol-level cancel request for the running statement (``conn.cancel_safe()``); its
+deadline becomes ``SET LOCAL statement_timeout`` (MEM-RUN-2, MEM-PY-2).
+
+Driver errors never reach the caller: :func:`map_error` turns them into
+``MemoryError("MEMORY_CANCELLED" | "MEMORY_TIMEOUT" | "MEMORY_BACKEND_ERROR", safe
+message)`` — no URL, host, user, password, SQL or server text (MEM-ERR-4). Only the
+exception class and SQLSTATE are logged. Connection failures are raised ``from None``: a
+psycopg message about a malformed conninfo may quote it, password included.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Final
+
+import psycopg
+import psycopg_pool
+
+from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.ports import CancelToken, MemoryCallOptions
+
+__all__ = [
+    "cancelled_error",
+    "connect",
+    "connect_error",
+    "map_error",
+    "open_pool",
+    "transaction",
+]
+
+logger = logging.getLogger(__name__)
+
+_QUERY_CANCELED: Final = "57014"
+_UNIQUE_VIOLATION: Final = "23505"
+_UNDEFINED_TABLE: Final = "42P01"
+_CLASS_MESSAGES: Final = {
+    "08": "the PostgreSQL memory store connection failed",
+    "28": "the PostgreSQL memory store rejected the credentials",
+    "3D": "the PostgreSQL memory store database does not exist",
+    "40": "the PostgreSQL memory store aborted the transaction (conflict); nothing was applied",
+    "53": "the PostgreSQL memory store is out of resources",
+    "57": "the PostgreSQL memory store is shutting down or unavailable",
+}
+
+
+def cancelled_error() -> MemoryError:
+    """The error of a call stopped by its cancel token (MEM-RUN-2)."""
+    return MemoryError(ErrorCode.MEMORY_CANCELLED, "the memory call was cancelled")
+
+
+def connect_error(exc: BaseException) -> MemoryError:
+    """A safe error for a failed connection attempt (no URL, host, user or password)."""
+    text = str(exc).lower()
+    if "password" in text or "authentication" in text:
+        reason = "authentication failed"
+    elif "does not exist" in text:
+        reason = "the database or role does not exist"
+    elif "timeout" in text or "timed out" in text:
+        reason = "the connection timed out"
+    elif "refused" in text or "could not connect" in text or "connection failed" in text:
+        reason = "the server is not reachable"
+    else:
+        reason = "the connection settings were rejected"
+    logger.warning("postgres memory store: cannot connect (%s)", type(exc).__name__)
+    return MemoryError(
+        ErrorCode.MEMORY_BACKEND_ERROR, f"cannot connect to the PostgreSQL memory store: {reason}"
+    )
+
+
+def map_error(exc: psycopg.Error, options: MemoryCallOptions | None = None) -> MemoryError:
+    """A safe ``MemoryError`` for a driver error during a call (MEM-ERR-4).
+
+    ``57014`` (query canceled) becomes ``MEMORY_CANCELLED`` when the call's token was
+    cancelled, ``MEMORY_TIMEOUT`` when its deadline passed; other errors become
+    ``MEMORY_BACKEND_ERROR`` with a message chosen by SQLSTATE class.
+    """
+    state = getattr(exc, "sqlstate", None) or ""
+    if state == _QUERY_CANCELED:
+        token = options.cancel if options is not None else None
+        if token is not None and token.cancelled:
+            return cancelled_error()
+        return MemoryError(ErrorCode.MEMORY_TIMEOUT, "the memory call's deadline passed")
+    logger.warning("postgres memory store error: %s (SQLSTATE %s)", type(exc).__name__, state)
+    if isinstance(exc, psycopg.OperationalError) and not state:
+        return connect_error(exc)
+    if state == _UNDEFINED_TABLE:
+        message = "the PostgreSQL memory schema is missing; run `ditto-worker migrate`"
+    elif state == _UNIQUE_VIOLATION:
+        return MemoryError(ErrorCode.CONFLICT, "a key already exists in the store")
+    else:
+        message = _CLASS_MESSAGES.get(state[:2], "the PostgreSQL memory store failed")
+    return MemoryError(ErrorCode.MEMORY_BACKEND_ERROR, message)
+
+
+def connect(url: str, connect_timeout_s: float) -> psycopg.Connection:
+    """One autocommit connection (for migrations and probes).
+
+    Raises:
+        MemoryError: ``MEMORY_BACKEND_ERROR`` with a safe message when it fails.
+    """
+    try:
+        return psycopg.connect(
+            url, autocommit=True, connect_timeout=max(1, math.ceil(connect_timeout_s))
+        )
+    except psycopg.Error as exc:
+        raise connect_error(exc) from None
+
+
+def open_pool(
+    url: str, min_size: int, max_size: int, connect_timeout_s: float, pool_timeout_s: float
+) -> psycopg_pool.ConnectionPool:
+    """An open pool of autocommit connections; waits for ``min_size`` of them.
+
+    Raises:
+        MemoryError: ``MEMORY_BACKEND_ERROR`` when no connection can be made within
+            ``connect_timeout_s`` seconds.
+    """
+    pool: psycopg_pool.ConnectionPool = psycopg_pool.ConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={"autocommit": True, "connect_timeout": max(1, math.ceil(connect_timeout_s))},
+        timeout=pool_timeout_s,
+        open=False,
+        name="ditto-memory",
+    )
+    try:
+        pool.open(wait=True, timeout=connect_timeout_s)
+    except psycopg_pool.PoolTimeout as exc:
+        pool.close()
+        raise connect_error(exc) from None
+    return pool
+
+
+def _interrupt(conn: psycopg.Connection) -> None:
+    """Cancel the statement running on ``conn`` (called in the cancelling thread)."""
+    try:
+        conn.cancel_safe(timeout=5.0)
+    except psycopg.Error as exc:  # the statement may have ended; nothing to cancel
+        logger.info("postgres cancel request failed: %s", type(exc).__name__)
+
+
+@contextmanager
+def transaction(
+    pool: psycopg_pool.ConnectionPool, options: MemoryCallOptions | None
+) -> Iterator[psycopg.Connection]:
+    """One transaction on a pooled connection, cancellable and bounded by the deadline.
+
+    Raises:
+        MemoryError: ``MEMORY_CANCELLED`` when the token fires (before, during or at the
+            end of the body: nothing is committed); ``MEMORY_TIMEOUT`` when a statement
+            outlives the deadline; ``MEMORY_BACKEND_ERROR`` for other driver errors. A
+            ``MemoryError`` raised by the body passes through after ROLLBACK.
+    """
+    token: CancelToken | None = options.cancel if options is not None else None
+    if token is not None and token.cancelled:
+        raise cancelled_error()
+    try:
+        with pool.connection() as conn:
+            unregister = token.on_cancel(lambda: _interrupt(conn)) if token else None
+            try:
+                with conn.transaction():
+                    _set_deadline(conn, options)
+                    yield conn
+                    if token is not None and token.cancelled:
+                        raise cancelled_error()
+            finally:
+                if unregister is not None:
+                    unregister()
+    except psycopg.Error as exc:
+        raise map_error(exc, options) from exc
+    except psycopg_pool.PoolTimeout as exc:
+        raise connect_error(exc) from None
+
+
+def _set_deadline(conn: psycopg.Connection, options: MemoryCallOptions | None) -> None:
+    remaining = options.remaining_s if options is not None else None
+    if remaining is None:
+        return
+    if remaining <= 0:
+        raise MemoryError(ErrorCode.MEMORY_TIMEOUT, "the memory call's deadline passed")
+    conn.execute(f"SET LOCAL statement_timeout = {max(1, int(remaining * 1000))}")

@@ -1,0 +1,162 @@
+"""The versioned, idempotent schema migrations of the PostgreSQL store.
+
+Every object lives in one schema (setting ``schema``, default ``ditto``). Applied
+versions are rows of ``<schema>.ditto_migrations(version, name, applied_at)``;
+:func:`migrate` applies the missing ones in order, in one transaction, under an advisory
+lock (two processes migrating at once apply each version once). Run it explicitly with
+``ditto-worker migrate --store postgres``, or let the store run it on first use
+(``autoMigrate: true``, the default).
+
+Version 1 (``memories``)::
+
+    seq        bigint identity primary key   -- store sequence: creation order, tie-break
+    id         text COLLATE "C" unique       -- uuid4 hex
+    key        text COLLATE "C" unique NULL
+    content    json                          -- any JSON, 'null' included; text kept as written
+    metadata   jsonb NULL                    -- GIN (jsonb_path_ops) for @> equality
+    created_at, updated_at text COLLATE "C"  -- ditto_worker.filters timestamps
+    tsv        tsvector                      -- english words + CJK bigrams; GIN
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Final
+
+import psycopg
+
+from ditto_worker.errors import ErrorCode, MemoryError
+
+__all__ = [
+    "LATEST_VERSION",
+    "MIGRATIONS",
+    "MigrationReport",
+    "check_schema",
+    "lock_key",
+    "migrate",
+    "quote_schema",
+]
+
+_SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
+    (
+        1,
+        "memories",
+        (
+            """CREATE TABLE {s}.memories (
+                seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                id text COLLATE "C" NOT NULL UNIQUE,
+                key text COLLATE "C" UNIQUE,
+                content json NOT NULL,
+                metadata jsonb,
+                created_at text COLLATE "C" NOT NULL,
+                updated_at text COLLATE "C" NOT NULL,
+                tsv tsvector NOT NULL
+            )""",
+            "CREATE INDEX memories_metadata ON {s}.memories USING gin (metadata jsonb_path_ops)",
+            "CREATE INDEX memories_tsv ON {s}.memories USING gin (tsv)",
+            "CREATE INDEX memories_created_at ON {s}.memories (created_at)",
+        ),
+    ),
+)
+"""``(version, name, statements)`` in order; ``{s}`` is the quoted schema name."""
+
+LATEST_VERSION: Final = MIGRATIONS[-1][0]
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    """What :func:`migrate` did: the schema, its version now, the versions applied now."""
+
+    schema: str
+    version: int
+    applied: tuple[int, ...]
+
+
+def quote_schema(schema: str) -> str:
+    """The schema name as a quoted SQL identifier.
+
+    Raises:
+        ValueError: the name is not ``[A-Za-z_][A-Za-z0-9_]{0,62}``.
+    """
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError("schema must match [A-Za-z_][A-Za-z0-9_]{0,62}")
+    return f'"{schema}"'
+
+
+def lock_key(schema: str, purpose: str) -> int:
+    """A signed 64-bit advisory-lock key for ``(schema, purpose)``."""
+    digest = hashlib.sha256(f"ditto:{schema}:{purpose}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _applied(conn: psycopg.Connection, quoted: str) -> set[int]:
+    rows = conn.execute(f"SELECT version FROM {quoted}.ditto_migrations").fetchall()
+    return {int(row[0]) for row in rows}
+
+
+def _newer() -> MemoryError:
+    return MemoryError(
+        ErrorCode.MEMORY_BACKEND_ERROR,
+        "the PostgreSQL memory schema was migrated by a newer version of the plugin",
+    )
+
+
+def migrate(conn: psycopg.Connection, schema: str) -> MigrationReport:
+    """Create the schema if needed and apply every missing migration (idempotent).
+
+    Args:
+        conn: an autocommit connection (the migration runs in its own transaction).
+        schema: the schema name (see :func:`quote_schema`).
+
+    Raises:
+        MemoryError: ``MEMORY_BACKEND_ERROR`` when the schema is newer than this plugin.
+        psycopg.Error: a driver error (the caller maps it).
+    """
+    quoted = quote_schema(schema)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key(schema, "migrate")])
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {quoted}.ditto_migrations (version integer PRIMARY "
+            "KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = _applied(conn, quoted)
+        if done and max(done) > LATEST_VERSION:
+            raise _newer()
+        applied: list[int] = []
+        for version, name, statements in MIGRATIONS:
+            if version in done:
+                continue
+            for statement in statements:
+                conn.execute(statement.format(s=quoted))
+            conn.execute(
+                f"INSERT INTO {quoted}.ditto_migrations (version, name) VALUES (%s, %s)",
+                [version, name],
+            )
+            applied.append(version)
+    return MigrationReport(schema, LATEST_VERSION, tuple(applied))
+
+
+def check_schema(conn: psycopg.Connection, schema: str) -> None:
+    """Fail unless ``schema`` is at :data:`LATEST_VERSION` (used when autoMigrate is off).
+
+    Raises:
+        MemoryError: ``MEMORY_BACKEND_ERROR`` naming ``ditto-worker migrate`` when the
+            schema is missing or older, or saying it is newer.
+    """
+    quoted = quote_schema(schema)
+    exists = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL", [f"{quoted}.ditto_migrations"]
+    ).fetchone()
+    version = max(_applied(conn, quoted), default=0) if exists and exists[0] else 0
+    if version > LATEST_VERSION:
+        raise _newer()
+    if version < LATEST_VERSION:
+        raise MemoryError(
+            ErrorCode.MEMORY_BACKEND_ERROR,
+            "the PostgreSQL memory schema is not migrated; run `ditto-worker migrate`",
+        )

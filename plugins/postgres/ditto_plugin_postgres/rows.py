@@ -1,0 +1,133 @@
+"""Encoding and decoding of records for the PostgreSQL store (no I/O).
+
+JSON goes to the server as compact text (``content`` as ``json``, ``metadata`` as
+``jsonb``); rows come back as ``(seq, id, key, content::text, metadata::text, …)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any, Final
+
+from ditto_plugin_postgres.sql import Sql, decimal_value
+from ditto_plugin_postgres.text import content_text, grams_vector
+from ditto_worker.contracts import MemoryItem, MemoryUpdateEntry
+from ditto_worker.errors import ErrorCode, MemoryError
+
+__all__ = [
+    "TSV",
+    "Row",
+    "check_batch_keys",
+    "dump",
+    "item",
+    "bm25_idf",
+    "sort_value",
+    "term_queries",
+    "update_sql",
+]
+
+TSV: Final = "to_tsvector('english', %s) || %s::tsvector"
+"""The ``tsv`` column value for ``(body, grams)`` parameters."""
+Row = tuple[Any, ...]
+
+
+def dump(value: Any, where: str, nul_ok: bool = True) -> str:
+    """Compact JSON text; ``INVALID_INPUT`` when not JSON (or, for jsonb, holding NUL)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text.encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise MemoryError(ErrorCode.INVALID_INPUT, f"{where} is not valid JSON") from exc
+    if not nul_ok and _has_nul(value):
+        raise MemoryError(
+            ErrorCode.INVALID_INPUT, f"{where} holds a NUL character (PostgreSQL cannot store it)"
+        )
+    return text
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any("\x00" in k or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def item(row: Row) -> MemoryItem:
+    """The MemoryItem of a row ``(seq, id, key, content text, metadata text, …)``."""
+    return MemoryItem(
+        id=row[1],
+        key=row[2],
+        content=json.loads(row[3]),
+        metadata=None if row[4] is None else json.loads(row[4]),
+    )
+
+
+def term_queries(terms: Sequence[tuple[str, str]]) -> list[Sql]:
+    """One tsquery expression per term of :func:`~ditto_plugin_postgres.text.query_terms`."""
+    return [
+        Sql("to_tsquery('english', %s)" if kind == "english" else "%s::tsquery", [literal])
+        for kind, literal in terms
+    ]
+
+
+def bm25_idf(total: int, frequencies: Sequence[int]) -> list[float]:
+    """BM25 IDF ``ln(1 + (N - df + 0.5) / (df + 0.5))`` per term, always > 0.
+
+    Args:
+        total: records in the store (``N``; raised to the largest ``df`` if smaller).
+        frequencies: records matching each term (``df``).
+    """
+    n = max([total, *frequencies])
+    return [math.log(1 + (n - df + 0.5) / (df + 0.5)) for df in frequencies]
+
+
+def sort_value(row: Row, index: int) -> tuple[int, int | float | str]:
+    """The cursor sort value ``(rank, value)`` of term ``index`` from its ``r/n/t`` columns."""
+    rank, number, text = row[5 + 3 * index : 8 + 3 * index]
+    if rank in (1, 5):
+        return (int(rank), decimal_value(number))
+    if rank == 2:
+        return (2, str(text))
+    return (int(rank), 0)
+
+
+def check_batch_keys(keys: Sequence[str | None]) -> None:
+    """Check a WRITE batch's keys before any I/O.
+
+    Raises:
+        MemoryError: ``CONFLICT`` for a key repeated in the batch (MEM-WRITE-3);
+            ``INVALID_INPUT`` for a key holding a NUL character.
+    """
+    seen: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        if key is None:
+            continue
+        if "\x00" in key:
+            raise MemoryError(ErrorCode.INVALID_INPUT, f"memories[{index}].key holds NUL")
+        if key in seen:
+            raise MemoryError(
+                ErrorCode.CONFLICT, f"memories[{index}].key repeats memories[{seen[key]}].key"
+            )
+        seen[key] = index
+
+
+def update_sql(index: int, entry: MemoryUpdateEntry) -> Sql:
+    """``, content = …, tsv = …, metadata = …`` for the fields present in ``entry``."""
+    change = Sql("")
+    if entry.has_content:
+        body = content_text(entry.content)
+        change.text += f", content = %s::json, tsv = {TSV}"
+        change.params += [
+            dump(entry.content, f"memories[{index}].content"),
+            body,
+            grams_vector(body),
+        ]
+    if entry.has_metadata:
+        change.text += ", metadata = %s::jsonb"
+        change.params.append(dump(entry.metadata, f"memories[{index}].metadata", False))
+    return change

@@ -1,0 +1,223 @@
+"""Compile the shared filter language (:mod:`ditto_worker.filters`) to PostgreSQL SQL.
+
+Every value and every metadata path is a bound parameter (``%s``); nothing from a request
+is formatted into the SQL text. Records are the table aliased ``m``; a metadata field is
+``m.metadata #> %s::text[]`` (a ``jsonb`` value, SQL ``NULL`` when missing).
+
+Typed semantics (MEM-PY-5), every predicate ``true``/``false``, never ``NULL``:
+
+* equality to a boolean, number or string is ``m.metadata @> %s::jsonb`` (the GIN
+  ``jsonb_path_ops`` index; jsonb equality is typed: ``5 = 5.0``, ``"5" <> 5``,
+  ``true <> 1``; a dot path never reaches into arrays) — reserved fields compare their
+  column;
+* ``$eq: null`` matches missing or JSON ``null``;
+* ranges apply only to the same JSON type (``jsonb_typeof``): numbers as ``numeric``,
+  strings by code point (``COLLATE "C"``); a ``CASE`` guards every cast;
+* ``$ne``/``$nin`` are the exact negations of ``$eq``/``$in``.
+
+Sort terms select three columns each: ``r{i}`` (type rank of
+:func:`ditto_worker.filters.sort_key`), ``n{i}`` (numbers; booleans as 0/1) and ``t{i}``
+(strings, ``COLLATE "C"``). :func:`keyset_condition` continues after a cursor, the
+sequence breaking ties.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Final
+
+from ditto_worker.filters import (
+    And,
+    Compare,
+    Cursor,
+    Exists,
+    FieldRef,
+    FilterNode,
+    In,
+    Or,
+    Scalar,
+    SortTerm,
+)
+
+__all__ = [
+    "Sql",
+    "compile_filter",
+    "decimal_value",
+    "keyset_condition",
+    "number_param",
+    "order_clause",
+    "sort_columns",
+]
+
+_COLUMNS: Final = {"id": "m.id", "key": "m.key", "createdAt": "m.created_at",
+                   "updatedAt": "m.updated_at"}  # fmt: skip
+_RANGE: Final = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+_VALUE: Final = "(m.metadata #> %s::text[])"
+
+
+@dataclass
+class Sql:
+    """A SQL fragment and its ``%s`` parameters, in text order."""
+
+    text: str
+    params: list[Any] = field(default_factory=list)
+
+
+def number_param(value: int | float) -> str:
+    """A number as exact ``numeric`` text (``repr`` of a float round-trips)."""
+    return str(value) if isinstance(value, int) else repr(float(value))
+
+
+def _join(op: str, parts: Sequence[Sql], empty: str) -> Sql:
+    if not parts:
+        return Sql(empty)
+    return Sql(
+        "(" + f" {op} ".join(p.text for p in parts) + ")", [x for p in parts for x in p.params]
+    )
+
+
+def _nested(path: Sequence[str], value: Scalar) -> str:
+    doc: Any = value
+    for segment in reversed(path):
+        doc = {segment: doc}
+    return json.dumps(doc, ensure_ascii=False, allow_nan=False)
+
+
+def _equals(ref: FieldRef, value: Scalar) -> Sql:
+    if ref.reserved:
+        column = _COLUMNS[ref.name]
+        if value is None:
+            return Sql(f"({column} IS NULL)")
+        if not isinstance(value, str):
+            return Sql("false")
+        return Sql(f"COALESCE({column} = %s, false)", [value])
+    if value is None:
+        return Sql(f"COALESCE(jsonb_typeof({_VALUE}) = 'null', true)", [list(ref.path)])
+    return Sql("COALESCE(m.metadata @> %s::jsonb, false)", [_nested(ref.path, value)])
+
+
+def _range(ref: FieldRef, op: str, value: Scalar) -> Sql:
+    sql_op = _RANGE[op]
+    if ref.reserved:
+        if not isinstance(value, str):
+            return Sql("false")
+        return Sql(f"COALESCE({_COLUMNS[ref.name]} {sql_op} %s, false)", [value])
+    path = list(ref.path)
+    if isinstance(value, str):
+        return Sql(
+            f"COALESCE(CASE WHEN jsonb_typeof({_VALUE}) = 'string' THEN "
+            f"({_VALUE} #>> '{{}}') COLLATE \"C\" {sql_op} %s END, false)",
+            [path, path, value],
+        )
+    return Sql(
+        f"COALESCE(CASE WHEN jsonb_typeof({_VALUE}) = 'number' THEN "
+        f"({_VALUE} #>> '{{}}')::numeric {sql_op} %s::numeric END, false)",
+        [path, path, number_param(value)],  # type: ignore[arg-type]
+    )
+
+
+def _exists(ref: FieldRef, exists: bool) -> Sql:
+    if ref.reserved:
+        present = "(m.key IS NOT NULL)" if ref.name == "key" else "true"
+        return Sql(present if exists else f"(NOT {present})")
+    return Sql(f"({_VALUE} IS {'NOT ' if exists else ''}NULL)", [list(ref.path)])
+
+
+def compile_filter(node: FilterNode | None) -> Sql:
+    """A boolean SQL expression over ``m`` for a parsed filter (``true`` for none)."""
+    if node is None:
+        return Sql("true")
+    if isinstance(node, And):
+        return _join("AND", [compile_filter(child) for child in node.children], "true")
+    if isinstance(node, Or):
+        return _join("OR", [compile_filter(child) for child in node.children], "false")
+    if isinstance(node, Exists):
+        return _exists(node.field, node.exists)
+    if isinstance(node, In):
+        found = _join("OR", [_equals(node.field, value) for value in node.values], "false")
+        return Sql(f"(NOT {found.text})", found.params) if node.negate else found
+    return _compare(node)
+
+
+def _compare(node: Compare) -> Sql:
+    if node.op in ("$eq", "$ne"):
+        equal = _equals(node.field, node.value)
+        return equal if node.op == "$eq" else Sql(f"(NOT {equal.text})", equal.params)
+    return _range(node.field, node.op, node.value)
+
+
+def _term_columns(index: int, ref: FieldRef) -> Sql:
+    if ref.reserved:
+        column = _COLUMNS[ref.name]
+        rank = f"(CASE WHEN {column} IS NULL THEN 0 ELSE 2 END)"
+        return Sql(f", {rank} AS r{index}, NULL::numeric AS n{index}, {column} AS t{index}")
+    kind = f"jsonb_typeof({_VALUE})"
+    path = list(ref.path)
+    text = (
+        f", (CASE {kind} WHEN 'number' THEN 1 WHEN 'string' THEN 2 WHEN 'object' THEN 3 "
+        f"WHEN 'array' THEN 4 WHEN 'boolean' THEN 5 ELSE 0 END) AS r{index}"
+        f", (CASE {kind} WHEN 'number' THEN ({_VALUE} #>> '{{}}')::numeric "
+        f"WHEN 'boolean' THEN (CASE WHEN {_VALUE} = 'true'::jsonb THEN 1 ELSE 0 END) "
+        f"END) AS n{index}"
+        f", (CASE WHEN {kind} = 'string' THEN ({_VALUE} #>> '{{}}') END) "
+        f'COLLATE "C" AS t{index}'
+    )
+    return Sql(text, [path] * text.count("%s"))
+
+
+def sort_columns(terms: Sequence[SortTerm]) -> Sql:
+    """Select-list items ``r{i}, n{i}, t{i}`` per term, with a leading comma."""
+    parts = [_term_columns(i, term.field) for i, term in enumerate(terms)]
+    return Sql("".join(p.text for p in parts), [x for p in parts for x in p.params])
+
+
+def order_clause(terms: Sequence[SortTerm]) -> str:
+    """``ORDER BY`` items over :func:`sort_columns`, then ``seq`` ascending."""
+    items: list[str] = []
+    for index, term in enumerate(terms):
+        direction = "DESC" if term.descending else "ASC"
+        items += [f"r{index} {direction}", f"n{index} {direction}", f"t{index} {direction}"]
+    return ", ".join([*items, "seq ASC"])
+
+
+def _after(index: int, rank: int, value: Any, op: str) -> Sql:
+    """Rows strictly after ``(rank, value)`` for term ``index`` (``op`` is ``>`` or ``<``)."""
+    if rank in (1, 5):
+        same = Sql(f"(r{index} = %s AND n{index} {op} %s::numeric)", [rank, number_param(value)])
+    elif rank == 2:
+        same = Sql(f"(r{index} = %s AND t{index} {op} %s)", [rank, value])
+    else:
+        same = Sql("false")
+    return Sql(f"(r{index} {op} %s OR {same.text})", [rank, *same.params])
+
+
+def _equal(index: int, rank: int, value: Any) -> Sql:
+    if rank in (1, 5):
+        return Sql(f"(r{index} = %s AND n{index} = %s::numeric)", [rank, number_param(value)])
+    if rank == 2:
+        return Sql(f"(r{index} = %s AND t{index} = %s)", [rank, value])
+    return Sql(f"(r{index} = %s)", [rank])
+
+
+def keyset_condition(terms: Sequence[SortTerm], cursor: Cursor) -> Sql:
+    """Rows strictly after ``cursor`` in the order of :func:`order_clause`."""
+    branches: list[Sql] = []
+    prefix: list[Sql] = []
+    for index, (term, (rank, value)) in enumerate(zip(terms, cursor.values, strict=True)):
+        after = _after(index, rank, value, "<" if term.descending else ">")
+        branches.append(_join("AND", [*prefix, after], "true"))
+        prefix.append(_equal(index, rank, value))
+    branches.append(_join("AND", [*prefix, Sql("seq > %s", [cursor.seq])], "true"))
+    return _join("OR", branches, "true")
+
+
+def decimal_value(value: Decimal | int | None) -> int | float:
+    """A ``numeric`` sort value as the cursor's number (``int`` when integral)."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    return int(value) if value == value.to_integral_value() else float(value)

@@ -1,0 +1,400 @@
+"""``PostgresMemoryStore``: MemoryStore + native keyword MemorySearchProvider on PostgreSQL.
+
+psycopg 3 with a psycopg-pool connection pool built lazily in the process that uses it
+(a forked worker builds its own). One transaction per call and per batch; writers take
+an advisory lock so that ``createdAt`` and the sequence follow commit order (MEM-PY-6).
+Rules owned here: MEM-GET-2/5, MEM-QUERY-2/3/4, MEM-WRITE-2/3, MEM-UPDATE-1/2/4,
+MEM-DELETE-2/3, MEM-SEARCH-1/2/3, MEM-PY-5/6/11/12, MEM-RUN-2, MEM-ERR-4.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import ClassVar, Final
+
+import psycopg
+import psycopg_pool
+
+from ditto_plugin_postgres.db import connect, map_error, open_pool, transaction
+from ditto_plugin_postgres.migrations import (
+    MigrationReport,
+    check_schema,
+    lock_key,
+    migrate,
+    quote_schema,
+)
+from ditto_plugin_postgres.rows import (
+    Row,
+    bm25_idf,
+    check_batch_keys,
+    dump,
+    item,
+    sort_value,
+    term_queries,
+    update_sql,
+)
+from ditto_plugin_postgres.sql import (
+    Sql,
+    compile_filter,
+    keyset_condition,
+    order_clause,
+    sort_columns,
+)
+from ditto_plugin_postgres.text import content_text, grams_vector, query_terms
+from ditto_worker.capabilities import StoreCapabilities
+from ditto_worker.contracts import (
+    MemoryDeleteInput,
+    MemoryDeleteOutput,
+    MemoryGetInput,
+    MemoryItem,
+    MemoryQueryInput,
+    MemoryQueryOutput,
+    MemorySearchInput,
+    MemorySearchResult,
+    MemoryUpdateInput,
+    MemoryWriteInput,
+)
+from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.filters import (
+    decode_cursor,
+    encode_cursor,
+    parse_filter,
+    parse_order_by,
+    query_fingerprint,
+    timestamp_now,
+)
+from ditto_worker.ports import MemoryCallOptions
+
+__all__ = ["PostgresMemoryStore"]
+
+_DEFAULT_QUERY_LIMIT: Final = 100
+_DEFAULT_SEARCH_LIMIT: Final = 10
+_COLUMNS: Final = "m.seq, m.id, m.key, m.content::text, m.metadata::text"
+
+
+class PostgresMemoryStore:
+    """MemoryStore and keyword MemorySearchProvider over one PostgreSQL schema.
+
+    Args:
+        url: a libpq URL (``postgresql://user:password@host:port/db``); from
+            ``DITTO_WORKER_MEMORY_POSTGRES_URL`` when built by :func:`create_store`
+            (MEM-CONF-5). Never logged or shown.
+        schema: the schema holding the tables (``[A-Za-z_][A-Za-z0-9_]{0,62}``).
+        pool_min_size / pool_max_size: connections kept / allowed by this process's pool.
+        connect_timeout_s: seconds to wait for a new connection.
+        pool_timeout_s: seconds a call waits for a free pooled connection.
+        auto_migrate: run :meth:`migrate` on first use (else require the latest version).
+
+    Behaviour (declared in :attr:`capabilities`): atomic batches, unique keys
+    (``CONFLICT``, nothing written), ``NOT_FOUND`` for UPDATE of a missing id, keys freed
+    by DELETE, creation order by default, keyset cursors, typed filters, a cancel token
+    cancels the running statement (``MEMORY_CANCELLED``) and the deadline bounds it
+    (``MEMORY_TIMEOUT``). SEARCH strategy ``keyword`` (the default) over English stems and
+    CJK bigrams: ``score`` = sum of the BM25 IDF of the matched query terms + ``0.01 *
+    ts_rank_cd`` (:mod:`ditto_plugin_postgres.text`), a positive float, **higher is
+    better**, ties in creation order. Metadata strings and
+    keys cannot hold NUL characters (``INVALID_INPUT``).
+
+    Raises:
+        ValueError: a bad schema name (at construction).
+    """
+
+    capabilities: ClassVar[StoreCapabilities] = StoreCapabilities(
+        search_strategies=("keyword",),
+        default_strategy="keyword",
+        keyword_strategy="keyword",
+        keyword_cjk=True,
+        key_conflict="error",
+        batch_atomic=True,
+        cancel=True,
+        extras=frozenset({"multi_process", "driver_cancel", "deadline"}),
+    )
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = "ditto",
+        pool_min_size: int = 1,
+        pool_max_size: int = 4,
+        connect_timeout_s: float = 5.0,
+        pool_timeout_s: float = 30.0,
+        auto_migrate: bool = True,
+    ) -> None:
+        self._table = f"{quote_schema(schema)}.memories"
+        self._url = url
+        self.schema = schema
+        self._sizes = (pool_min_size, pool_max_size)
+        self._timeouts = (connect_timeout_s, pool_timeout_s)
+        self._auto_migrate = auto_migrate
+        self._write_lock = lock_key(schema, "write")
+        self._lock = threading.Lock()
+        self._pool: psycopg_pool.ConnectionPool | None = None
+        self._pid = os.getpid()
+
+    def __repr__(self) -> str:
+        return f"PostgresMemoryStore(schema={self.schema!r})"
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def migrate(self) -> MigrationReport:
+        """Apply the missing schema migrations now (idempotent; ``ditto-worker migrate``).
+
+        Raises:
+            MemoryError: ``MEMORY_BACKEND_ERROR`` (safe message) when the server cannot be
+                reached or the schema is newer than this plugin.
+        """
+        with self._connection() as conn:
+            return migrate(conn, self.schema)
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection]:
+        conn = connect(self._url, self._timeouts[0])
+        try:
+            yield conn
+        except psycopg.Error as exc:
+            raise map_error(exc) from exc
+        finally:
+            conn.close()
+
+    def _get_pool(self) -> psycopg_pool.ConnectionPool:
+        with self._lock:
+            if os.getpid() != self._pid:  # forked: never touch the parent's pool
+                self._pool, self._pid = None, os.getpid()
+            if self._pool is None:
+                with self._connection() as conn:
+                    if self._auto_migrate:
+                        migrate(conn, self.schema)
+                    else:
+                        check_schema(conn, self.schema)
+                self._pool = open_pool(self._url, *self._sizes, *self._timeouts)
+            return self._pool
+
+    def close(self) -> None:
+        """Close this process's pool (idempotent; a later call opens a new one)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None and os.getpid() == self._pid:
+            pool.close()
+
+    def _tx(self, options: MemoryCallOptions | None) -> AbstractContextManager[psycopg.Connection]:
+        return transaction(self._get_pool(), options)
+
+    # --- MemoryStore ----------------------------------------------------------------------
+
+    def get(
+        self, input: MemoryGetInput, options: MemoryCallOptions | None = None
+    ) -> list[MemoryItem]:
+        """Records whose id or key was requested, each once, in creation order (MEM-GET)."""
+        ids, keys = list(dict.fromkeys(input.ids or ())), list(dict.fromkeys(input.keys or ()))
+        sql = (
+            f"SELECT {_COLUMNS} FROM {self._table} AS m "
+            "WHERE m.id = ANY(%s::text[]) OR m.key = ANY(%s::text[]) ORDER BY m.seq"
+        )
+        with self._tx(options) as conn:
+            rows = conn.execute(sql, [ids, keys]).fetchall()
+        return [item(row) for row in rows]
+
+    def query(
+        self, input: MemoryQueryInput, options: MemoryCallOptions | None = None
+    ) -> MemoryQueryOutput:
+        """One page of at most ``limit`` records matching ``filter`` in ``orderBy`` order.
+
+        Raises:
+            MemoryError: ``UNSUPPORTED_FILTER``, ``UNSUPPORTED_ORDER_BY``,
+                ``INVALID_CURSOR`` (malformed, or made for another filter/orderBy).
+        """
+        terms = parse_order_by(input.order_by)
+        where = compile_filter(parse_filter(input.filter))
+        fingerprint = query_fingerprint(input.filter, input.order_by)
+        cursor = decode_cursor(input.cursor, fingerprint, len(terms)) if input.cursor else None
+        limit = input.limit or _DEFAULT_QUERY_LIMIT
+        columns = sort_columns(terms)
+        after = keyset_condition(terms, cursor) if cursor is not None else Sql("true")
+        sql = (
+            f"SELECT * FROM (SELECT {_COLUMNS}{columns.text} FROM {self._table} AS m "
+            f"WHERE {where.text}) AS q WHERE {after.text} "
+            f"ORDER BY {order_clause(terms)} LIMIT %s"
+        )
+        params = [*columns.params, *where.params, *after.params, limit + 1]
+        with self._tx(options) as conn:
+            rows = conn.execute(sql, params).fetchall()
+        page = rows[:limit]
+        next_cursor = None
+        if len(rows) > limit:
+            last = page[-1]
+            values = tuple(sort_value(last, i) for i in range(len(terms)))
+            next_cursor = encode_cursor(fingerprint, values, int(last[0]))
+        return MemoryQueryOutput(items=[item(row) for row in page], next_cursor=next_cursor)
+
+    def write(
+        self, input: MemoryWriteInput, options: MemoryCallOptions | None = None
+    ) -> list[MemoryItem]:
+        """Create the drafts in one transaction; one full item per draft, in order.
+
+        Raises:
+            MemoryError: ``CONFLICT`` (nothing written) for a taken or repeated key;
+                ``INVALID_INPUT`` for content/metadata that is not JSON, or NUL characters
+                in metadata or keys.
+        """
+        drafts = input.memories
+        keys = [d.key for d in drafts]
+        check_batch_keys(keys)
+        contents = [dump(d.content, f"memories[{i}].content") for i, d in enumerate(drafts)]
+        metas = [
+            None if d.metadata is None else dump(d.metadata, f"memories[{i}].metadata", False)
+            for i, d in enumerate(drafts)
+        ]
+        bodies = [content_text(d.content) for d in drafts]
+        grams = [grams_vector(body) for body in bodies]
+        ids = [uuid.uuid4().hex for _ in drafts]
+        with self._tx(options) as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", [self._write_lock])
+            self._check_taken(conn, keys)
+            last = conn.execute(
+                f"SELECT created_at FROM {self._table} ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+            now = timestamp_now(last[0] if last else None)
+            conn.execute(
+                f"INSERT INTO {self._table} (id, key, content, metadata, created_at, updated_at,"
+                " tsv) SELECT d.id, d.key, d.content::json, d.metadata::jsonb, %s, %s, "
+                "to_tsvector('english', d.body) || d.grams::tsvector FROM unnest(%s::text[], "
+                "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[]) WITH ORDINALITY "
+                "AS d(id, key, content, metadata, body, grams, ord) ORDER BY d.ord",
+                [now, now, ids, keys, contents, metas, bodies, grams],
+            )
+        return [
+            MemoryItem(
+                id=i, key=k, content=json.loads(c), metadata=None if m is None else json.loads(m)
+            )
+            for i, k, c, m in zip(ids, keys, contents, metas, strict=True)
+        ]
+
+    def _check_taken(self, conn: psycopg.Connection, keys: Sequence[str | None]) -> None:
+        wanted = [k for k in keys if k is not None]
+        if not wanted:
+            return
+        row = conn.execute(
+            f"SELECT key FROM {self._table} WHERE key = ANY(%s::text[]) LIMIT 1", [wanted]
+        ).fetchone()
+        if row is not None:
+            raise MemoryError(
+                ErrorCode.CONFLICT, f"memories[{keys.index(row[0])}].key already exists"
+            )
+
+    def update(
+        self, input: MemoryUpdateInput, options: MemoryCallOptions | None = None
+    ) -> list[MemoryItem]:
+        """Apply partial updates in one transaction (MEM-UPDATE-1): an omitted field keeps
+        its value, ``metadata`` replaces the whole object, ``content: null`` is a value.
+
+        Raises:
+            MemoryError: ``NOT_FOUND`` (nothing applied) when an id does not exist;
+                ``INVALID_INPUT`` as for :meth:`write`.
+        """
+        changes = [update_sql(i, entry) for i, entry in enumerate(input.memories)]
+        ids = [entry.id for entry in input.memories]
+        rows: list[Row] = []
+        with self._tx(options) as conn:
+            found = conn.execute(
+                f"SELECT id FROM {self._table} WHERE id = ANY(%s::text[])", [ids]
+            ).fetchall()
+            present = {row[0] for row in found}
+            for index, memory_id in enumerate(ids):
+                if memory_id not in present:
+                    raise MemoryError(
+                        ErrorCode.NOT_FOUND, f"memories[{index}]: no memory with this id"
+                    )
+            now = timestamp_now()
+            for memory_id, change in zip(ids, changes, strict=True):
+                sql = (
+                    f"UPDATE {self._table} AS m SET updated_at = %s{change.text} "
+                    f"WHERE m.id = %s RETURNING {_COLUMNS}"
+                )
+                rows.append(conn.execute(sql, [now, *change.params, memory_id]).fetchone() or ())
+        return [item(row) for row in rows]
+
+    def delete(
+        self, input: MemoryDeleteInput, options: MemoryCallOptions | None = None
+    ) -> MemoryDeleteOutput:
+        """Delete existing ids in one statement; returns only the ids deleted now, in
+        request order; their keys are free again (MEM-PY-12)."""
+        ids = list(dict.fromkeys(input.ids))
+        with self._tx(options) as conn:
+            rows = conn.execute(
+                f"DELETE FROM {self._table} WHERE id = ANY(%s::text[]) RETURNING id", [ids]
+            ).fetchall()
+        gone = {row[0] for row in rows}
+        return MemoryDeleteOutput(deleted=[memory_id for memory_id in ids if memory_id in gone])
+
+    # --- MemorySearchProvider -------------------------------------------------------------
+
+    def _ranked(
+        self, conn: psycopg.Connection, terms: list[Sql], where: Sql, limit: int
+    ) -> list[Row]:
+        """Rows matching any term and ``where``, best first (see :mod:`.text`): two
+        statements, term frequencies then the ranked page."""
+        any_term = Sql(
+            "(" + " || ".join(t.text for t in terms) + ")", [x for t in terms for x in t.params]
+        )
+        counts = ", ".join(f"count(*) FILTER (WHERE m.tsv @@ {t.text})" for t in terms)
+        total = (
+            "(SELECT CASE WHEN c.reltuples >= 10000 THEN c.reltuples::bigint ELSE "
+            f"(SELECT count(*) FROM {self._table}) END FROM pg_class AS c "
+            "WHERE c.oid = %s::regclass)"
+        )
+        stats = conn.execute(
+            f"SELECT {total}, {counts} FROM {self._table} AS m WHERE m.tsv @@ {any_term.text}",
+            [self._table, *(x for t in terms for x in t.params), *any_term.params],
+        ).fetchone() or (0,)
+        weights = bm25_idf(int(stats[0] or 0), [int(df) for df in stats[1:]])
+        score = " + ".join(f"%s * (m.tsv @@ {t.text})::int" for t in terms)
+        sql = (
+            f"SELECT {_COLUMNS}, ({score}) + 0.01 * ts_rank_cd(m.tsv, {any_term.text}) AS score"
+            f" FROM {self._table} AS m WHERE m.tsv @@ {any_term.text} AND {where.text} "
+            "ORDER BY score DESC, m.seq LIMIT %s"
+        )
+        params = [x for w, t in zip(weights, terms, strict=True) for x in (w, *t.params)]
+        params += [*any_term.params, *any_term.params, *where.params, limit]
+        return conn.execute(sql, params).fetchall()
+
+    def search(
+        self, input: MemorySearchInput, options: MemoryCallOptions | None = None
+    ) -> list[MemorySearchResult]:
+        """Keyword search over content (see the class docstring); filter before limit.
+
+        Returns:
+            At most ``limit`` (default 10) results matching ``filter`` and at least one
+            query term, by descending ``score`` (IDF-weighted matched terms plus
+            ``0.01 * ts_rank_cd``; :mod:`ditto_plugin_postgres.text`); each result's
+            ``metadata`` is ``{"strategy": "keyword", "rank": <1-based position>}``.
+
+        Raises:
+            MemoryError: ``UNSUPPORTED_STRATEGY`` unless strategy is ``None``/``keyword``;
+                ``INVALID_INPUT`` when ``query`` is not a string; ``UNSUPPORTED_FILTER``.
+        """
+        strategy = input.strategy or "keyword"
+        if strategy not in self.capabilities.search_strategies:
+            raise MemoryError(ErrorCode.UNSUPPORTED_STRATEGY, "unsupported search strategy")
+        if not isinstance(input.query, str):
+            raise MemoryError(ErrorCode.INVALID_INPUT, "keyword search needs a text query")
+        where = compile_filter(parse_filter(input.filter))
+        terms = term_queries(query_terms(input.query))
+        if not terms:
+            return []
+        limit = input.limit or _DEFAULT_SEARCH_LIMIT
+        with self._tx(options) as conn:
+            rows = self._ranked(conn, terms, where, limit)
+        return [
+            MemorySearchResult(
+                memory=item(row),
+                score=float(row[5]),
+                metadata={"strategy": strategy, "rank": position},
+            )
+            for position, row in enumerate(rows, start=1)
+        ]

@@ -1,0 +1,66 @@
+"""``ditto-worker migrate`` and ``ditto-worker demo --store postgres`` against the test server."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+from ditto_worker.cli import app
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _env(url: str, schema: str) -> dict[str, str]:
+    return {
+        "DITTO_WORKER_MEMORY_POSTGRES_URL": url,
+        "DITTO_WORKER_MEMORY_POSTGRES_SCHEMA": schema,
+        "DITTO_BROKER_URL": "",
+    }
+
+
+def test_migrate_command(
+    postgres_url: str, pg_schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    first = runner.invoke(
+        app, ["migrate", "--store", "postgres"], env=_env(postgres_url, pg_schema)
+    )
+    assert first.exit_code == 0, first.output
+    assert f"schema {pg_schema} at version 1 (applied now: 1)" in first.output
+    again = runner.invoke(
+        app, ["migrate", "--store", "postgres"], env=_env(postgres_url, pg_schema)
+    )
+    assert again.exit_code == 0 and "(applied now: none)" in again.output
+    with psycopg.connect(postgres_url) as conn:
+        table = conn.execute("SELECT to_regclass(%s)", [f'"{pg_schema}".memories']).fetchone()
+    assert table is not None and table[0] is not None
+    bad = _env(postgres_url.replace("ditto@", "wrong-pw@"), pg_schema)
+    failed = runner.invoke(app, ["migrate", "--store", "postgres"], env=bad)
+    assert failed.exit_code == 1 and "wrong-pw" not in failed.output
+    missing = runner.invoke(
+        app, ["migrate", "--store", "postgres"], env={**bad, "DITTO_WORKER_MEMORY_POSTGRES_URL": ""}
+    )
+    assert missing.exit_code == 2
+
+
+def test_demo_on_postgres(
+    postgres_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the main job in-process (memory:// fleet) on the PostgreSQL store: keyword recall@10
+    monkeypatch.chdir(REPO)
+    result = CliRunner().invoke(
+        app, ["demo", "--store", "postgres"], env=_env(postgres_url, pg_schema)
+    )
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if "recall@10" in line)
+    match = re.search(r"\d+(?:\.\d+)?", line)
+    assert match is not None and float(match.group()) >= 0.5, line
+    assert "store postgres" in result.output
+    with psycopg.connect(postgres_url) as conn:
+        left = conn.execute(f'SELECT count(*) FROM "{pg_schema}".memories').fetchone()
+    assert left == (0,)  # the demo deletes its run's records
