@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite from nothing: installs the Python package with its dev extras
 # and redis-server (apt) if missing, starts a throwaway Redis on a loopback port unless
-# DITTO_TEST_REDIS_URL is already set, runs pytest, stops what it started.
+# DITTO_TEST_REDIS_URL is already set, and a throwaway PostgreSQL with pgvector
+# (scripts/postgres.sh, port DITTO_PG_PORT or 15432) unless DITTO_TEST_POSTGRES_URL is
+# set, runs pytest, stops what it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +18,7 @@ python3 -m pip install -q --disable-pip-version-check -e ".[dev]"
 started=""
 cleanup() {
   if [ -n "$started" ]; then redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; fi
+  if [ -n "${pg_started:-}" ]; then bash scripts/postgres.sh stop || true; fi
   rm -rf "${redis_dir:-}"
 }
 trap cleanup EXIT
@@ -28,6 +31,11 @@ if [ -z "${DITTO_TEST_REDIS_URL:-}" ]; then
   for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
   export DITTO_TEST_REDIS_URL="redis://127.0.0.1:$port"
 fi
+if [ -z "${DITTO_TEST_POSTGRES_URL:-}" ]; then
+  if ! bash scripts/postgres.sh status; then pg_started=1; fi
+  pg_env=$(bash scripts/postgres.sh start)
+  eval "$pg_env"
+fi
 export DITTO_REQUIRE_SERVICES=1
-echo "== pytest (Redis at $DITTO_TEST_REDIS_URL)"
+echo "== pytest (Redis at $DITTO_TEST_REDIS_URL, PostgreSQL at ${DITTO_TEST_POSTGRES_URL##*@})"
 python3 -m pytest "$@"

