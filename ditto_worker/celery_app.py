@@ -22,7 +22,7 @@ from celery import Celery
 from kombu.entity import Exchange, Queue
 
 from ditto_worker.config import FleetSettings
-from ditto_worker.contracts import NODE_QUEUES
+from ditto_worker.contracts import FLEET_QUEUES
 
 __all__ = [
     "DEADLINE_HEADER",
@@ -40,8 +40,9 @@ IN_PROCESS_POLL_S = 0.001
 
 
 def queue_for(node: str) -> str:
-    """The dedicated queue of ``node`` (``MEMORY.GET`` -> ``memory.get``)."""
-    return NODE_QUEUES[node]
+    """The dedicated queue of ``node`` (``MEMORY.GET`` -> ``memory.get``, ``RETRIEVAL.SEARCH``
+    -> ``retrieval.search``)."""
+    return FLEET_QUEUES[node]
 
 
 def _broker_urls(fleet: FleetSettings) -> tuple[str, str]:
@@ -75,7 +76,7 @@ def create_celery_app(
     app = Celery(main, broker=broker, backend=backend if results else None, set_as_current=False)
     queues = [
         Queue(q, Exchange(q, type="direct"), routing_key=q)  # type: ignore[no-untyped-call]
-        for q in NODE_QUEUES.values()
+        for q in FLEET_QUEUES.values()
     ]
     conf: dict[str, Any] = {
         "task_serializer": "json",
@@ -85,7 +86,7 @@ def create_celery_app(
         "event_serializer": "json",
         "task_queues": queues,
         "task_default_queue": queues[0].name,
-        "task_routes": {node: {"queue": q, "routing_key": q} for node, q in NODE_QUEUES.items()},
+        "task_routes": {node: {"queue": q, "routing_key": q} for node, q in FLEET_QUEUES.items()},
         "task_create_missing_queues": False,
         "worker_send_task_events": True,
         "task_send_sent_event": True,

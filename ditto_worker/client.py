@@ -57,7 +57,8 @@ from ditto_worker.celery_app import (
 )
 from ditto_worker.config import FleetSettings
 from ditto_worker.contracts import (
-    NODE_QUEUES,
+    FLEET_QUEUES,
+    RETRIEVAL_SEARCH,
     MemoryDeleteOutput,
     MemoryItem,
     MemoryQueryOutput,
@@ -81,6 +82,7 @@ OUTPUT_TYPES: dict[str, Any] = {
     "MEMORY.WRITE": list[MemoryItem],
     "MEMORY.UPDATE": list[MemoryItem],
     "MEMORY.DELETE": MemoryDeleteOutput,
+    RETRIEVAL_SEARCH: list[MemorySearchResult],
 }
 """Node id -> the type of its raw output (MEM-NODE-1)."""
 
@@ -260,7 +262,7 @@ class DittoClient:
     # --- shared helpers -------------------------------------------------------------------
 
     def _refuse(self, node: str, eid: str, cancel: CancelToken | None) -> NodeResult[Any] | None:
-        if node not in NODE_QUEUES:
+        if node not in FLEET_QUEUES:
             return _failure(eid, node, ErrorCode.UNKNOWN_NODE, f"unknown node {node!r}")
         if cancel is not None and cancel.cancelled:
             return _cancelled(eid, node, "cancelled before it was sent")

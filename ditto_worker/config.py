@@ -1,7 +1,8 @@
 """Runtime configuration: ``ditto.yaml`` with ``${VAR}`` expansion, then ``DITTO_*`` env.
 
 One typed tree, validated at start-up and frozen (MEM-CONF-4: a snapshot, never re-read
-per request). The sections this project owns (``fleet``, ``workers.memory``) reject
+per request). The sections this project owns (``fleet``, ``workers.memory``,
+``workers.retrieval``) reject
 unknown keys; other workers' sections of a shared ``ditto.yaml`` and other top-level keys
 are left alone (MEM-PY-7). Plugin sections (``plugins.<name>``) belong to their plugin
 and are passed to it unchanged.
@@ -31,6 +32,8 @@ __all__ = [
     "FleetSettings",
     "MemoryWorkerSettings",
     "NodeGroup",
+    "RetrievalTargetSettings",
+    "RetrievalWorkerSettings",
     "RuntimeConfig",
     "default_config",
     "load_runtime_config",
@@ -111,6 +114,35 @@ class MemoryWorkerSettings(_Section):
                 raise ValueError(f"group {name!r} names unknown nodes {unknown}")
 
 
+class RetrievalTargetSettings(_Section):
+    """``workers.retrieval.targets.<name>`` — one search pipeline RETRIEVAL.SEARCH serves."""
+
+    store: str = Field(
+        default="sqlite",
+        description="Store plugin holding the memories (its settings: plugins.<store>).",
+    )
+    pipeline: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Pipeline settings (strategy, fusion, rerank, embedding), passed to "
+        "ditto_worker.retrieval; empty: the store's native search.",
+    )
+
+
+class RetrievalWorkerSettings(_Section):
+    """``workers.retrieval:`` — the RETRIEVAL worker on the ``retrieval.search`` queue."""
+
+    concurrency: int = Field(default=2, ge=1, description="Pool size of the retrieval worker.")
+    pool: Literal["prefork", "threads", "solo"] = Field(
+        default="threads",
+        description="Celery pool; threads let concurrent queries share one model (micro-batching).",
+    )
+    search_limit: Limit = Field(default=10, description="Runtime default SEARCH limit.")
+    targets: dict[str, RetrievalTargetSettings] = Field(
+        default_factory=lambda: {"memories": RetrievalTargetSettings()},
+        description="Target name -> pipeline; RemoteRetrievalSearchProvider(target={name}).",
+    )
+
+
 class RuntimeConfig(BaseModel):
     """The whole validated config. ``memory`` is the seed's ``config.memory`` defaults."""
 
@@ -118,6 +150,7 @@ class RuntimeConfig(BaseModel):
 
     fleet: FleetSettings = Field(default_factory=FleetSettings)
     memory_worker: MemoryWorkerSettings = Field(default_factory=MemoryWorkerSettings)
+    retrieval_worker: RetrievalWorkerSettings = Field(default_factory=RetrievalWorkerSettings)
     plugins: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="plugins.<name>: settings owned by each plugin."
     )
@@ -184,6 +217,9 @@ def load_runtime_config(
             fleet=FleetSettings.model_validate(fleet),
             memory_worker=MemoryWorkerSettings.model_validate(
                 _section(workers, "memory", "workers.")
+            ),
+            retrieval_worker=RetrievalWorkerSettings.model_validate(
+                _section(workers, "retrieval", "workers.")
             ),
             plugins={k: dict(v or {}) for k, v in _section(raw, "plugins", "").items()},
             source=source,

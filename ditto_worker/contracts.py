@@ -26,9 +26,11 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "FLEET_QUEUES",
     "MAX_LIMIT",
     "NODE_IDS",
     "NODE_QUEUES",
+    "RETRIEVAL_SEARCH",
     "ErrorInfo",
     "Identifier",
     "Limit",
@@ -49,6 +51,8 @@ __all__ = [
     "NodeResult",
     "NodeStatus",
     "OrderBy",
+    "RetrievalSearchInput",
+    "RetrievalTarget",
     "to_wire",
 ]
 
@@ -76,6 +80,12 @@ NODE_QUEUES: dict[str, str] = {
 
 NODE_IDS: tuple[str, ...] = tuple(NODE_QUEUES)
 """The six MEMORY node ids, in the seed's order."""
+
+RETRIEVAL_SEARCH = "RETRIEVAL.SEARCH"
+"""The retrieval node id: the embedding + search pipeline on its own queue (MEM-RET-1)."""
+
+FLEET_QUEUES: dict[str, str] = {**NODE_QUEUES, RETRIEVAL_SEARCH: "retrieval.search"}
+"""Every node id of the fleet -> its dedicated Celery queue."""
 
 Identifier = Annotated[str, Field(min_length=1, description="A non-empty id or key (MEM-DATA-1).")]
 Limit = Annotated[
@@ -211,6 +221,20 @@ class MemorySearchInput(_Wire):
         default=None, description="At most this many results; default 10 (MEM-CONF-1)."
     )
     options: JsonObject | None = Field(default=None, description="Plugin-specific options.")
+
+
+class RetrievalTarget(_Wire):
+    """What a RETRIEVAL.SEARCH searches: a target configured on the retrieval worker."""
+
+    name: Annotated[str, Field(min_length=1)] = Field(
+        description="Target name (``workers.retrieval.targets.<name>`` in ditto.yaml)."
+    )
+
+
+class RetrievalSearchInput(MemorySearchInput):
+    """RETRIEVAL.SEARCH input: a MEMORY.SEARCH input plus its fixed ``target`` (MEM-RET-3)."""
+
+    target: RetrievalTarget = Field(description="The retrieval target to search.")
 
 
 class MemoryWriteInput(_Wire):

@@ -21,18 +21,26 @@ from celery.worker import state
 from ditto_worker.celery_app import create_celery_app
 from ditto_worker.client import DittoClient
 from ditto_worker.config import RuntimeConfig
-from ditto_worker.contracts import NODE_QUEUES
-from ditto_worker.tasks import FleetRuntime, WorkerFactory, register_tasks
+from ditto_worker.contracts import FLEET_QUEUES
+from ditto_worker.tasks import FleetRuntime, RetrievalFactory, WorkerFactory, register_tasks
 
 __all__ = ["create_worker_app", "open_fleet"]
 
 
 def create_worker_app(
-    config: RuntimeConfig, worker_factory: WorkerFactory | None = None, store: str | None = None
+    config: RuntimeConfig,
+    worker_factory: WorkerFactory | None = None,
+    store: str | None = None,
+    retrieval_factory: RetrievalFactory | None = None,
 ) -> Celery:
-    """A Celery app with the six MEMORY tasks registered, served by ``config``'s store."""
+    """A Celery app with the MEMORY and RETRIEVAL tasks registered, served per ``config``.
+
+    The factories replace the default builders (the store plugin of ``ditto.yaml``; the
+    targets of ``workers.retrieval``), e.g. to serve injected plugin objects.
+    """
     app = create_celery_app(config.fleet)
-    register_tasks(app, FleetRuntime(config, worker_factory, store=store))
+    runtime = FleetRuntime(config, worker_factory, store=store, retrieval_factory=retrieval_factory)
+    register_tasks(app, runtime)
     return app
 
 
@@ -67,7 +75,7 @@ def open_fleet(
             pool="solo",
             perform_ping_check=False,
             loglevel=logging.WARNING,
-            queues=list(NODE_QUEUES.values()),
+            queues=list(FLEET_QUEUES.values()),
             shutdown_timeout=30.0,
         ):
             try:

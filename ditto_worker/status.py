@@ -30,7 +30,7 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import OperationalError
 
-from ditto_worker.contracts import NODE_QUEUES
+from ditto_worker.contracts import FLEET_QUEUES
 from ditto_worker.errors import DittoError
 
 __all__ = [
@@ -149,7 +149,7 @@ def build_rows(
     backlog: Mapping[str, int],
     consumers: Mapping[str, Sequence[str]],
     pool_sizes: Mapping[str, int],
-    nodes: Mapping[str, str] = NODE_QUEUES,
+    nodes: Mapping[str, str] = FLEET_QUEUES,
 ) -> list[QueueStatus]:
     """One :class:`QueueStatus` per node, in ``nodes`` order.
 
@@ -157,7 +157,7 @@ def build_rows(
         backlog: ``{queue: messages waiting}``; a missing queue counts 0.
         consumers: ``{queue: [worker_name, ...]}`` (see :func:`queue_consumers`).
         pool_sizes: ``{worker_name: pool size}`` (see :func:`worker_pool_sizes`).
-        nodes: ``{node_id: queue}``; default the six MEMORY nodes.
+        nodes: ``{node_id: queue}``; default the six MEMORY nodes and RETRIEVAL.SEARCH.
 
     Returns:
         ``len(nodes)`` rows.
@@ -211,12 +211,12 @@ def collect_status(app: Celery, timeout_s: float = 1.0) -> list[QueueStatus]:
             broadcasts: ``active_queues`` and ``stats``).
 
     Returns:
-        Six rows, one per MEMORY node (:func:`build_rows`).
+        Seven rows, one per node (:func:`build_rows`).
 
     Raises:
         BrokerUnavailableError: the broker could not be reached.
     """
-    backlog = queue_backlog(app, list(NODE_QUEUES.values()))
+    backlog = queue_backlog(app, list(FLEET_QUEUES.values()))
     inspect = app.control.inspect(timeout=timeout_s)
     consumers = queue_consumers(inspect.active_queues())
     pool_sizes = worker_pool_sizes(inspect.stats()) if consumers else {}

@@ -23,7 +23,8 @@ from celery import Celery, Task
 from ditto_worker.cancellation import RedisCancelWatcher, local_registry
 from ditto_worker.celery_app import DEADLINE_HEADER
 from ditto_worker.config import RuntimeConfig
-from ditto_worker.contracts import NODE_IDS, NodeResult, to_wire
+from ditto_worker.contracts import FLEET_QUEUES, RETRIEVAL_SEARCH, NodeResult, to_wire
+from ditto_worker.delegation import RetrievalWorker, set_default_client
 from ditto_worker.errors import ErrorCode
 from ditto_worker.worker import MemoryWorker, NodeContext, create_memory_worker
 
@@ -32,16 +33,33 @@ __all__ = ["FleetRuntime", "register_tasks"]
 log = logging.getLogger(__name__)
 
 WorkerFactory = Callable[[], MemoryWorker]
+RetrievalFactory = Callable[[], RetrievalWorker]
+
+
+def _fleet_client(fleet: Any) -> Any:
+    from ditto_worker.client import DittoClient
+
+    return DittoClient.from_fleet(fleet)
+
+
+class _Unavailable(Exception):
+    """A worker definition could not be built (logged; answered as a failed NodeResult)."""
 
 
 class FleetRuntime:
-    """Builds and holds this process's ``MemoryWorker``, once per process id.
+    """Builds and holds this process's worker definitions, once per process id.
+
+    The MEMORY worker (store plugin) and the RETRIEVAL worker (search pipelines) are each
+    built on the first call that needs them, so a retrieval-only worker never opens the
+    store and a memory-only worker never loads a model. After a fork both are built anew.
 
     Args:
-        config: the runtime config (store name, plugin settings, YAML limits).
-        worker_factory: builds the worker; default: the store plugin named in
+        config: the runtime config (store name, plugin settings, YAML limits, targets).
+        worker_factory: builds the MEMORY worker; default: the store plugin named in
             ``workers.memory.store`` (or ``store``) via its entry point.
         store: plugin name overriding ``workers.memory.store``.
+        retrieval_factory: builds the RETRIEVAL worker; default: the targets of
+            ``workers.retrieval`` in ``ditto.yaml``.
     """
 
     def __init__(
@@ -49,13 +67,14 @@ class FleetRuntime:
         config: RuntimeConfig,
         worker_factory: WorkerFactory | None = None,
         store: str | None = None,
+        retrieval_factory: RetrievalFactory | None = None,
     ) -> None:
         self.config = config
         self._factory = worker_factory or self._from_entry_point
+        self._retrieval_factory = retrieval_factory or self._retrieval_from_config
         self._store_name = store
         self._lock = threading.Lock()
-        self._worker: MemoryWorker | None = None
-        self._watcher: RedisCancelWatcher | None = None
+        self._built: dict[str, Any] = {}
         self._pid = -1
 
     def _from_entry_point(self) -> MemoryWorker:
@@ -64,32 +83,55 @@ class FleetRuntime:
         store = build_store(self.config, self._store_name)
         return create_memory_worker(store)
 
-    def _ensure(self, app: Celery | None = None) -> tuple[MemoryWorker, RedisCancelWatcher | None]:
-        """This process's worker and cancel watcher, built on first use (anew after fork)."""
+    def _retrieval_from_config(self) -> RetrievalWorker:
+        from ditto_worker.retrieval_config import build_retrieval_worker
+
+        return build_retrieval_worker(self.config)
+
+    def _get(self, name: str, factory: Callable[[], Any]) -> Any:
         with self._lock:
-            if self._worker is None or self._pid != os.getpid():
-                self._worker = self._factory()
-                self._watcher = None
-                backend = str(app.conf.result_backend or "") if app is not None else ""
-                if backend.startswith(("redis://", "rediss://", "unix://")):
-                    self._watcher = RedisCancelWatcher(backend)
-                self._pid = os.getpid()
-            return self._worker, self._watcher
+            if self._pid != os.getpid():
+                self._built, self._pid = {}, os.getpid()
+            if name not in self._built:
+                self._built[name] = factory()
+            return self._built[name]
+
+    def _watcher(self, app: Celery | None) -> RedisCancelWatcher | None:
+        backend = str(app.conf.result_backend or "") if app is not None else ""
+        if not backend.startswith(("redis://", "rediss://", "unix://")):
+            return None
+        watcher: RedisCancelWatcher = self._get("watcher", lambda: RedisCancelWatcher(backend))
+        return watcher
 
     @property
     def worker(self) -> MemoryWorker:
-        """This process's worker, built on first use (after a fork, built anew)."""
-        return self._ensure()[0]
+        """This process's MEMORY worker, built on first use (after a fork, built anew)."""
+        worker: MemoryWorker = self._get("memory", self._factory)
+        return worker
+
+    def _handler(self, node: str, app: Celery | None) -> MemoryWorker | RetrievalWorker:
+        try:
+            if node == RETRIEVAL_SEARCH:
+                return self._get("retrieval", self._retrieval_factory)  # type: ignore[no-any-return]
+            if not self.config.fleet.in_process:
+                # MEM-RET-5: a RemoteRetrievalSearchProvider without a client uses this fleet
+                fleet = self.config.fleet
+                self._get("client", lambda: set_default_client(lambda: _fleet_client(fleet)))
+            return self.worker
+        except Exception as exc:
+            log.exception("cannot build the worker for %s", node)
+            raise _Unavailable(node) from exc
 
     def run(self, task: Task, node: str, input: Any) -> dict[str, Any]:
         """Run ``node`` for the task's current request; returns the NodeResult wire JSON.
 
         The call runs with a cancel token registered under its execution id (see
         :mod:`ditto_worker.cancellation`); a call flagged cancelled before it started is
-        answered ``cancelled`` without running.
+        answered ``cancelled`` without running. A worker definition that cannot be built
+        (bad config, store or model unavailable) answers ``MEMORY_BACKEND_ERROR``.
         """
-        worker, watcher = self._ensure(task.app)
         eid = str(task.request.id)
+        watcher = self._watcher(task.app)
         headers = task.request.headers or {}
         raw_deadline = headers.get(DEADLINE_HEADER, getattr(task.request, DEADLINE_HEADER, None))
         deadline = float(raw_deadline) if isinstance(raw_deadline, int | float) else None
@@ -98,9 +140,16 @@ class FleetRuntime:
                 eid, node, ErrorCode.MEMORY_CANCELLED, "cancelled before it started", "cancelled"
             )
             return to_wire(cancelled)
+        try:
+            handler = self._handler(node, task.app)
+        except _Unavailable:
+            failed = NodeResult.failure(
+                eid, node, ErrorCode.MEMORY_BACKEND_ERROR, f"{node} is not available on this worker"
+            )
+            return to_wire(failed)
         with local_registry().running(eid, deadline) as token:
             ctx = NodeContext(eid, cancel=token, deadline=deadline, defaults=self.config.memory)
-            return to_wire(worker.handle(node, input, ctx))
+            return to_wire(handler.handle(node, input, ctx))
 
 
 def _make_task(app: Celery, runtime: FleetRuntime, node: str) -> None:
@@ -112,7 +161,11 @@ def _make_task(app: Celery, runtime: FleetRuntime, node: str) -> None:
 
 
 def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
-    """Register the six MEMORY tasks on ``app``, all served by ``runtime``."""
-    for node in NODE_IDS:
+    """Register the six MEMORY tasks and RETRIEVAL.SEARCH on ``app``, served by ``runtime``.
+
+    A worker consumes only the queues it is started with (``--nodes``), so registering
+    every task is harmless.
+    """
+    for node in FLEET_QUEUES:
         _make_task(app, runtime, node)
     app.ditto_runtime = runtime

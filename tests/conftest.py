@@ -121,8 +121,11 @@ def start_fleet_worker(redis_url: str) -> StartWorker:
         queues: list[str] | None = None,
         pool: str = "threads",
         concurrency: int = 2,
+        retrieval_factory: Callable[[], Any] | None = None,
     ) -> Iterator[Any]:
-        app = create_worker_app(fleet_config(redis_url), worker_factory)
+        app = create_worker_app(
+            fleet_config(redis_url), worker_factory, retrieval_factory=retrieval_factory
+        )
         with start_worker(
             app,
             pool=pool,

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from ditto_worker.celery_app import create_celery_app
 from ditto_worker.config import FleetSettings
-from ditto_worker.contracts import NODE_QUEUES
+from ditto_worker.contracts import FLEET_QUEUES, NODE_QUEUES
 
 
 def test_one_queue_per_node_and_routes_by_task_name() -> None:
     app = create_celery_app(FleetSettings(broker_url="redis://127.0.0.1:1/0"))
     queues = {q.name: q for q in app.conf.task_queues}
-    assert set(queues) == set(NODE_QUEUES.values())
+    assert set(queues) == set(FLEET_QUEUES.values())
+    assert FLEET_QUEUES["RETRIEVAL.SEARCH"] == "retrieval.search"
     assert NODE_QUEUES == {
         "MEMORY.GET": "memory.get",
         "MEMORY.QUERY": "memory.query",
@@ -19,7 +20,7 @@ def test_one_queue_per_node_and_routes_by_task_name() -> None:
         "MEMORY.UPDATE": "memory.update",
         "MEMORY.DELETE": "memory.delete",
     }
-    for node, queue in NODE_QUEUES.items():
+    for node, queue in FLEET_QUEUES.items():
         assert app.amqp.router.route({}, node)["queue"].name == queue
 
 

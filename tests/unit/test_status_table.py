@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from ditto_worker import monitor, status
 from ditto_worker.cli import app
-from ditto_worker.contracts import NODE_QUEUES
+from ditto_worker.contracts import FLEET_QUEUES
 from ditto_worker.status import (
     QueueStatus,
     build_rows,
@@ -56,7 +56,7 @@ def test_build_rows_one_per_node_in_node_order() -> None:
         queue_consumers(ACTIVE_QUEUES),
         worker_pool_sizes(STATS),
     )
-    assert [r.node for r in rows] == list(NODE_QUEUES)
+    assert [r.node for r in rows] == list(FLEET_QUEUES)
     assert rows[0] == QueueStatus("MEMORY.GET", "memory.get", 3, workers=2, processes=12)
     by_node = {r.node: r for r in rows}
     assert by_node["MEMORY.SEARCH"] == QueueStatus("MEMORY.SEARCH", "memory.search", 7, 0, 0)

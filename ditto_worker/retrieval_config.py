@@ -1,0 +1,58 @@
+"""Build the RETRIEVAL worker of this process from ``workers.retrieval`` in ``ditto.yaml``.
+
+Each target names a store plugin (its settings are ``plugins.<store>``) and a pipeline.
+An empty pipeline serves the store's native search (``create_memory_retrieval_provider``,
+MEM-RET-3); otherwise :func:`ditto_worker.retrieval.build_pipeline_provider` builds the
+embedding + search + fusion + rerank pipeline over that store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ditto_worker.config import RuntimeConfig
+from ditto_worker.contracts import MemoryDefaults
+from ditto_worker.delegation import RetrievalWorker, create_retrieval_worker
+from ditto_worker.errors import ConfigError
+from ditto_worker.ports import MemorySearchProvider
+
+__all__ = ["build_retrieval_worker", "native_search"]
+
+
+def native_search(store: Any) -> MemorySearchProvider:
+    """The store's own ``search`` as a provider (a store without one is a ConfigError)."""
+    if not callable(getattr(store, "search", None)):
+        raise ConfigError(f"store {type(store).__name__} has no native search")
+    provider: MemorySearchProvider = store
+    return provider
+
+
+def _provider(config: RuntimeConfig, store_name: str, pipeline: dict[str, Any]) -> Any:
+    from ditto_worker.registry import build_store
+
+    store = build_store(config, store_name)
+    if not pipeline:
+        return native_search(store)
+    from ditto_worker.retrieval import build_pipeline_provider  # loads models: only here
+
+    return build_pipeline_provider(store, pipeline, config)
+
+
+def build_retrieval_worker(config: RuntimeConfig) -> RetrievalWorker:
+    """One search provider per configured target, behind RETRIEVAL.SEARCH.
+
+    Raises:
+        ConfigError: no targets, an unknown store plugin, or a store without search.
+    """
+    settings = config.retrieval_worker
+    if not settings.targets:
+        raise ConfigError("workers.retrieval.targets is empty")
+    targets = {
+        name: _provider(config, target.store, target.pipeline)
+        for name, target in settings.targets.items()
+    }
+    return create_retrieval_worker(
+        targets,
+        defaults=MemoryDefaults(search_limit=settings.search_limit),
+        concurrency=settings.concurrency,
+    )
