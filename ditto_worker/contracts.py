@@ -15,6 +15,7 @@ import math
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -27,6 +28,7 @@ from pydantic.alias_generators import to_camel
 
 __all__ = [
     "FLEET_QUEUES",
+    "MAX_JSON_DEPTH",
     "MAX_LIMIT",
     "NODE_IDS",
     "NODE_QUEUES",
@@ -53,6 +55,7 @@ __all__ = [
     "OrderBy",
     "RetrievalSearchInput",
     "RetrievalTarget",
+    "check_json",
     "to_wire",
 ]
 
@@ -92,7 +95,45 @@ Limit = Annotated[
     int,
     Field(ge=1, le=MAX_LIMIT, description="Number of items, an integer 1-10000 (MEM-ERR-1)."),
 ]
-JsonObject = dict[str, Any]
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays/objects accepted in content, metadata, filters and queries."""
+_INT64 = 2**63
+
+
+def check_json(value: Any) -> Any:
+    """Return ``value`` if it is plain JSON data, else raise ``ValueError`` saying why.
+
+    JSON data: ``None``, ``bool``, ``str``, ``int`` within 64 bits, finite ``float``, and
+    lists / str-keyed dicts of those, nested at most :data:`MAX_JSON_DEPTH` levels. NaN and
+    Infinity are not JSON (RFC 8259) and would not survive the stores' JSON columns.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if item is None or isinstance(item, bool | str):
+            continue
+        if isinstance(item, int):
+            if not -_INT64 <= item < _INT64:
+                raise ValueError("integer outside the 64-bit range")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError("NaN and Infinity are not JSON numbers")
+        elif isinstance(item, list | dict):
+            if depth >= MAX_JSON_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(item, dict):
+                if not all(isinstance(k, str) for k in item):
+                    raise ValueError("object keys must be strings")
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+        else:
+            raise ValueError(f"a {type(item).__name__} is not JSON data")
+    return value
+
+
+JsonData = Annotated[Any, AfterValidator(check_json)]
+JsonObject = Annotated[dict[str, Any], AfterValidator(check_json)]
 
 
 class _Wire(BaseModel):
@@ -135,7 +176,7 @@ class MemoryDraft(_Wire):
     key: Identifier | None = Field(
         default=None, description="Optional stable key, unique within the store's scope."
     )
-    content: Any = Field(
+    content: JsonData = Field(
         description="Any JSON value, ``null`` included; never coerced (MEM-DATA-4)."
     )
     metadata: JsonObject | None = Field(
@@ -148,7 +189,7 @@ class MemoryItem(_Wire):
 
     id: Identifier = Field(description="Store-assigned id, a non-empty string.")
     key: Identifier | None = Field(default=None, description="The record's key, if it has one.")
-    content: Any = Field(description="Any JSON value, ``null`` included (MEM-DATA-4).")
+    content: JsonData = Field(description="Any JSON value, ``null`` included (MEM-DATA-4).")
     metadata: JsonObject | None = Field(default=None, description="Optional JSON object.")
 
 
@@ -212,7 +253,9 @@ class MemoryQueryInput(_Wire):
 class MemorySearchInput(_Wire):
     """MEMORY.SEARCH input (MEM-SEARCH-1/2)."""
 
-    query: Any = Field(description="Text, vector or object; required, validated by the plugin.")
+    query: JsonData = Field(
+        description="Text, vector or object; required, validated by the plugin."
+    )
     strategy: Annotated[str, Field(min_length=1)] | None = Field(
         default=None, description="Algorithm name (keyword, vector, hybrid, …)."
     )
@@ -247,7 +290,9 @@ class MemoryUpdateEntry(_Wire):
     """One partial update by id (MEM-UPDATE-1). Presence, not truthiness, decides."""
 
     id: Identifier = Field(description="Target record id; must exist (MEM-UPDATE-2).")
-    content: Any = Field(default=None, description="New content if present (``null`` counts).")
+    content: JsonData = Field(
+        default=None, description="New content if present (``null`` counts)."
+    )
     metadata: JsonObject | None = Field(
         default=None, description="Replaces the whole metadata object if present; ``{}`` clears."
     )
