@@ -106,6 +106,12 @@ class MemoryWorkerSettings(_Section):
     groups: dict[str, NodeGroup] = Field(
         default_factory=_default_groups, description="Named queue groups (--nodes NAME)."
     )
+    max_input_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024,
+        description="Largest node input a worker accepts, bytes of JSON; larger is "
+        "INVALID_INPUT before any plugin runs.",
+    )
 
     def model_post_init(self, __context: Any) -> None:
         for name, group in self.groups.items():

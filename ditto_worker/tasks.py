@@ -12,6 +12,7 @@ entry point named in ``ditto.yaml`` (MEM-PY-1) — never at import time.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -34,6 +35,14 @@ log = logging.getLogger(__name__)
 
 WorkerFactory = Callable[[], MemoryWorker]
 RetrievalFactory = Callable[[], RetrievalWorker]
+
+
+def _json_size(value: Any) -> int:
+    """Bytes of ``value`` as compact JSON (what crossed the broker, near enough)."""
+    try:
+        return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    except (TypeError, ValueError):
+        return 0  # not JSON: the SDK's validation answers INVALID_INPUT
 
 
 def _fleet_client(fleet: Any) -> Any:
@@ -140,6 +149,10 @@ class FleetRuntime:
                 eid, node, ErrorCode.MEMORY_CANCELLED, "cancelled before it started", "cancelled"
             )
             return to_wire(cancelled)
+        size, cap = _json_size(input), self.config.memory_worker.max_input_bytes
+        if size > cap:
+            message = f"Invalid input: {size} bytes exceed the {cap}-byte limit (maxInputBytes)"
+            return to_wire(NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, message))
         try:
             handler = self._handler(node, task.app)
         except _Unavailable:

@@ -122,9 +122,12 @@ def start_fleet_worker(redis_url: str) -> StartWorker:
         pool: str = "threads",
         concurrency: int = 2,
         retrieval_factory: Callable[[], Any] | None = None,
+        **memory_settings: Any,
     ) -> Iterator[Any]:
         app = create_worker_app(
-            fleet_config(redis_url), worker_factory, retrieval_factory=retrieval_factory
+            fleet_config(redis_url, **memory_settings),
+            worker_factory,
+            retrieval_factory=retrieval_factory,
         )
         with start_worker(
             app,

@@ -197,21 +197,39 @@ def test_an_expired_call_never_runs(
     assert items == []
 
 
-def test_a_pickled_message_is_refused(
-    start_fleet_worker: Any, redis_url: str, client: DittoClient, sqlite_path: Path
-) -> None:  # SPEC "Python mapping": pickle is never accepted
+@pytest.mark.parametrize("serializer", ["pickle", "yaml"])
+def test_a_non_json_message_is_refused(
+    start_fleet_worker: Any,
+    redis_url: str,
+    client: DittoClient,
+    sqlite_path: Path,
+    serializer: str,
+) -> None:  # SPEC "Python mapping": only JSON crosses the broker; pickle is never accepted
     sender = create_celery_app(FleetSettings(broker_url=redis_url, result_backend=redis_url))
     with start_fleet_worker(lambda: sqlite_worker(sqlite_path)):
-        pickled = sender.send_task(
+        refused = sender.send_task(
             "MEMORY.WRITE",
-            kwargs={"input": {"memories": [{"content": "pickled"}]}},
+            kwargs={"input": {"memories": [{"content": serializer}]}},
             queue="memory.write",
-            serializer="pickle",
+            serializer=serializer,
         )
         ok = client.invoke("MEMORY.WRITE", {"memories": [{"content": "json"}]}, timeout=10)
         assert ok.status == "success"
         time.sleep(0.5)
-        assert pickled.state == "PENDING"
+        assert refused.state == "PENDING"
     sender.close()
     items = create_memory(SqliteMemoryStore(sqlite_path)).query({}).output.items
     assert [m.content for m in items] == ["json"]
+
+
+def test_an_oversize_input_is_refused_before_the_plugin(
+    start_fleet_worker: Any, client: DittoClient, sqlite_path: Path
+) -> None:  # issue 7: a configurable cap on input size (workers.memory.maxInputBytes)
+    with start_fleet_worker(lambda: sqlite_worker(sqlite_path), maxInputBytes=4096):
+        big = client.invoke("MEMORY.WRITE", {"memories": [{"content": "x" * 5000}]}, timeout=10)
+        assert big.status == "failed" and big.error.code == "INVALID_INPUT"
+        assert "4096-byte limit" in big.error.message and "xxxx" not in big.error.message
+        small = client.invoke("MEMORY.WRITE", {"memories": [{"content": "x" * 100}]}, timeout=10)
+        assert small.status == "success"
+    items = create_memory(SqliteMemoryStore(sqlite_path)).query({}).output.items
+    assert [len(m.content) for m in items] == [100]
