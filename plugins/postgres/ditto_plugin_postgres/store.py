@@ -338,7 +338,8 @@ class PostgresMemoryStore:
         self, conn: psycopg.Connection, terms: list[Sql], where: Sql, limit: int
     ) -> list[Row]:
         """Rows matching any term and ``where``, best first (see :mod:`.text`): two
-        statements, term frequencies then the ranked page."""
+        statements, term frequencies, then the page: candidates by IDF score (the best
+        ``max(5 * limit, 50)``), re-ranked with ``0.01 * ts_rank_cd`` added."""
         any_term = Sql(
             "(" + " || ".join(t.text for t in terms) + ")", [x for t in terms for x in t.params]
         )
@@ -355,12 +356,15 @@ class PostgresMemoryStore:
         weights = bm25_idf(int(stats[0] or 0), [int(df) for df in stats[1:]])
         score = " + ".join(f"%s * (m.tsv @@ {t.text})::int" for t in terms)
         sql = (
-            f"SELECT {_COLUMNS}, ({score}) + 0.01 * ts_rank_cd(m.tsv, {any_term.text}) AS score"
-            f" FROM {self._table} AS m WHERE m.tsv @@ {any_term.text} AND {where.text} "
-            "ORDER BY score DESC, m.seq LIMIT %s"
+            f"SELECT c.seq, c.id, c.key, c.content, c.metadata, c.score + 0.01 * "
+            f"ts_rank_cd(c.tsv, {any_term.text}) AS score FROM (SELECT {_COLUMNS}, m.tsv, "
+            f"({score}) AS score FROM {self._table} AS m WHERE m.tsv @@ {any_term.text} "
+            f"AND {where.text} ORDER BY score DESC, m.seq LIMIT %s) AS c "
+            "ORDER BY score DESC, c.seq LIMIT %s"
         )
-        params = [x for w, t in zip(weights, terms, strict=True) for x in (w, *t.params)]
-        params += [*any_term.params, *any_term.params, *where.params, limit]
+        params = [*any_term.params]
+        params += [x for w, t in zip(weights, terms, strict=True) for x in (w, *t.params)]
+        params += [*any_term.params, *where.params, max(limit * 5, 50), limit]
         return conn.execute(sql, params).fetchall()
 
     def search(
