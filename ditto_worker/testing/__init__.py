@@ -15,6 +15,7 @@ _SUITE = ("conformance", "_conformance_harness", "_conformance_crud", "_conforma
 if "pytest" in sys.modules:  # before the suite's modules are imported
     sys.modules["pytest"].register_assert_rewrite(*(f"{__name__}.{m}" for m in _SUITE))
 
+from ditto_worker.testing.embedder import HashingEmbedder  # noqa: E402
 from ditto_worker.testing.memory_store import InMemoryMemoryStore, create_store  # noqa: E402
 
-__all__ = ["InMemoryMemoryStore", "create_store"]
+__all__ = ["HashingEmbedder", "InMemoryMemoryStore", "create_store"]

@@ -1,10 +1,12 @@
-"""``SqliteMemoryStore``: the embedded MemoryStore + native keyword MemorySearchProvider.
+"""``SqliteMemoryStore``: the embedded MemoryStore + native MemorySearchProvider.
 
-One SQLite file (stdlib ``sqlite3`` only) shared safely by several worker processes (WAL,
-busy timeout, ``BEGIN IMMEDIATE`` writes; see :mod:`ditto_plugin_sqlite.db`) and by the
-threads of one process (one connection per thread). Rules owned here: MEM-GET-2/5,
+One SQLite file (stdlib ``sqlite3``; ``pysqlite3`` + sqlite-vec when it has an embedder)
+shared safely by several worker processes (WAL, busy timeout, ``BEGIN IMMEDIATE`` writes;
+see :mod:`ditto_plugin_sqlite.db`) and by the threads of one process (one connection per
+thread). Rules owned here: MEM-GET-2/5,
 MEM-QUERY-2/3/4, MEM-WRITE-2/3, MEM-UPDATE-1/2/4, MEM-DELETE-2/3, MEM-SEARCH-1/2,
-MEM-PY-5/6/11/12.
+MEM-PY-5/6/11/12; with an embedding provider also MEM-WRITE-4, MEM-SEARCH-6, MEM-RET-4
+(:mod:`ditto_plugin_sqlite.vectors`).
 """
 
 from __future__ import annotations
@@ -17,10 +19,15 @@ import uuid
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
+from ditto_plugin_sqlite import vectors as vec
 from ditto_plugin_sqlite.db import open_connection, transaction
-from ditto_plugin_sqlite.fts import content_text, index_columns, match_expression
+from ditto_plugin_sqlite.fts import content_text, index_columns
+from ditto_plugin_sqlite.rows import COLUMNS as _COLUMNS
+from ditto_plugin_sqlite.rows import Row as _Row
+from ditto_plugin_sqlite.rows import row_item as _item
+from ditto_plugin_sqlite.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES, SearchMixin
 from ditto_plugin_sqlite.sql import (
     Sql,
     compile_filter,
@@ -37,8 +44,6 @@ from ditto_worker.contracts import (
     MemoryItem,
     MemoryQueryInput,
     MemoryQueryOutput,
-    MemorySearchInput,
-    MemorySearchResult,
     MemoryUpdateInput,
     MemoryWriteInput,
 )
@@ -52,14 +57,12 @@ from ditto_worker.filters import (
     timestamp_now,
 )
 from ditto_worker.ports import MemoryCallOptions
+from ditto_worker.retrieval.embed import EMBEDDING_MISMATCH, EmbeddingProvider
 
 __all__ = ["SqliteMemoryStore"]
 
 _DEFAULT_QUERY_LIMIT: Final = 100
-_DEFAULT_SEARCH_LIMIT: Final = 10
 _CHUNK: Final = 500
-_COLUMNS: Final = "m.seq, m.id, m.key, m.content, m.metadata"
-_Row = tuple[Any, ...]
 
 
 def _dump(value: Any, where: str) -> str:
@@ -70,15 +73,6 @@ def _dump(value: Any, where: str) -> str:
     except (TypeError, ValueError) as exc:
         raise MemoryError(ErrorCode.INVALID_INPUT, f"{where} is not valid JSON") from exc
     return text
-
-
-def _item(row: _Row) -> MemoryItem:
-    return MemoryItem(
-        id=row[1],
-        key=row[2],
-        content=json.loads(row[3]),
-        metadata=None if row[4] is None else json.loads(row[4]),
-    )
 
 
 def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
@@ -118,25 +112,18 @@ def _check_keys(conn: sqlite3.Connection, drafts: Sequence[MemoryDraft]) -> None
             )
 
 
-def _search_strategy(input: MemorySearchInput, supported: Sequence[str]) -> str:
-    """The strategy to run (default ``keyword``), after checking strategy and query."""
-    strategy = input.strategy or "keyword"
-    if strategy not in supported:
-        raise MemoryError(
-            ErrorCode.UNSUPPORTED_STRATEGY,
-            f"unsupported search strategy {strategy[:40]!r}; use 'keyword' or 'bm25'",
-        )
-    if not isinstance(input.query, str):
-        raise MemoryError(ErrorCode.INVALID_INPUT, "keyword search needs a text query")
-    return strategy
-
-
-class SqliteMemoryStore:
+class SqliteMemoryStore(SearchMixin):
     """MemoryStore and MemorySearchProvider over one SQLite file.
 
     Args:
         path: the database file; it and its parent folder are created if missing.
         busy_timeout_ms: how long a statement waits for another process's lock, in ms.
+        embedder: an embedding provider: WRITE and content UPDATE embed the content in
+            the record's transaction, and SEARCH gains ``vector`` and ``hybrid``
+            (:mod:`ditto_plugin_sqlite.vectors`). ``None``: no embedding, ever.
+        hybrid: settings of the ``hybrid`` strategy, a
+            :class:`ditto_worker.retrieval.RetrievalConfig` or its mapping (camelCase
+            keys, ``plugins.sqlite.hybrid``); default: ``RetrievalConfig()``.
 
     Behaviour (declared in :attr:`capabilities`):
         * WRITE/UPDATE/DELETE batches commit atomically, all or nothing (MEM-PY-11).
@@ -148,28 +135,33 @@ class SqliteMemoryStore:
           whose sort key is updated between pages may move (seen twice or not at all).
         * SEARCH strategy ``keyword`` (alias ``bm25``): FTS5 BM25; ``score`` is
           ``-bm25()``, a positive float where **higher is better**, unbounded; results
-          in descending score, the sequence breaking ties.
+          in descending score, the sequence breaking ties. With an embedder also
+          ``vector`` (score = cosine similarity in [-1, 1]) and ``hybrid`` (the
+          retrieval pipeline over both; score documented in
+          :mod:`ditto_worker.retrieval.fusion`).
+        * With an embedder whose identity differs from the database's, every call fails
+          with ``EMBEDDING_MISMATCH``; without one, a WRITE or content UPDATE to a
+          database that keeps vectors does.
         * ``options.cancel`` interrupts the running statement (``MEMORY_CANCELLED``).
 
     Errors: ``MemoryError`` with ``UNSUPPORTED_FILTER``, ``UNSUPPORTED_ORDER_BY``,
     ``INVALID_CURSOR``, ``CONFLICT``, ``NOT_FOUND``, ``UNSUPPORTED_STRATEGY``,
-    ``INVALID_INPUT``, ``MEMORY_CANCELLED`` or ``MEMORY_BACKEND_ERROR`` (driver errors,
-    with a safe message).
+    ``INVALID_INPUT``, ``MEMORY_CANCELLED``, ``EMBEDDING_MISMATCH``,
+    ``EMBEDDING_UNAVAILABLE`` or ``MEMORY_BACKEND_ERROR`` (driver errors, with a safe
+    message).
     """
 
-    capabilities: ClassVar[StoreCapabilities] = StoreCapabilities(
-        search_strategies=("keyword", "bm25"),
-        default_strategy="keyword",
-        keyword_strategy="keyword",
-        keyword_cjk=True,
-        key_conflict="error",
-        batch_atomic=True,
-        cancel=True,
-        extras=frozenset({"multi_process", "driver_cancel"}),
-    )
-    search_strategies: ClassVar[tuple[str, ...]] = capabilities.search_strategies
+    capabilities: StoreCapabilities = KEYWORD_CAPABILITIES
+    search_strategies: tuple[str, ...] = KEYWORD_CAPABILITIES.search_strategies
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout_ms: int = 5000,
+        embedder: EmbeddingProvider | None = None,
+        hybrid: Any = None,
+    ) -> None:
         self._path = os.fspath(path)
         Path(self._path).parent.mkdir(parents=True, exist_ok=True)
         self._busy_timeout_ms = busy_timeout_ms
@@ -179,7 +171,22 @@ class SqliteMemoryStore:
         self._abandoned: list[sqlite3.Connection] = []
         self._pid = os.getpid()
         self._closed = False
-        self._conn()
+        self._embedder = embedder
+        self._mismatch: str | None = None
+        self._hybrid_settings = hybrid
+        if embedder is not None:
+            self.capabilities = VECTOR_CAPABILITIES
+            self.search_strategies = VECTOR_CAPABILITIES.search_strategies
+        with transaction(self._conn(), None, write=embedder is not None) as conn:
+            if embedder is not None:
+                stored = vec.claim_identity(conn, embedder.identity)
+                if stored != embedder.identity:
+                    self._mismatch = vec.mismatch_message(embedder.identity, stored)
+
+    @property
+    def embedder(self) -> EmbeddingProvider | None:
+        """The embedding provider given at construction, or ``None``."""
+        return self._embedder
 
     @property
     def path(self) -> str:
@@ -209,7 +216,7 @@ class SqliteMemoryStore:
             self._connections, self._pid = [], os.getpid()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = open_connection(self._path, self._busy_timeout_ms)
+            conn = open_connection(self._path, self._busy_timeout_ms, self._embedder is not None)
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
@@ -218,7 +225,33 @@ class SqliteMemoryStore:
     def _tx(
         self, options: MemoryCallOptions | None, write: bool
     ) -> AbstractContextManager[sqlite3.Connection]:
+        self._check_identity()
         return transaction(self._conn(), options, write)
+
+    def _check_identity(self) -> None:
+        """``EMBEDDING_MISMATCH`` when the embedder differs from the database's (MEM-RET-4)."""
+        if self._mismatch is not None:
+            raise MemoryError(EMBEDDING_MISMATCH, self._mismatch)
+
+    def _embed(self, contents: Sequence[Any]) -> list[bytes | None] | None:
+        """Vector BLOBs of ``contents`` (before the write transaction), or ``None``."""
+        self._check_identity()
+        if self._embedder is None or not contents:
+            return None
+        return vec.embed_contents(self._embedder, contents)
+
+    def _blob_list(self, blobs: Any) -> list[bytes | None] | None:
+        return None if self._embedder is None else [next(blobs)]
+
+    def _store_vectors(
+        self, conn: sqlite3.Connection, seqs: Sequence[int], blobs: list[bytes | None] | None
+    ) -> None:
+        if blobs is None:
+            if seqs:
+                vec.forbid_unembedded_write(conn)
+            return
+        for seq, blob in zip(seqs, blobs, strict=True):
+            vec.put_vector(conn, seq, blob)
 
     # --- MemoryStore ----------------------------------------------------------------------
 
@@ -278,7 +311,8 @@ class SqliteMemoryStore:
 
         Raises:
             MemoryError: ``CONFLICT`` (nothing written) for a taken or repeated key;
-                ``INVALID_INPUT`` for content/metadata that is not JSON.
+                ``INVALID_INPUT`` for content/metadata that is not JSON;
+                ``EMBEDDING_UNAVAILABLE`` / ``EMBEDDING_MISMATCH`` (nothing written).
         """
         drafts = input.memories
         encoded = [
@@ -289,17 +323,21 @@ class SqliteMemoryStore:
             for i, d in enumerate(drafts)
         ]
         ids = [uuid.uuid4().hex for _ in drafts]
+        blobs = self._embed([d.content for d in drafts])
         with self._tx(options, write=True) as conn:
             _check_keys(conn, drafts)
             latest = conn.execute("SELECT MAX(created_at) FROM memories").fetchone()[0]
             now = timestamp_now(latest)
+            seqs: list[int] = []
             for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True):
                 cur = conn.execute(
                     "INSERT INTO memories (id, key, content, metadata, created_at, updated_at)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
                     (memory_id, draft.key, content, metadata, now, now),
                 )
-                _index(conn, int(cur.lastrowid or 0), draft.content)
+                seqs.append(int(cur.lastrowid or 0))
+                _index(conn, seqs[-1], draft.content)
+            self._store_vectors(conn, seqs, blobs)
         return [
             _item((0, memory_id, draft.key, content, metadata))
             for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True)
@@ -312,7 +350,8 @@ class SqliteMemoryStore:
         its value, ``metadata`` replaces the whole object, ``content: null`` is a value.
 
         Raises:
-            MemoryError: ``NOT_FOUND`` (nothing applied) when an id does not exist.
+            MemoryError: ``NOT_FOUND`` (nothing applied) when an id does not exist;
+                ``EMBEDDING_UNAVAILABLE`` / ``EMBEDDING_MISMATCH`` (nothing applied).
         """
         entries = input.memories
         changes: list[tuple[list[str], list[Any]]] = []
@@ -326,6 +365,8 @@ class SqliteMemoryStore:
                 params.append(_dump(entry.metadata, f"memories[{i}].metadata"))
             changes.append((sets, params))
         rows: list[_Row] = []
+        embedded = [entry for entry in entries if entry.has_content]
+        blobs = iter(self._embed([entry.content for entry in embedded]) or ())
         with self._tx(options, write=True) as conn:
             now = timestamp_now()
             for i, (entry, (sets, params)) in enumerate(zip(entries, changes, strict=True)):
@@ -335,9 +376,10 @@ class SqliteMemoryStore:
                     raise MemoryError(ErrorCode.NOT_FOUND, f"memories[{i}]: no memory with this id")
                 sql = f"UPDATE memories SET {', '.join(sets)} WHERE seq = ?"
                 conn.execute(sql, [now, *params, seq_row[0]])
-                if entry.has_content:
+                if entry.has_content:  # a metadata-only update keeps the vector
                     conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (seq_row[0],))
                     _index(conn, seq_row[0], entry.content)
+                    self._store_vectors(conn, [seq_row[0]], self._blob_list(blobs))
                 select = f"SELECT {_COLUMNS} FROM memories AS m WHERE m.seq = ?"
                 rows.append(conn.execute(select, (seq_row[0],)).fetchone())
         return [_item(row) for row in rows]
@@ -356,45 +398,6 @@ class SqliteMemoryStore:
             seqs = list(found.values())
             for chunk in _chunks(seqs):
                 conn.execute(f"DELETE FROM memories_fts WHERE rowid IN ({_marks(chunk)})", chunk)
+                conn.execute(f"DELETE FROM memory_vectors WHERE seq IN ({_marks(chunk)})", chunk)
                 conn.execute(f"DELETE FROM memories WHERE seq IN ({_marks(chunk)})", chunk)
         return MemoryDeleteOutput(deleted=[memory_id for memory_id in ids if memory_id in found])
-
-    # --- MemorySearchProvider -------------------------------------------------------------
-
-    def search(
-        self, input: MemorySearchInput, options: MemoryCallOptions | None = None
-    ) -> list[MemorySearchResult]:
-        """Keyword search over content (FTS5 BM25, see :mod:`ditto_plugin_sqlite.fts`).
-
-        Returns:
-            At most ``limit`` (default 10) results matching ``filter`` and at least one
-            query term, by descending ``score = -bm25()`` (higher is better); each result's
-            ``metadata`` is ``{"strategy": <strategy>, "rank": <1-based position>}``.
-            A query without any word (e.g. only punctuation) gives ``[]``.
-
-        Raises:
-            MemoryError: ``UNSUPPORTED_STRATEGY`` unless strategy is ``None``, ``keyword``
-                or ``bm25``; ``INVALID_INPUT`` when ``query`` is not a string;
-                ``UNSUPPORTED_FILTER`` for a bad filter.
-        """
-        strategy = _search_strategy(input, self.search_strategies)
-        where = compile_filter(parse_filter(input.filter))
-        expression = match_expression(input.query)
-        if expression is None:
-            return []
-        sql = (
-            f"SELECT {_COLUMNS}, bm25(memories_fts) AS bm25_score FROM memories_fts "
-            "JOIN memories AS m ON m.seq = memories_fts.rowid "
-            f"WHERE memories_fts MATCH ? AND {where.text} ORDER BY bm25_score, m.seq LIMIT ?"
-        )
-        params = [expression, *where.params, input.limit or _DEFAULT_SEARCH_LIMIT]
-        with self._tx(options, write=False) as conn:
-            rows = conn.execute(sql, params).fetchall()
-        return [
-            MemorySearchResult(
-                memory=_item(row),
-                score=-float(row[5]),
-                metadata={"strategy": strategy, "rank": position},
-            )
-            for position, row in enumerate(rows, start=1)
-        ]

