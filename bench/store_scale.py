@@ -1,0 +1,255 @@
+"""Store plugins at scale: bulk WRITE rate and QUERY / keyword SEARCH latency.
+
+The same data and the same queries for every store (SQLite and PostgreSQL), through the
+direct SDK (``create_memory``: validation included, no broker):
+
+* data: ``--n`` memories (default 100,000; ``--million`` for 1,000,000), seeded; each a
+  12-30 word text drawn (Zipf-like) from the vocabulary of the LoCoMo sample
+  conversations, a key, and metadata ``{user: u0..u199, kind: 5 values, n: 0..999,
+  score: float, tags: [..]}``;
+* WRITE: batches of ``--batch`` (1,000) memories; memories/s over the whole load;
+* QUERY (``--queries`` each, default 200, after 20 warm-up calls), limit 50:
+  ``eq`` (``{user: uX}``), ``range`` (``{n: {$gte, $lt}}`` over 1% of values),
+  ``sorted`` (``{kind: K}`` ordered by ``score`` desc), ``page2`` (the second page of
+  ``eq`` via its cursor), ``and`` (``{user, kind, n < 500}``);
+* SEARCH: keyword, limit 10, 2-3 words of middle frequency per query.
+
+Latencies are p50/p95 in ms for one caller. The PostgreSQL URL comes from
+``DITTO_WORKER_MEMORY_POSTGRES_URL`` or ``DITTO_TEST_POSTGRES_URL`` (``bash
+scripts/postgres.sh start``); the bench works in a schema of its own, dropped at the end.
+
+    python bench/store_scale.py                      # 100k, sqlite and postgres
+    python bench/store_scale.py --million            # 1M (tens of minutes)
+    python bench/store_scale.py --stores sqlite --n 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ditto_worker import create_memory
+
+REPO = Path(__file__).resolve().parent.parent
+KINDS = ("fact", "preference", "event", "task", "note")
+QUERY_LIMIT = 50
+
+
+def vocabulary() -> list[str]:
+    """Distinct lower-case words of the LoCoMo sample texts, most frequent first."""
+    counts: Counter[str] = Counter()
+    for path in sorted((REPO / "data" / "locomo").glob("*.json")):
+        text = json.dumps(json.loads(path.read_text(encoding="utf-8")), ensure_ascii=False)
+        counts.update(re.findall(r"[a-z]{3,}", text.lower()))
+    return [word for word, _ in counts.most_common()]
+
+
+def drafts(n: int, seed: int, words: list[str]) -> Iterator[dict[str, Any]]:
+    """``n`` memory drafts, deterministic for ``seed``."""
+    rng = random.Random(seed)
+    weights = [1 / (rank + 10) for rank in range(len(words))]
+    for i in range(n):
+        text = " ".join(rng.choices(words, weights, k=rng.randint(12, 30)))
+        yield {
+            "key": f"mem:{i}",
+            "content": text,
+            "metadata": {
+                "user": f"u{rng.randrange(200)}",
+                "kind": rng.choice(KINDS),
+                "n": rng.randrange(1000),
+                "score": round(rng.random(), 6),
+                "tags": rng.sample(KINDS, 2),
+            },
+        }
+
+
+def query_inputs(count: int, seed: int, words: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The QUERY and SEARCH inputs, per kind (the same for every store)."""
+    rng = random.Random(seed + 1)
+    middle = words[len(words) // 20 : len(words) // 4]
+    out: dict[str, list[dict[str, Any]]] = {
+        "eq": [],
+        "range": [],
+        "sorted": [],
+        "and": [],
+        "search": [],
+    }
+    for _ in range(count):
+        low = rng.randrange(990)
+        out["eq"].append({"filter": {"user": f"u{rng.randrange(200)}"}, "limit": QUERY_LIMIT})
+        out["range"].append({"filter": {"n": {"$gte": low, "$lt": low + 10}}, "limit": QUERY_LIMIT})
+        out["sorted"].append(
+            {
+                "filter": {"kind": rng.choice(KINDS)},
+                "orderBy": [{"field": "score", "direction": "desc"}],
+                "limit": QUERY_LIMIT,
+            }
+        )
+        out["and"].append(
+            {
+                "filter": {
+                    "user": f"u{rng.randrange(200)}",
+                    "kind": rng.choice(KINDS),
+                    "n": {"$lt": 500},
+                },
+                "limit": QUERY_LIMIT,
+            }
+        )
+        terms = " ".join(rng.sample(middle, rng.randint(2, 3)))
+        out["search"].append({"query": terms, "strategy": "keyword", "limit": 10})
+    return out
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    """(p50, p95) of ``samples`` (ms)."""
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[int(0.95 * (len(ordered) - 1))]
+
+
+def timed(call: Callable[[dict[str, Any]], Any], inputs: list[dict[str, Any]]) -> list[float]:
+    """Latency (ms) of each call; a failed NodeResult stops the bench."""
+    samples = []
+    for input in inputs:
+        start = time.perf_counter()
+        result = call(input)
+        samples.append((time.perf_counter() - start) * 1000)
+        if result.status != "success":
+            raise SystemExit(f"call failed: {result.error}")
+    return samples
+
+
+def load(memory: Any, n: int, seed: int, words: list[str], batch: int) -> float:
+    """WRITE ``n`` drafts in batches; returns memories/s."""
+    start = time.perf_counter()
+    pending: list[dict[str, Any]] = []
+    done = 0
+    for draft in drafts(n, seed, words):
+        pending.append(draft)
+        if len(pending) == batch:
+            done += _write(memory, pending)
+            pending = []
+            if done % (batch * 20) == 0:
+                print(f"  {done:>9,} written, {time.perf_counter() - start:7.1f} s", flush=True)
+    if pending:
+        done += _write(memory, pending)
+    return done / (time.perf_counter() - start)
+
+
+def _write(memory: Any, batch: list[dict[str, Any]]) -> int:
+    result = memory.write({"memories": batch})
+    if result.status != "success":
+        raise SystemExit(f"WRITE failed: {result.error}")
+    return len(result.output)
+
+
+def measure(memory: Any, inputs: dict[str, list[dict[str, Any]]]) -> dict[str, tuple[float, float]]:
+    """p50/p95 per query kind, after 20 warm-up calls of each."""
+    rows: dict[str, tuple[float, float]] = {}
+    for kind in ("eq", "range", "sorted", "and"):
+        timed(memory.query, inputs[kind][:20])
+        rows[f"QUERY {kind}"] = percentiles(timed(memory.query, inputs[kind]))
+    firsts = [memory.query(q).output for q in inputs["eq"]]
+    seconds = [
+        {**q, "cursor": page.next_cursor}
+        for q, page in zip(inputs["eq"], firsts, strict=True)
+        if page.next_cursor
+    ]
+    if seconds:  # small --n: a user may have fewer than QUERY_LIMIT memories
+        rows["QUERY page2"] = percentiles(timed(memory.query, seconds))
+    timed(memory.search, inputs["search"][:20])
+    rows["SEARCH keyword"] = percentiles(timed(memory.search, inputs["search"]))
+    return rows
+
+
+@contextmanager
+def open_store(name: str) -> Iterator[Any]:
+    """A fresh, empty store ``sqlite`` (temp file) or ``postgres`` (own schema)."""
+    if name == "sqlite":
+        from ditto_plugin_sqlite import SqliteMemoryStore
+
+        folder = tempfile.mkdtemp(prefix="ditto-bench-")
+        store = SqliteMemoryStore(Path(folder) / "bench.sqlite")
+        try:
+            yield store
+        finally:
+            store.close()
+            shutil.rmtree(folder, ignore_errors=True)
+        return
+    import psycopg
+
+    from ditto_plugin_postgres import PostgresMemoryStore
+
+    url = os.environ.get("DITTO_WORKER_MEMORY_POSTGRES_URL") or os.environ.get(
+        "DITTO_TEST_POSTGRES_URL"
+    )
+    if not url:
+        raise SystemExit("postgres: set DITTO_WORKER_MEMORY_POSTGRES_URL (scripts/postgres.sh)")
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    pg = PostgresMemoryStore(url, schema=schema)
+    try:
+        yield pg
+    finally:
+        pg.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def run(name: str, args: argparse.Namespace, words: list[str], inputs: Any) -> dict[str, Any]:
+    """Load and measure one store; returns its figures."""
+    print(f"== {name}: writing {args.n:,} memories in batches of {args.batch:,}", flush=True)
+    started = time.perf_counter()
+    with open_store(name) as store:
+        memory = create_memory(store)
+        rate = load(memory, args.n, args.seed, words, args.batch)
+        loaded = time.perf_counter() - started
+        print(f"  WRITE {rate:,.0f} memories/s ({loaded:.1f} s)", flush=True)
+        rows = measure(memory, inputs)
+    return {"rate": rate, "load_s": loaded, "rows": rows, "total_s": time.perf_counter() - started}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=100_000, help="memories per store")
+    parser.add_argument("--million", action="store_true", help="1,000,000 memories")
+    parser.add_argument("--batch", type=int, default=1000, help="memories per WRITE")
+    parser.add_argument("--queries", type=int, default=200, help="calls per query kind")
+    parser.add_argument("--stores", default="sqlite,postgres", help="comma-separated")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    if args.million:
+        args.n = 1_000_000
+    words = vocabulary()
+    inputs = query_inputs(args.queries, args.seed, words)
+    results = {name: run(name, args, words, inputs) for name in args.stores.split(",")}
+    names = list(results)
+    print(f"\n{args.n:,} memories; {args.queries} calls per query kind; latency p50 / p95 ms")
+    print(f"{'':<16}" + "".join(f"{name:>22}" for name in names))
+    print(f"{'WRITE mem/s':<16}" + "".join(f"{results[n]['rate']:>22,.0f}" for n in names))
+    for row in results[names[0]]["rows"]:
+        if not all(row in results[n]["rows"] for n in names):
+            continue
+        cells = "".join(
+            f"{results[n]['rows'][row][0]:>12.2f} / {results[n]['rows'][row][1]:>7.2f}"
+            for n in names
+        )
+        print(f"{row:<16}{cells}")
+    print(f"{'time s':<16}" + "".join(f"{results[n]['total_s']:>22.1f}" for n in names))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
