@@ -41,7 +41,7 @@ def keys(store: InMemoryMemoryStore, **kwargs: object) -> list[str | None]:
 
 
 def test_exports_and_protocols() -> None:
-    assert testing.__all__ == ["InMemoryMemoryStore", "create_store"]
+    assert testing.__all__ == ["HashingEmbedder", "InMemoryMemoryStore", "create_store"]
     store = create_store({}, {})
     assert isinstance(store, MemoryStore) and isinstance(store, MemorySearchProvider)
     assert store.capabilities.batch_atomic is True  # MEM-PY-11
