@@ -98,5 +98,8 @@ def create_celery_app(
     }
     if fleet.in_process:
         conf["broker_transport_options"] = {"polling_interval": IN_PROCESS_POLL_S}
+    elif broker.startswith(("redis://", "rediss://")):
+        # kombu's Redis transport, guarded so a Redis restart never stops a worker
+        conf["broker_transport"] = "ditto_worker.transport:Transport"
     app.conf.update(conf)
     return app

@@ -202,6 +202,9 @@ class DittoClient:
             except ThreadTimeoutError:
                 future.cancel()
                 return _timed_out(eid, node, "the fleet did not answer in time")
+            except Exception:
+                log.exception("unexpected error in %s", node)
+                return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the call failed")
 
     async def ainvoke(
         self,
@@ -367,6 +370,11 @@ class DittoClient:
         except asyncio.CancelledError:
             await self._acancel(eid, deadline)
             raise
+        except Exception:  # never let a driver surprise escape as an exception
+            log.exception("unexpected error while awaiting %s", node)
+            return _failure(
+                eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the result backend failed"
+            )
         finally:
             if waiter is not None:
                 waiter.cancel()

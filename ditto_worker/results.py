@@ -11,6 +11,9 @@ no awaitable form (celery#6603). :class:`ResultListener` replaces both:
   then reads the stored key once (a result stored before the subscription, e.g. for a
   re-sent execution id, is not missed), and unsubscribes when it ends — result, timeout or
   cancel — so no channel outlives its call;
+* the pub/sub connection always holds one private channel of the listener's own, and one
+  reader task reads it for the client's whole life: the connection is never idle-unsubscribed,
+  so no command ever reads from it concurrently with the reader;
 * after a lost connection the listener reconnects, re-subscribes the pending channels and
   re-reads their keys.
 """
@@ -21,6 +24,7 @@ import asyncio
 import json
 import logging
 import threading
+import uuid
 from collections.abc import Coroutine
 from concurrent.futures import Future as ThreadFuture
 from typing import Any, TypeVar
@@ -59,6 +63,7 @@ class ResultListener:
         self._pubsub: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._lock: asyncio.Lock | None = None
+        self._home = f"ditto:listener:{uuid.uuid4().hex}"
         self._thread.start()
         self._started.wait()
 
@@ -100,6 +105,8 @@ class ResultListener:
         self._subscribed[channel] = confirmed
         assert self._lock is not None
         async with self._lock:
+            if not self._pubsub.subscribed:
+                await self._pubsub.subscribe(self._home)  # keeps the connection subscribed
             await self._pubsub.subscribe(channel)
         if self._reader is None or self._reader.done():
             self._reader = self.loop.create_task(self._read())
@@ -145,7 +152,7 @@ class ResultListener:
             confirmed.set_result(None)
 
     async def _read(self) -> None:
-        while self._pending or self._subscribed:
+        while True:
             try:
                 message = await self._pubsub.get_message(timeout=1.0)
             except RedisError:
@@ -167,8 +174,7 @@ class ResultListener:
             assert self._lock is not None
             async with self._lock:
                 channels = list(self._pending)
-                if channels:
-                    await self._pubsub.subscribe(*channels)
+                await self._pubsub.subscribe(self._home, *channels)
             for channel in channels:
                 self._confirm(channel)
                 await self.read_stored(channel.removeprefix(RESULT_KEY_PREFIX))

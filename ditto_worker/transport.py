@@ -1,0 +1,40 @@
+"""kombu's Redis transport, with one guard for reconnecting after a Redis restart.
+
+When Redis goes away while a worker holds delivered-but-unacknowledged messages, kombu's
+consumer acknowledges or restores them through a client built from a connection that is
+already closed. kombu 5.x then raises ``AttributeError`` (``'NoneType' object has no
+attribute 'hostname'`` / ``'client'``; the class of celery/kombu#970, #582 and
+celery/celery#10205), which Celery treats as an unrecoverable error: the worker stops
+instead of reconnecting (seen here in ``tests/integration/test_broker_faults.py``).
+
+:class:`Transport` is kombu's own Redis transport whose channel raises a Redis
+``ConnectionError`` in that case instead — a connection error, which kombu and Celery
+already handle: the ack or restore is logged as failed, the messages stay in kombu's
+``unacked`` hash (restored after the visibility timeout), and the consumer reconnects.
+Selected through ``broker_transport`` by :func:`ditto_worker.celery_app.create_celery_app`
+for ``redis://`` and ``rediss://`` brokers; everything else is kombu's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu.transport import redis as kombu_redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+__all__ = ["Channel", "Transport"]
+
+
+class Channel(kombu_redis.Channel):
+    """kombu's Redis channel; building a client on a closed connection is a connection error."""
+
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        if self.connection is None or self.connection.client is None:
+            raise RedisConnectionError("the broker connection is closed")
+        return super()._connparams(asynchronous)  # type: ignore[no-untyped-call]
+
+
+class Transport(kombu_redis.Transport):
+    """kombu's Redis transport with the guarded :class:`Channel`."""
+
+    Channel = Channel
