@@ -58,6 +58,9 @@ class StoreCapabilities:
             of ``search_strategies``), or ``None``.
         keyword_cjk: keyword search finds Chinese/Japanese text written without spaces
             by a 2-character query.
+        exhaustive_strategies: strategies that rank every record passing the filter
+            (e.g. exact vector search) for a text query: SEARCH returns exactly
+            ``min(limit, matching records)``, never fewer (filter before limit).
         key_conflict: ``"error"``: a WRITE whose key is taken (or repeated in the batch)
             raises ``CONFLICT``; ``"replace"``: the new record replaces the one holding
             the key (MEM-WRITE-3; a conflict never silently drops an input).
@@ -71,8 +74,8 @@ class StoreCapabilities:
         extras: informational flags (e.g. ``multi_process``); not tested by the suite.
 
     Raises:
-        ConfigError: an unknown operator or field, a default/keyword strategy that is not
-            declared, a non-positive ``max_batch_size``, or a non-atomic store without a
+        ConfigError: an unknown operator or field, a default/keyword/exhaustive strategy
+            that is not declared, a non-positive ``max_batch_size``, or a non-atomic store without a
             ``partial_commit`` description.
     """
 
@@ -83,6 +86,7 @@ class StoreCapabilities:
     default_strategy: str | None = None
     keyword_strategy: str | None = None
     keyword_cjk: bool = False
+    exhaustive_strategies: tuple[str, ...] = ()
     key_conflict: Literal["error", "replace"] = "error"
     batch_atomic: bool = True
     partial_commit: str = ""
@@ -100,6 +104,8 @@ class StoreCapabilities:
             value = getattr(self, name)
             if value is not None and value not in self.search_strategies:
                 raise ConfigError(f"{name} {value!r} is not in search_strategies")
+        if not set(self.exhaustive_strategies) <= set(self.search_strategies):
+            raise ConfigError("exhaustive_strategies must be in search_strategies")
         if self.max_batch_size is not None and self.max_batch_size < 1:
             raise ConfigError("max_batch_size must be a positive integer or None")
         if not self.batch_atomic and not self.partial_commit:

@@ -216,6 +216,7 @@ def conformance_capabilities(conformance_store: Any, conformance_search: Any) ->
             default_strategy=provided.default_strategy,
             keyword_strategy=provided.keyword_strategy,
             keyword_cjk=provided.keyword_cjk,
+            exhaustive_strategies=provided.exhaustive_strategies,
         )
     return caps
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from ditto_worker.testing._conformance_harness import Harness
 
 __all__ = [
@@ -16,6 +18,7 @@ __all__ = [
     "test_keyword_filter_applies_before_limit",
     "test_keyword_follows_updates_and_deletes",
     "test_keyword_query_is_never_syntax",
+    "test_exhaustive_search_returns_min_of_limit_and_matches",
     "test_search_results_carry_full_records",
     "test_search_strategies_are_explicit",
 ]
@@ -156,3 +159,24 @@ def test_keyword_follows_updates_and_deletes(conformance: Harness) -> None:
     assert conformance.search_keys("plumber", filter={"k": "job"}) == []
     conformance.ok("MEMORY.DELETE", {"ids": [job.id]})
     assert conformance.search_keys("plumber") == []
+
+
+def test_exhaustive_search_returns_min_of_limit_and_matches(conformance: Harness) -> None:
+    # MEM-SEARCH-3: a filtered search of a strategy that ranks every record (exact vector
+    # search) returns min(limit, matches): higher-scoring filtered-out records never
+    # leave it short
+    strategies = conformance.caps.exhaustive_strategies
+    if not strategies:
+        pytest.skip("no exhaustive_strategies declared")
+    strong = [{"content": "apple banana cherry", "metadata": {"g": "x"}}] * 40
+    weak = [{"key": f"w{i}", "content": f"walnut {i}", "metadata": {"g": "y"}} for i in range(7)]
+    conformance.write(strong + weak + [{"content": "no group"}] * 3)
+    for strategy in strategies:
+        for flt, limit, expected in (({"g": "y"}, 5, 5), ({"g": "y"}, 10, 7), (None, 100, 50)):
+            input: dict[str, Any] = {"query": "apple banana", "strategy": strategy, "limit": limit}
+            if flt is not None:
+                input["filter"] = flt
+            results = conformance.ok("MEMORY.SEARCH", input)
+            assert len(results) == expected, (strategy, flt, limit, len(results))
+            if flt is not None:
+                assert all(r.memory.metadata == flt for r in results), strategy

@@ -37,7 +37,7 @@ is declared and checks that what is not declared fails explicitly
 ``SEARCH_UNAVAILABLE``); tests of undeclared features are skipped.
 
 Calls go through :func:`ditto_worker.create_memory`, so plugin outputs are also checked
-by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 30 tests; the two volume
+by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 31 tests; the two volume
 tests write 10,000 and 2,800 records. Add ``pytest.register_assert_rewrite(
 "ditto_worker.testing")`` in a ``conftest.py`` for detailed assertion messages (done
 automatically when ``ditto_worker.testing`` is imported under pytest).
@@ -81,6 +81,7 @@ from ditto_worker.testing._conformance_scale import (
     test_ten_thousand_record_write,
 )
 from ditto_worker.testing._conformance_search import (
+    test_exhaustive_search_returns_min_of_limit_and_matches,
     test_keyword_chinese_without_spaces,
     test_keyword_english,
     test_keyword_filter_applies_before_limit,
@@ -103,6 +104,7 @@ __all__ = [
     "test_default_order_is_creation_order",
     "test_delete_more_than_a_thousand_matches",
     "test_delete_reports_only_deleted_and_frees_keys",
+    "test_exhaustive_search_returns_min_of_limit_and_matches",
     "test_filter_semantics",
     "test_get_union_each_once",
     "test_key_conflict_policy",
