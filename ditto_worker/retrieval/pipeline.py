@@ -32,7 +32,9 @@ from ditto_worker.retrieval.context import (
     context_scores,
     fetch_limit,
     mention_scores,
+    mentioned_values,
     neighbour_filter,
+    strip_mentions,
 )
 from ditto_worker.retrieval.embed import EmbeddingProvider, check_vectors
 from ditto_worker.retrieval.fusion import fuse
@@ -48,6 +50,7 @@ __all__ = [
     "run_pipeline",
     "search_candidates",
     "to_results",
+    "vector_query",
 ]
 
 DEFAULT_LIMIT = 10
@@ -166,16 +169,26 @@ def _hybrid_candidates(
     if not roles:
         raise MemoryError(ErrorCode.INVALID_INPUT, "retrieval fusion: no strategy has a weight")
     candidates: Candidates = {}
-    if "vector" in roles:
-        vector = embed_query(embedder, input.query)
-        candidates["vector"] = search_candidates(
-            source, config.vector_strategy, vector, input, config.candidates, options
-        )
     if "keyword" in roles:
         candidates["keyword"] = search_candidates(
             source, config.keyword_strategy, input.query, input, config.candidates, options
         )
+    if "vector" in roles:
+        vector = embed_query(embedder, vector_query(input.query, candidates, config))
+        candidates["vector"] = search_candidates(
+            source, config.vector_strategy, vector, input, config.candidates, options
+        )
     return candidates
+
+
+def vector_query(query: str, candidates: Candidates, config: RetrievalConfig) -> str:
+    """The text to embed: ``query`` without the metadata values it mentions (see
+    :func:`.context.strip_mentions`) when ``mention.stripFromVectorQuery`` is on."""
+    mention = config.mention
+    if not mention.fields or not mention.strip_from_vector_query:
+        return query
+    memories = {r.memory.id: r.memory for results in candidates.values() for r in results}
+    return strip_mentions(query, mentioned_values(memories, query, mention))
 
 
 def _single(

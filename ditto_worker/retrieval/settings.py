@@ -54,6 +54,11 @@ class MentionSettings(_Settings):
 
     fields: list[str] = Field(default_factory=list, description="Metadata fields (top level).")
     weight: float = Field(default=0.2, ge=0, description="Added to the fused score (0-1 scale).")
+    strip_from_vector_query: bool = Field(
+        default=True,
+        description="Embed the query without the mentioned values (found in the keyword "
+        "candidates' metadata); they are scored by this boost instead.",
+    )
 
 
 class ContextSettings(_Settings):

@@ -22,6 +22,8 @@ def test_reference_ditto_yaml_loads_with_defaults() -> None:
     assert config.plugin_settings("sqlite") == {
         "path": ".ditto/memory.sqlite",
         "busyTimeoutMs": "5000",
+        "embedding": "none",  # MEM-SEARCH-6: no embedding unless configured
+        "hybrid": {},
     }  # MEM-PY-8
     assert set(config.memory_worker.groups) == {"reads", "writes", "search"}
 

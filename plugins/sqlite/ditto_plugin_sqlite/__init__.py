@@ -21,7 +21,8 @@ DEFAULT_PATH: Final = "./.ditto/memory.sqlite"
 """Default database file, relative to the working folder (MEM-PY-8)."""
 _ENV_PATH: Final = "DITTO_WORKER_MEMORY_SQLITE_PATH"
 _ENV_BUSY: Final = "DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS"
-_SETTINGS: Final = frozenset({"path", "busyTimeoutMs"})
+_ENV_EMBEDDING: Final = "DITTO_WORKER_MEMORY_SQLITE_EMBEDDING"
+_SETTINGS: Final = frozenset({"path", "busyTimeoutMs", "embedding", "hybrid"})
 
 
 def _busy_timeout_ms(settings: Mapping[str, Any], env: Mapping[str, str]) -> int:
@@ -41,18 +42,25 @@ def create_store(
     """Build the store from plugin settings and the environment (MEM-PY-8, MEM-CONF-5).
 
     Args:
-        settings: the plugin's ``ditto.yaml`` settings: ``path`` (str, the database file)
-            and ``busyTimeoutMs`` (int, default 5000). Other keys are rejected.
-        env: the environment (default ``os.environ``). ``DITTO_WORKER_MEMORY_SQLITE_PATH``
-            and ``DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS`` override the settings.
+        settings: the plugin's ``ditto.yaml`` settings: ``path`` (str, the database file),
+            ``busyTimeoutMs`` (int, default 5000), ``embedding`` (``local`` | ``http`` |
+            ``none``, default ``none``: the embedding provider of WRITE/UPDATE and of the
+            ``vector``/``hybrid`` strategies, :func:`ditto_worker.retrieval.
+            create_embedding_provider`) and ``hybrid`` (``RetrievalConfig`` settings of
+            the ``hybrid`` strategy). Other keys are rejected.
+        env: the environment (default ``os.environ``). ``DITTO_WORKER_MEMORY_SQLITE_PATH``,
+            ``DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS`` and
+            ``DITTO_WORKER_MEMORY_SQLITE_EMBEDDING`` override the settings; ``http`` reads
+            ``DITTO_WORKER_RETRIEVAL_EMBEDDING_*``.
 
     Returns:
         A store on ``env path > settings path > ./.ditto/memory.sqlite`` (relative paths
         resolved against the working folder); the parent folder is created.
 
     Raises:
-        ConfigError: unknown settings keys, a bad path or timeout.
-        MemoryError: ``MEMORY_BACKEND_ERROR`` when the file cannot be opened.
+        ConfigError: unknown settings keys, a bad path, timeout, embedding or hybrid value.
+        MemoryError: ``MEMORY_BACKEND_ERROR`` when the file cannot be opened;
+            ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
     """
     settings = settings or {}
     env = os.environ if env is None else env
@@ -64,4 +72,11 @@ def create_store(
         raise ConfigError("the sqlite store path must be a file path")
     path = Path(raw_path).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    return SqliteMemoryStore(path, busy_timeout_ms=_busy_timeout_ms(settings, env))
+    from ditto_worker.retrieval import RetrievalConfig, create_embedding_provider
+
+    hybrid = RetrievalConfig.parse(settings.get("hybrid"))
+    kind = env.get(_ENV_EMBEDDING) or settings.get("embedding") or "none"
+    embedder = create_embedding_provider(str(kind), None, env)
+    return SqliteMemoryStore(
+        path, busy_timeout_ms=_busy_timeout_ms(settings, env), embedder=embedder, hybrid=hybrid
+    )

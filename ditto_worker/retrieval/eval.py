@@ -1,0 +1,234 @@
+"""In-process retrieval evaluation on LoCoMo: evidence recall@5/@10 and latency per strategy.
+
+Each conversation is written into a fresh SQLite store with an embedder: every turn is one
+memory whose content is exactly the turn text, metadata ``speaker``, ``session``, ``date``,
+``dia_id`` and ``turn`` (the turn number of ``dia_id`` "D<session>:<turn>"). Every question
+with evidence is then searched per strategy through the SDK (``create_memory``) over
+:func:`~ditto_worker.retrieval.search.create_retrieval_memory_search_provider`. Evidence
+recall@k (Maharana et al., ACL 2024): the share of a question's evidence dia_ids among the
+top k results, averaged over questions; per category too (1 multi-hop, 2 temporal, 3
+open-domain, 4 single-hop, 5 adversarial). Latency: each search call, ms.
+
+Run: ``python -m ditto_worker.retrieval.eval /work/shared/data/locomo/30.json …``.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ditto_worker.core import Memory, create_memory
+from ditto_worker.demo import Conversation, evidence_recall, load_conversation
+from ditto_worker.errors import DittoError
+from ditto_worker.retrieval.embed import EmbeddingProvider
+from ditto_worker.retrieval.search import create_retrieval_memory_search_provider
+from ditto_worker.retrieval.settings import RetrievalConfig
+
+__all__ = [
+    "CONVERSATION_PIPELINE",
+    "EvalError",
+    "EvalReport",
+    "StrategyReport",
+    "evaluate_conversation",
+    "format_reports",
+]
+
+CONVERSATION_PIPELINE: Final = RetrievalConfig.model_validate(
+    {
+        "mention": {"fields": ["speaker"], "weight": 0.2},
+        "context": {"groupField": "session", "orderField": "turn"},
+    }
+)
+"""Hybrid settings for memories of conversations whose metadata carries ``speaker``,
+``session`` and ``turn`` (any chat log; nothing LoCoMo-only): default fusion, mention
+boost on the speaker, neighbour and session context."""
+
+STRATEGIES: Final = ("keyword", "vector", "hybrid")
+_DIA: Final = re.compile(r"D(\d+):(\d+)")
+
+
+class EvalError(DittoError):
+    """A write or search of the evaluation did not succeed (its error in the message)."""
+
+
+@dataclass
+class StrategyReport:
+    """One strategy on one conversation. Recalls in [0, 1]; latencies in ms."""
+
+    strategy: str
+    questions: int
+    recall_at_5: float
+    recall_at_10: float
+    per_category: dict[int, tuple[int, float, float]] = field(default_factory=dict)
+    """category -> (questions, recall@5, recall@10)."""
+    latency_p50_ms: float = 0.0
+    latency_p95_ms: float = 0.0
+
+
+@dataclass
+class EvalReport:
+    """All strategies on one conversation; ``ingest_s`` is the write time, seconds."""
+
+    conversation: str
+    turns: int
+    ingest_s: float
+    strategies: dict[str, StrategyReport] = field(default_factory=dict)
+
+
+def _turn_number(dia_id: str) -> int | None:
+    match = _DIA.fullmatch(dia_id)
+    return int(match.group(2)) if match else None
+
+
+def turn_drafts(conv: Conversation) -> list[dict[str, Any]]:
+    """One MEMORY.WRITE draft per turn: content is the turn text, nothing else."""
+    return [
+        {
+            "content": t.text,
+            "metadata": {"speaker": t.speaker, "session": t.session, "date": t.date,
+                         "dia_id": t.dia_id, "turn": _turn_number(t.dia_id)},
+        }
+        for t in conv.turns
+    ]  # fmt: skip
+
+
+def ingest(memory: Memory, conv: Conversation, batch_size: int = 128) -> dict[str, str]:
+    """Write every turn (batches of ``batch_size``); returns {memory id: dia_id}.
+
+    Raises:
+        EvalError: a WRITE did not succeed.
+    """
+    drafts = turn_drafts(conv)
+    dia_by_id: dict[str, str] = {}
+    for start in range(0, len(drafts), batch_size):
+        chunk = drafts[start : start + batch_size]
+        result = memory.write({"memories": chunk})
+        if result.status != "success" or result.output is None:
+            raise EvalError(f"MEMORY.WRITE {result.status}: {result.error}")
+        for item, draft in zip(result.output, chunk, strict=True):
+            dia_by_id[item.id] = draft["metadata"]["dia_id"]
+    return dia_by_id
+
+
+def _percentile(values: Sequence[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))] if ordered else 0.0
+
+
+def evaluate_strategy(
+    memory: Memory, conv: Conversation, dia_by_id: dict[str, str], strategy: str
+) -> StrategyReport:
+    """Search every question with evidence (limit 10) and measure recall and latency.
+
+    Raises:
+        EvalError: a SEARCH did not succeed.
+    """
+    asked = [q for q in conv.questions if q.evidence]
+    recalls: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    latencies: list[float] = []
+    for question in asked:
+        start = time.perf_counter()
+        result = memory.search({"query": question.question, "strategy": strategy, "limit": 10})
+        latencies.append((time.perf_counter() - start) * 1000)
+        if result.status != "success" or result.output is None:
+            raise EvalError(f"MEMORY.SEARCH {strategy} {result.status}: {result.error}")
+        found = [dia_by_id.get(hit.memory.id, "") for hit in result.output]
+        evidence = question.evidence
+        recalls[question.category].append(
+            (evidence_recall(found, evidence, 5), evidence_recall(found, evidence, 10))
+        )
+    every = [pair for pairs in recalls.values() for pair in pairs]
+    return StrategyReport(
+        strategy=strategy,
+        questions=len(every),
+        recall_at_5=statistics.fmean(r5 for r5, _ in every) if every else 0.0,
+        recall_at_10=statistics.fmean(r10 for _, r10 in every) if every else 0.0,
+        per_category={
+            category: (len(pairs), statistics.fmean(a for a, _ in pairs),
+                       statistics.fmean(b for _, b in pairs))
+            for category, pairs in sorted(recalls.items())
+        },  # fmt: skip
+        latency_p50_ms=statistics.median(latencies) if latencies else 0.0,
+        latency_p95_ms=_percentile(latencies, 0.95),
+    )
+
+
+def evaluate_conversation(
+    path: str | Path,
+    embedder: EmbeddingProvider,
+    config: RetrievalConfig | None = None,
+    strategies: Sequence[str] = STRATEGIES,
+    workdir: str | Path | None = None,
+) -> EvalReport:
+    """Ingest one LoCoMo conversation into a fresh SQLite store and evaluate strategies.
+
+    Args:
+        path: a LoCoMo conversation file (``data/locomo/README.md`` format).
+        embedder: the embedding provider (the store's and the query's).
+        config: hybrid settings (default :data:`CONVERSATION_PIPELINE`).
+        strategies: strategy names to run (``keyword``, ``vector``, ``hybrid``).
+        workdir: folder for the temporary database (default: a new temp folder, removed).
+
+    Raises:
+        EvalError: a write or search failed.
+    """
+    from ditto_plugin_sqlite import SqliteMemoryStore  # the embedded default store
+
+    conv = load_conversation(path)
+    with tempfile.TemporaryDirectory(dir=workdir) as folder:
+        store = SqliteMemoryStore(Path(folder) / "eval.sqlite", embedder=embedder)
+        try:
+            search = create_retrieval_memory_search_provider(
+                store, embedder, config or CONVERSATION_PIPELINE
+            )
+            memory = create_memory(store, search)
+            start = time.perf_counter()
+            dia_by_id = ingest(memory, conv)
+            report = EvalReport(conv.name, len(conv.turns), time.perf_counter() - start)
+            for strategy in strategies:
+                report.strategies[strategy] = evaluate_strategy(memory, conv, dia_by_id, strategy)
+        finally:
+            store.close()
+    return report
+
+
+def format_reports(reports: Sequence[EvalReport]) -> str:
+    """A plain-text table: one row per conversation and strategy, categories after."""
+    lines = ["conversation  strategy  n    R@5    R@10   p50 ms  p95 ms  R@10 by category"]
+    for report in reports:
+        for item in report.strategies.values():
+            cats = "  ".join(
+                f"{c}:{r10:.3f}(n={n})" for c, (n, _, r10) in item.per_category.items()
+            )
+            lines.append(
+                f"{report.conversation:<13} {item.strategy:<9} {item.questions:<4} "
+                f"{item.recall_at_5:.3f}  {item.recall_at_10:.3f}  "
+                f"{item.latency_p50_ms:6.1f}  {item.latency_p95_ms:6.1f}  {cats}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m ditto_worker.retrieval.eval PATH…`` with the local model; prints the table."""
+    from ditto_worker.retrieval.embed import LocalEmbeddingProvider
+
+    paths = list(sys.argv[1:] if argv is None else argv)
+    if not paths:
+        print("usage: python -m ditto_worker.retrieval.eval LOCOMO.json ...", file=sys.stderr)
+        return 2
+    embedder = LocalEmbeddingProvider()
+    reports = [evaluate_conversation(path, embedder) for path in paths]
+    print(format_reports(reports))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

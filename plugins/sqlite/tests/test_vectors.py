@@ -1,0 +1,208 @@
+"""SQLite vectors: write-side embedding, identity, filtered exact search, hybrid.
+
+Rules: MEM-WRITE-4, MEM-SEARCH-6 (embedding only with an explicit provider, in the
+record's transaction), MEM-RET-4 (identity; mismatch fails explicitly), MEM-SEARCH-2.
+Uses the deterministic HashingEmbedder (no model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ditto_plugin_sqlite import SqliteMemoryStore, create_store
+from ditto_worker import create_memory
+from ditto_worker.contracts import (
+    MemoryDeleteInput,
+    MemorySearchInput,
+    MemoryUpdateInput,
+    MemoryWriteInput,
+    NodeResult,
+)
+from ditto_worker.errors import ConfigError, MemoryError
+from ditto_worker.retrieval import create_retrieval_memory_search_provider
+from ditto_worker.testing import HashingEmbedder
+from ditto_worker.testing.conformance import *  # noqa: F403
+
+
+@pytest.fixture
+def conformance_store(tmp_path: Path) -> Iterator[SqliteMemoryStore]:
+    """The conformance suite again, with vectors on (pysqlite3 + sqlite-vec driver)."""
+    store = SqliteMemoryStore(tmp_path / "memory.sqlite", embedder=HashingEmbedder())
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def embedder() -> HashingEmbedder:
+    return HashingEmbedder()
+
+
+@pytest.fixture
+def store(tmp_path: Path, embedder: HashingEmbedder) -> Iterator[SqliteMemoryStore]:
+    store = SqliteMemoryStore(tmp_path / "v.sqlite", embedder=embedder)
+    yield store
+    store.close()
+
+
+def _write(store: SqliteMemoryStore, drafts: list[dict[str, Any]]) -> list[str]:
+    items = store.write(MemoryWriteInput.model_validate({"memories": drafts}))
+    return [item.id for item in items]
+
+
+def _search(store: Any, query: Any, strategy: str, **fields: Any) -> list[Any]:
+    return list(store.search(MemorySearchInput(query=query, strategy=strategy, **fields)))
+
+
+def _vector_count(store: SqliteMemoryStore) -> int:
+    with store._tx(None, write=False) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM memory_vectors").fetchone()[0])
+
+
+def test_write_embeds_once_per_batch_and_update_only_on_content(
+    store: SqliteMemoryStore, embedder: HashingEmbedder
+) -> None:
+    # MEM-WRITE-4: one model batch per WRITE; content without text gets no vector
+    ids = _write(store, [{"content": "Jon likes coffee"}, {"content": {"t": "dogs"}},
+                         {"content": None}, {"content": 7}])  # fmt: skip
+    assert embedder.calls == [["Jon likes coffee", "dogs"]]
+    assert _vector_count(store) == 2
+    store.update(MemoryUpdateInput.model_validate(
+        {"memories": [{"id": ids[0], "metadata": {"reviewed": True}}]}))  # fmt: skip
+    assert len(embedder.calls) == 1  # metadata-only update: no embedding
+    store.update(MemoryUpdateInput.model_validate(
+        {"memories": [{"id": ids[0], "content": "Jon now drinks tea"},
+                      {"id": ids[1], "content": None}]}))  # fmt: skip
+    assert embedder.calls[-1] == ["Jon now drinks tea"]
+    assert _vector_count(store) == 1  # ids[1] lost its text, so its vector
+    hits = _search(store, "tea", "vector")
+    assert [h.memory.id for h in hits] == [ids[0]]
+    assert -1.0 <= hits[0].score <= 1.0 and hits[0].metadata["strategy"] == "vector"
+    store.delete(MemoryDeleteInput(ids=[ids[0]]))
+    assert _vector_count(store) == 0
+
+
+def test_failed_embedding_writes_nothing(tmp_path: Path) -> None:
+    class Broken(HashingEmbedder):
+        def embed(self, texts: Any) -> list[list[float]]:
+            raise MemoryError("EMBEDDING_UNAVAILABLE", "down")
+
+    store = SqliteMemoryStore(tmp_path / "b.sqlite", embedder=Broken())
+    result = create_memory(store).write({"memories": [{"content": "x"}]})
+    assert result.error is not None and result.error.code == "EMBEDDING_UNAVAILABLE"
+    assert create_memory(store).query({}).output.items == []  # type: ignore[union-attr]
+    store.close()
+
+
+def test_identity_mismatch_fails_every_call(tmp_path: Path) -> None:
+    # MEM-RET-4: never pads, truncates or mixes vectors
+    path = tmp_path / "m.sqlite"
+    first = SqliteMemoryStore(path, embedder=HashingEmbedder(dims=64))
+    ids = _write(first, [{"content": "alpha"}])
+    first.close()
+    for other in (HashingEmbedder(dims=32), HashingEmbedder(dims=64, seed=9)):
+        memory = create_memory(SqliteMemoryStore(path, embedder=other))
+        calls: list[NodeResult[Any]] = [
+            memory.get({"ids": ids}), memory.query({}),
+            memory.write({"memories": [{"content": "b"}]}),
+            memory.update({"memories": [{"id": ids[0], "metadata": {}}]}),
+            memory.delete({"ids": ids}), memory.search({"query": "alpha"}),
+            memory.search({"query": "alpha", "strategy": "vector"}),
+        ]  # fmt: skip
+        for result in calls:
+            assert result.error is not None and result.error.code == "EMBEDDING_MISMATCH"
+            assert "testing/hashing@seed=0 (64, l2)" in result.error.message
+    plain = create_memory(SqliteMemoryStore(path))  # no provider: reads work, writes refused
+    assert plain.get({"ids": ids}).output is not None
+    assert plain.search({"query": "alpha"}).status == "success"
+    refused = plain.write({"memories": [{"content": "b"}]})
+    assert refused.error is not None and refused.error.code == "EMBEDDING_MISMATCH"
+    assert plain.delete({"ids": ids}).status == "success"
+
+
+def test_vector_query_forms(store: SqliteMemoryStore, embedder: HashingEmbedder) -> None:
+    _write(store, [{"content": "alpha beta"}])
+    vector = embedder.embed(["alpha beta"])[0]
+    hit = _search(store, [x * 3 for x in vector], "vector")[0]
+    assert hit.score == pytest.approx(1.0, abs=1e-5)
+    for query, code in (([0.1] * 5, "EMBEDDING_MISMATCH"), ({"text": "a"}, "INVALID_INPUT"),
+                        ("  ", "INVALID_INPUT"), ([0.0] * 64, "INVALID_INPUT")):  # fmt: skip
+        with pytest.raises(MemoryError) as info:
+            _search(store, query, "vector")
+        assert info.value.code == code
+    with pytest.raises(MemoryError) as info:
+        _search(store, [0.1] * 64, "hybrid")
+    assert info.value.code == "INVALID_INPUT"
+
+
+def test_filtered_vector_search_returns_min_limit_matches(store: SqliteMemoryStore) -> None:
+    # 600 records; the 3 matching the filter are the farthest from the query: a KNN that
+    # filtered afterwards would return none of them
+    drafts = [{"content": f"coffee espresso latte {i}", "metadata": {"g": "near"}}
+              for i in range(597)]  # fmt: skip
+    drafts += [{"content": f"mountain hiking trail {i}", "metadata": {"g": "far"}}
+               for i in range(3)]  # fmt: skip
+    _write(store, drafts)
+    for limit, expected in ((2, 2), (3, 3), (10, 3)):
+        hits = _search(store, "coffee espresso", "vector", filter={"g": "far"}, limit=limit)
+        assert len(hits) == expected
+        assert all(h.memory.metadata["g"] == "far" for h in hits)
+    assert len(_search(store, "coffee", "vector", limit=50)) == 50
+    assert _search(store, "coffee", "vector", filter={"g": "none"}) == []
+
+
+def test_strategies_without_and_with_vectors(tmp_path: Path, store: SqliteMemoryStore) -> None:
+    plain = SqliteMemoryStore(tmp_path / "plain.sqlite")
+    for strategy in ("vector", "hybrid", "semantic"):
+        with pytest.raises(MemoryError) as info:
+            _search(plain, "x", strategy)
+        assert info.value.code == "UNSUPPORTED_STRATEGY"
+    assert plain.capabilities.search_strategies == ("keyword", "bm25")
+    assert store.capabilities.search_strategies == ("keyword", "bm25", "vector", "hybrid")
+    with pytest.raises(MemoryError) as info:
+        _search(store, "x", "semantic")
+    assert info.value.code == "UNSUPPORTED_STRATEGY"
+    plain.close()
+
+
+def test_hybrid_native_and_through_the_pipeline_provider(
+    store: SqliteMemoryStore, embedder: HashingEmbedder
+) -> None:
+    _write(store, [
+        {"content": "I adopted a puppy", "metadata": {"s": 1, "t": 1, "speaker": "Gina"}},
+        {"content": "What is its name?", "metadata": {"s": 1, "t": 2, "speaker": "Jon"}},
+        {"content": "Luna, after the moon", "metadata": {"s": 1, "t": 3, "speaker": "Gina"}},
+        {"content": "I bought new shoes", "metadata": {"s": 2, "t": 1, "speaker": "Jon"}},
+    ])  # fmt: skip
+    native = _search(store, "puppy adopted", "hybrid")
+    assert native[0].memory.content == "I adopted a puppy"
+    assert native[0].metadata["scores"]["fused"] == pytest.approx(1.0)
+    config = {"mention": {"fields": ["speaker"]},
+              "context": {"groupField": "s", "orderField": "t", "window": 2}}  # fmt: skip
+    provider = create_retrieval_memory_search_provider(store, embedder, config)
+    memory = create_memory(store, provider)
+    hits = memory.search({"query": "What did Gina name the puppy she adopted?", "limit": 3})
+    assert hits.output is not None
+    contents = [h.memory.content for h in hits.output]
+    assert contents[0] == "I adopted a puppy" and "Luna, after the moon" in contents
+    for strategy in ("keyword", "vector"):
+        assert memory.search({"query": "puppy", "strategy": strategy}).status == "success"
+    bad = memory.search({"query": "puppy", "strategy": "semantic"})
+    assert bad.error is not None and bad.error.code == "UNSUPPORTED_STRATEGY"
+    other = create_retrieval_memory_search_provider(store, HashingEmbedder(seed=3))
+    mismatch = create_memory(store, other).search({"query": "puppy"})
+    assert mismatch.error is not None and mismatch.error.code == "EMBEDDING_MISMATCH"
+
+
+def test_create_store_embedding_setting(tmp_path: Path) -> None:
+    env = {"DITTO_WORKER_MEMORY_SQLITE_PATH": str(tmp_path / "c.sqlite")}
+    assert create_store({"embedding": "none"}, env).embedder is None
+    with pytest.raises(ConfigError):
+        create_store({"embedding": "word2vec"}, env)
+    with pytest.raises(ConfigError):
+        create_store({"embedding": "http"}, env)  # no DITTO_WORKER_RETRIEVAL_EMBEDDING_*
+    with pytest.raises(ConfigError):
+        create_store({"hybrid": {"fusion": {"method": "borda"}}}, env)

@@ -1,0 +1,108 @@
+"""MicroBatchingEmbedder: concurrent embed calls coalesce into few model batches."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from ditto_worker.errors import MemoryError
+from ditto_worker.retrieval.batching import MicroBatchingEmbedder
+from ditto_worker.retrieval.embed import EmbeddingIdentity
+from ditto_worker.testing import HashingEmbedder
+
+
+class SlowEmbedder(HashingEmbedder):
+    """A hashing embedder whose every batch costs ``delay_s`` (like a model forward)."""
+
+    def __init__(self, delay_s: float = 0.02, fail: bool = False) -> None:
+        super().__init__(dims=16)
+        self.delay_s, self.fail = delay_s, fail
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        time.sleep(self.delay_s)
+        if self.fail:
+            raise MemoryError("EMBEDDING_UNAVAILABLE", "the model is down")
+        return super().embed(texts)
+
+
+def _concurrently(batcher: MicroBatchingEmbedder, texts: list[str]) -> list[list[float]]:
+    results: list[list[float]] = [[] for _ in texts]
+    start = threading.Barrier(len(texts))
+
+    def call(index: int) -> None:
+        start.wait()
+        results[index] = batcher.embed([texts[index]])[0]
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    return results
+
+
+def test_concurrent_calls_share_batches_and_get_their_own_vectors() -> None:
+    provider = SlowEmbedder()
+    batcher = MicroBatchingEmbedder(provider, max_batch_size=64, max_wait_ms=20)
+    texts = [f"memory number {i}" for i in range(24)]
+    vectors = _concurrently(batcher, texts)
+    assert vectors == HashingEmbedder(dims=16).embed(texts)  # each caller got its own
+    assert batcher.stats.calls == 24 and batcher.stats.texts == 24
+    assert len(provider.calls) == batcher.stats.batches <= 4  # coalesced, not 24 batches
+    assert batcher.stats.largest >= 6
+    assert batcher.identity == provider.identity
+    batcher.close()
+
+
+def test_max_batch_size_splits_batches() -> None:
+    provider = SlowEmbedder(delay_s=0.0)
+    batcher = MicroBatchingEmbedder(provider, max_batch_size=4, max_wait_ms=50)
+    _concurrently(batcher, [f"t{i}" for i in range(12)])
+    assert all(len(batch) <= 4 for batch in provider.calls)
+    assert sum(len(batch) for batch in provider.calls) == 12
+    batcher.close()
+
+
+def test_a_lone_call_waits_at_most_the_window() -> None:
+    batcher = MicroBatchingEmbedder(SlowEmbedder(delay_s=0.0), max_wait_ms=5)
+    batcher.embed(["warm up"])
+    start = time.perf_counter()
+    assert len(batcher.embed(["alone"])) == 1
+    assert time.perf_counter() - start < 0.5
+    assert batcher.embed([]) == []
+    batcher.close()
+
+
+def test_errors_reach_every_caller_of_the_batch_and_close_refuses() -> None:
+    batcher = MicroBatchingEmbedder(SlowEmbedder(fail=True), max_wait_ms=20)
+    errors: list[str] = []
+
+    def call() -> None:
+        try:
+            batcher.embed(["x"])
+        except MemoryError as exc:
+            errors.append(exc.code)
+
+    threads = [threading.Thread(target=call) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert errors == ["EMBEDDING_UNAVAILABLE"] * 5
+    batcher.close()
+    with pytest.raises(MemoryError) as info:
+        batcher.embed(["after close"])
+    assert info.value.code == "EMBEDDING_UNAVAILABLE"
+
+
+def test_hashing_embedder_is_deterministic_and_normalized() -> None:
+    one, two = HashingEmbedder(dims=32), HashingEmbedder(dims=32)
+    a, b, empty = one.embed(["Jon likes coffee", "jon LIKES coffee!", ""])
+    assert a == b == two.embed(["Jon likes coffee"])[0]
+    assert sum(x * x for x in a) == pytest.approx(1.0) and len(a) == 32
+    assert sum(x * x for x in empty) == pytest.approx(1.0)
+    assert one.identity == EmbeddingIdentity("testing", "hashing", "seed=0", 32, "l2")
+    assert HashingEmbedder(dims=32, seed=1).identity != one.identity
