@@ -57,7 +57,11 @@ def result_backend_url(fleet: FleetSettings) -> str:
 
 
 def create_celery_app(
-    fleet: FleetSettings | None = None, *, main: str = "ditto_worker", results: bool = True
+    fleet: FleetSettings | None = None,
+    *,
+    main: str = "ditto_worker",
+    results: bool = True,
+    guarded_transport: bool = True,
 ) -> Celery:
     """Create a configured Celery app (no tasks registered).
 
@@ -67,6 +71,9 @@ def create_celery_app(
         results: ``False`` for a sending-only app (the :class:`DittoClient` of a Redis
             fleet reads results with its own listener; Celery's result consumer would
             subscribe one channel per sent task, celery#5320).
+        guarded_transport: use :mod:`ditto_worker.transport` for a Redis broker (keeps
+            workers alive across Redis restarts); ``False`` for tools that must see the
+            plain ``redis://`` transport (Flower reads queue lengths by URL scheme).
 
     Returns:
         A Celery app whose routes send each node id to its own queue.
@@ -98,7 +105,7 @@ def create_celery_app(
     }
     if fleet.in_process:
         conf["broker_transport_options"] = {"polling_interval": IN_PROCESS_POLL_S}
-    elif broker.startswith(("redis://", "rediss://")):
+    elif guarded_transport and broker.startswith(("redis://", "rediss://")):
         # kombu's Redis transport, guarded so a Redis restart never stops a worker
         conf["broker_transport"] = "ditto_worker.transport:Transport"
     app.conf.update(conf)

@@ -138,5 +138,5 @@ def run_flower(
         raise ConfigError("flower: no broker configured (set DITTO_BROKER_URL or --broker)")
     basic_auth_from_env()
     require_auth_on_metrics()
-    app = create_celery_app(config.fleet)
+    app = create_celery_app(config.fleet, guarded_transport=False)  # Flower: plain redis://
     return app.start(flower_argv(address, port, extra))

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 CONVERSATION = REPO / "data" / "locomo" / "30.json"
 NODES = ["MEMORY.WRITE", "MEMORY.GET", "MEMORY.QUERY", "MEMORY.SEARCH",
          "MEMORY.UPDATE", "MEMORY.DELETE"]  # fmt: skip
-WORKERS = ["reads.1", "writes.1", "search.1"]  # honcho process names = Celery node names
+WORKERS = ["reads.1", "writes.1", "search.1", "retrieval.1"]  # honcho names = Celery nodes
 READY_S = 45.0
 T = TypeVar("T")
 
@@ -166,7 +166,7 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
         fleet = Fleet(broker_url, f"http://127.0.0.1:{flower_port}", credentials, proc, log_path)
         try:
             fleet.wait_for(
-                "Flower to see reads.1, writes.1 and search.1 online",
+                "Flower to see reads.1, writes.1, search.1 and retrieval.1 online",
                 lambda: True if set(WORKERS) <= online_workers(fleet.metrics()) else None,
                 READY_S,
             )
@@ -212,4 +212,4 @@ def test_honcho_fleet_runs_the_demo_and_flower_counts_every_node(fleet: Fleet) -
 
     status, body = http_get(url + "/api/queues/length", fleet.credentials)
     assert status == 200
-    assert body.count('"messages": 0') == 6 and "memory.search" in body  # all drained
+    assert body.count('"messages": 0') == 7 and "retrieval.search" in body  # all drained

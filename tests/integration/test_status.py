@@ -49,7 +49,7 @@ def test_status_counts_backlog_and_workers_per_node(
     sender.close()
 
     assert set(rows) == {"MEMORY.GET", "MEMORY.QUERY", "MEMORY.SEARCH", "MEMORY.WRITE",
-                         "MEMORY.UPDATE", "MEMORY.DELETE"}  # fmt: skip
+                         "MEMORY.UPDATE", "MEMORY.DELETE", "RETRIEVAL.SEARCH"}  # fmt: skip
     for node in ["MEMORY.GET", "MEMORY.QUERY"]:
         assert (rows[node].backlog, rows[node].workers, rows[node].processes) == (0, 1, 3)
     assert (rows["MEMORY.SEARCH"].backlog, rows["MEMORY.SEARCH"].workers) == (BACKLOG, 0)
@@ -62,4 +62,4 @@ def test_status_counts_backlog_and_workers_per_node(
     table = {line.split()[0]: line.split()[1:] for line in lines[1:]}
     assert table["MEMORY.GET"] == ["memory.get", "0", "1", "3"]
     assert table["MEMORY.SEARCH"] == ["memory.search", str(BACKLOG), "0", "0"]
-    assert len(table) == 6
+    assert len(table) == 7

@@ -66,12 +66,11 @@ def compose_argv(service: dict[str, Any]) -> list[str]:
     return shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
 
 
-def test_procfile_runs_redis_three_worker_groups_and_flower() -> None:
-    text = (REPO / "Procfile").read_text()
-    assert list(procfile()) == ["redis", "reads", "writes", "search", "flower"]
-    # the later retrieval group has its placeholder, commented out
-    assert re.search(r"^# retrieval: ditto-worker worker --nodes retrieval", text, re.M)
-    assert "# retrieval:" in (REPO / "compose.yaml").read_text()
+def test_procfile_runs_redis_worker_groups_retrieval_and_flower() -> None:
+    assert list(procfile()) == ["redis", "reads", "writes", "search", "retrieval", "flower"]
+    argv = shlex.split(procfile()["retrieval"])
+    assert argv[:4] == ["ditto-worker", "worker", "--nodes", "retrieval"]
+    assert argv[argv.index("--hostname") + 1] == "${HONCHO_PROCESS_NAME:-retrieval}@%h"
 
 
 def test_worker_lines_are_the_groups_of_ditto_yaml() -> None:
@@ -91,7 +90,7 @@ def test_procfile_binds_loopback_only() -> None:
     assert lines["flower"][lines["flower"].index("--address") + 1] == "127.0.0.1"
 
 
-@pytest.mark.parametrize("name", ["redis", "reads", "writes", "search", "flower"])
+@pytest.mark.parametrize("name", ["redis", "reads", "writes", "search", "retrieval", "flower"])
 def test_compose_command_matches_the_procfile_line(name: str) -> None:
     service = compose()["services"][name]
     procfile_argv = normalized(shlex.split(procfile()[name]))
@@ -130,7 +129,7 @@ def test_every_published_port_binds_loopback() -> None:
 
 def test_worker_groups_scale() -> None:
     # `docker compose up --scale reads=3` needs no fixed name and no fixed host port
-    for group in WORKER_GROUPS:
+    for group in [*WORKER_GROUPS, "retrieval"]:
         service = compose()["services"][group]
         assert "container_name" not in service and "ports" not in service
         assert service["environment"]["DITTO_BROKER_URL"] == "redis://redis:6379/0"
