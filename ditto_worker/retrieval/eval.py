@@ -43,13 +43,17 @@ __all__ = [
 
 CONVERSATION_PIPELINE: Final = RetrievalConfig.model_validate(
     {
-        "mention": {"fields": ["speaker"], "weight": 0.2},
-        "context": {"groupField": "session", "orderField": "turn"},
+        "candidates": 200,
+        "fusion": {"method": "weighted", "weights": {"keyword": 0.7, "vector": 0.3}},
+        "mention": {"fields": ["speaker"], "weight": 0.1},
+        "context": {"groupField": "session", "orderField": "turn", "window": 2,
+                    "neighbourWeight": 0.7, "groupWeight": 0.3, "groupTop": 3, "expand": 20},
     }
-)
+)  # fmt: skip
 """Hybrid settings for memories of conversations whose metadata carries ``speaker``,
-``session`` and ``turn`` (any chat log; nothing LoCoMo-only): default fusion, mention
-boost on the speaker, neighbour and session context."""
+``session`` and ``turn`` (any chat log; nothing LoCoMo-only). Tuned by grid search on
+LoCoMo 30.json and 26.json (each held out in turn; README "Embeddings, vector and hybrid
+search"): 0.83 / 0.81 evidence recall@10 vs keyword 0.67 / 0.57."""
 
 STRATEGIES: Final = ("keyword", "vector", "hybrid")
 _DIA: Final = re.compile(r"D(\d+):(\d+)")
@@ -201,12 +205,14 @@ def evaluate_conversation(
 
 
 def format_reports(reports: Sequence[EvalReport]) -> str:
-    """A plain-text table: one row per conversation and strategy, categories after."""
-    lines = ["conversation  strategy  n    R@5    R@10   p50 ms  p95 ms  R@10 by category"]
+    """A plain-text table: one row per conversation and strategy, categories after
+    (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial)."""
+    lines = ["conversation  strategy  n    R@5    R@10   p50 ms  p95 ms  "
+             "category:R@5/R@10(questions)"]  # fmt: skip
     for report in reports:
         for item in report.strategies.values():
             cats = "  ".join(
-                f"{c}:{r10:.3f}(n={n})" for c, (n, _, r10) in item.per_category.items()
+                f"{c}:{r5:.2f}/{r10:.2f}({n})" for c, (n, r5, r10) in item.per_category.items()
             )
             lines.append(
                 f"{report.conversation:<13} {item.strategy:<9} {item.questions:<4} "

@@ -38,8 +38,9 @@ class FusionSettings(_Settings):
         default="weighted", description="weighted: min-max scores, convex combination; rrf."
     )
     weights: dict[str, float] = Field(
-        default_factory=lambda: {"keyword": 0.75, "vector": 0.25},
-        description="Strategy -> weight (>= 0), scaled to sum 1. Tuned on LoCoMo 30.json.",
+        default_factory=lambda: {"keyword": 0.8, "vector": 0.2},
+        description="Strategy -> weight (>= 0), scaled to sum 1. Default: the best plain "
+        "fusion (no mention, no context) on LoCoMo 30.json.",
     )
     rrf_k: int = Field(default=60, ge=0, description="RRF constant k (Cormack et al. 2009).")
 
@@ -53,7 +54,7 @@ class MentionSettings(_Settings):
     """
 
     fields: list[str] = Field(default_factory=list, description="Metadata fields (top level).")
-    weight: float = Field(default=0.2, ge=0, description="Added to the fused score (0-1 scale).")
+    weight: float = Field(default=0.1, ge=0, description="Added to the fused score (0-1 scale).")
     strip_from_vector_query: bool = Field(
         default=True,
         description="Embed the query without the mentioned values (found in the keyword "
@@ -77,8 +78,8 @@ class ContextSettings(_Settings):
         default=None, description="Numeric metadata field ordering memories in a group."
     )
     window: int = Field(default=2, ge=0, le=20, description="Neighbours on each side.")
-    neighbour_weight: float = Field(default=0.45, ge=0, description="Weight of neighbours.")
-    group_weight: float = Field(default=0.25, ge=0, description="Weight of the group score.")
+    neighbour_weight: float = Field(default=0.7, ge=0, description="Weight of neighbours.")
+    group_weight: float = Field(default=0.3, ge=0, description="Weight of the group score.")
     group_top: int = Field(default=3, ge=1, description="Best members averaged per group.")
     expand: int = Field(
         default=20, ge=0, le=200, description="Best candidates whose neighbours are fetched."

@@ -55,10 +55,11 @@ VECTOR_CAPABILITIES: Final = StoreCapabilities(
     default_strategy="keyword",
     keyword_strategy="keyword",
     keyword_cjk=True,
+    exhaustive_strategies=("vector",),
     key_conflict="error",
     batch_atomic=True,
     cancel=True,
-    extras=_EXTRAS | {"vector_exact_filtered", "embed_on_write"},
+    extras=_EXTRAS | {"embed_on_write"},
 )
 """What a store with an embedding provider declares (``vector`` and ``hybrid`` added)."""
 
