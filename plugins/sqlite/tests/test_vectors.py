@@ -206,3 +206,36 @@ def test_create_store_embedding_setting(tmp_path: Path) -> None:
         create_store({"embedding": "http"}, env)  # no DITTO_WORKER_RETRIEVAL_EMBEDDING_*
     with pytest.raises(ConfigError):
         create_store({"hybrid": {"fusion": {"method": "borda"}}}, env)
+
+
+def test_cancel_interrupts_the_vector_driver(tmp_path: Path) -> None:
+    # MEM-RUN-2 on the pysqlite3 connection: a running statement is interrupted, the
+    # error maps to MEMORY_CANCELLED, and a pysqlite3 error is never a raw driver error
+    import threading
+
+    from ditto_plugin_sqlite.db import open_connection, transaction
+    from ditto_worker.ports import CancelToken, MemoryCallOptions
+
+    conn = open_connection(str(tmp_path / "c.sqlite"), 1000, vectors=True)
+    assert type(conn).__module__.startswith("pysqlite3")
+    slow = (
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+        "SELECT MAX(vec_distance_cosine(vec_f32('[1, 0]'), vec_f32('[0, 1]')) + i) FROM n"
+    )
+    token = CancelToken()
+    timer = threading.Timer(0.2, token.cancel)
+    timer.start()
+    try:
+        with pytest.raises(MemoryError) as info:
+            with transaction(conn, MemoryCallOptions(cancel=token), write=False) as c:
+                c.execute(slow).fetchone()
+        assert info.value.code == "MEMORY_CANCELLED"
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        with pytest.raises(MemoryError) as info:
+            with transaction(conn, None, write=False) as c:
+                c.execute("SELECT * FROM no_such_table")
+        assert info.value.code == "MEMORY_BACKEND_ERROR"
+        assert "no_such_table" not in info.value.safe_message
+    finally:
+        timer.cancel()
+        conn.close()
