@@ -239,3 +239,29 @@ def test_cancel_interrupts_the_vector_driver(tmp_path: Path) -> None:
     finally:
         timer.cancel()
         conn.close()
+
+
+def test_retrieval_target_providers(tmp_path: Path, store: SqliteMemoryStore) -> None:
+    # MEM-RET-3: what the RETRIEVAL worker serves for a target
+    from ditto_worker.retrieval import (
+        MicroBatchingEmbedder,
+        build_pipeline_provider,
+        create_memory_retrieval_provider,
+    )
+
+    _write(store, [{"content": "Jon opened a dance studio"}, {"content": "Gina lost her job"}])
+    assert create_memory_retrieval_provider(store) is store
+    with pytest.raises(ConfigError):
+        create_memory_retrieval_provider(object())
+    provider = build_pipeline_provider(store, {"candidates": 50, "microBatch": {"maxWaitMs": 1}})
+    assert isinstance(provider.embedder, MicroBatchingEmbedder)
+    result = create_memory(store, provider).search({"query": "dance studio"})
+    assert result.output is not None and result.output[0].memory.content.startswith("Jon")
+    assert provider.capabilities.default_strategy == "hybrid"
+    provider.embedder.close()
+    plain = SqliteMemoryStore(tmp_path / "plain.sqlite")
+    with pytest.raises(ConfigError):
+        build_pipeline_provider(plain, {})  # embedding 'store' needs a store with one
+    with pytest.raises(ConfigError):
+        build_pipeline_provider(store, {"fusion": {"weights": "nope"}})
+    plain.close()
