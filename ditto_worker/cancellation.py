@@ -145,6 +145,7 @@ class RedisCancelWatcher:
         self._client = redis.Redis(connection_pool=pool)
         self._pubsub_client = redis.Redis.from_url(url, socket_timeout=5, health_check_interval=30)
         self._stop = threading.Event()
+        self._failing = False
         self._thread = threading.Thread(target=self._run, name="ditto-cancel-watch", daemon=True)
         self._thread.start()
 
@@ -160,14 +161,17 @@ class RedisCancelWatcher:
         while not self._stop.is_set():
             try:
                 self._listen()
-            except redis.RedisError:
-                log.warning("cancel watcher lost Redis; retrying", exc_info=True)
+            except redis.RedisError as exc:
+                if not self._failing:  # once per outage, not once per retry
+                    log.warning("cancel watcher lost Redis (%s); retrying", type(exc).__name__)
+                self._failing = True
                 self._stop.wait(0.5)
 
     def _listen(self) -> None:
         pubsub = self._pubsub_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         try:
             pubsub.subscribe(CANCEL_CHANNEL)
+            self._failing = False
             while not self._stop.is_set():
                 message = pubsub.get_message(timeout=_TICK_S)
                 if message is not None and message.get("type") == "message":

@@ -100,6 +100,8 @@ def create_celery_app(
         "worker_prefetch_multiplier": 1,
         "result_expires": 3600,
         "broker_connection_retry_on_startup": True,
+        # Celery 6's default: tasks running when the broker connection drops are cancelled
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
         "worker_hijack_root_logger": False,
         "worker_redirect_stdouts": False,
     }
