@@ -1,0 +1,149 @@
+"""Retrieval benchmarks, in process: micro-batched embedding throughput, and SQLite
+vector / hybrid search latency at scale.
+
+1. Embedding: N caller threads each embed single queries with all-MiniLM-L6-v2, through a
+   ``MicroBatchingEmbedder`` and one at a time (the provider's lock serializes them), vs
+   direct ``model.encode`` of the same texts at the batcher's mean batch size. Texts/s and
+   the ratios.
+2. SQLite at ``--memories`` records (384-dim vectors from the deterministic hashing
+   embedder, so writing 100k takes seconds, not the model's minutes; search cost does not
+   depend on where vectors come from): p50/p95 latency of keyword, vector (unfiltered,
+   10 % filter, 50-row filter) and hybrid searches, limit 10.
+
+Run: ``python bench/retrieval.py [--memories 100000] [--callers 16] [--queries 20]``. The
+RETRIEVAL queue's own overhead (Celery round trip) is measured by the fleet benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ditto_plugin_sqlite import SqliteMemoryStore
+from ditto_worker.contracts import MemorySearchInput, MemoryWriteInput
+from ditto_worker.retrieval import LocalEmbeddingProvider, MicroBatchingEmbedder
+from ditto_worker.retrieval.pipeline import run_pipeline
+from ditto_worker.retrieval.settings import RetrievalConfig
+from ditto_worker.testing import HashingEmbedder
+
+TOPICS = ["coffee", "hiking", "tax", "dance", "guitar", "garden", "python", "travel", "dogs",
+          "painting"]  # fmt: skip
+
+
+def _threads(callers: int, work: Callable[[int], None]) -> float:
+    """Run ``work(i)`` in ``callers`` threads started together; wall seconds."""
+    barrier = threading.Barrier(callers + 1)
+
+    def run(index: int) -> None:
+        barrier.wait()
+        work(index)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(callers)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start
+
+
+def bench_embedding(callers: int, queries: int) -> None:
+    """Section 1 (see module doc)."""
+    local = LocalEmbeddingProvider()
+    texts = [[f"What did person {i} say about {TOPICS[(i + j) % 10]} on day {j}?"
+              for j in range(queries)] for i in range(callers)]  # fmt: skip
+    local.embed(texts[0][:4])  # warm up
+    batcher = MicroBatchingEmbedder(local, max_batch_size=64, max_wait_ms=2)
+    batched = _threads(callers, lambda i: [batcher.embed([t]) for t in texts[i]])
+    single = _threads(callers, lambda i: [local.embed([t]) for t in texts[i]])
+    total = callers * queries
+    size = max(1, round(batcher.stats.texts / max(1, batcher.stats.batches)))
+    flat = [t for row in texts for t in row]
+    start = time.perf_counter()
+    for at in range(0, total, size):
+        local.model.encode(flat[at : at + size], batch_size=size, normalize_embeddings=True)
+    direct = time.perf_counter() - start
+    batcher.close()
+    print(f"embedding: {callers} callers x {queries} single-text queries ({total} texts)")
+    print(f"  micro-batched      {total / batched:8.1f} texts/s  "
+          f"({batcher.stats.batches} batches, mean {size}, largest {batcher.stats.largest})")
+    print(f"  one at a time      {total / single:8.1f} texts/s")
+    print(f"  direct encode({size:>2}) {total / direct:8.1f} texts/s")
+    print(f"  batched / one-at-a-time {single / batched:.2f}x; "
+          f"batched / direct {direct / batched:.2f}")  # fmt: skip
+
+
+def _fill(store: SqliteMemoryStore, count: int) -> None:
+    batch = 2000
+    for start in range(0, count, batch):
+        drafts = [{"content": f"memory {i} about {TOPICS[i % 10]} and {TOPICS[(i * 7) % 10]} "
+                              f"number {i % 997}",
+                   "metadata": {"g": i % 10, "u": i % 2000}}
+                  for i in range(start, min(count, start + batch))]  # fmt: skip
+        store.write(MemoryWriteInput.model_validate({"memories": drafts}))
+
+
+def _latency(run: Callable[[int], Any], rounds: int) -> str:
+    times = []
+    for i in range(rounds):
+        start = time.perf_counter()
+        run(i)
+        times.append((time.perf_counter() - start) * 1000)
+    times.sort()
+    p95 = times[min(len(times) - 1, int(0.95 * len(times)))]
+    return f"{statistics.median(times):8.1f} / {p95:8.1f}"
+
+
+def bench_sqlite(count: int, rounds: int) -> None:
+    """Section 2 (see module doc)."""
+    embedder = HashingEmbedder(dims=384)
+    with tempfile.TemporaryDirectory() as folder:
+        store = SqliteMemoryStore(Path(folder) / "bench.sqlite", embedder=embedder)
+        start = time.perf_counter()
+        _fill(store, count)
+        print(f"sqlite: wrote {count} memories with vectors in {time.perf_counter() - start:.1f} s")
+        config = RetrievalConfig()
+
+        def search(strategy: str, flt: dict[str, Any] | None = None) -> Callable[[int], Any]:
+            def run(i: int) -> Any:
+                request = MemorySearchInput(query=f"what about {TOPICS[i % 10]} number {i}",
+                                            strategy=strategy, filter=flt, limit=10)  # fmt: skip
+                if strategy == "hybrid":
+                    return run_pipeline(store, embedder, config, request)
+                return store.search(request)
+
+            return run
+
+        print("  search (limit 10)            p50 ms / p95 ms")
+        for name, run in (
+            ("keyword", search("keyword")),
+            ("vector", search("vector")),
+            ("vector, filter 10 %", search("vector", {"g": 3})),
+            (f"vector, filter {count // 2000} rows", search("vector", {"u": 7})),
+            ("hybrid (candidates 100)", search("hybrid")),
+            ("hybrid, filter 10 %", search("hybrid", {"g": 3})),
+        ):
+            print(f"  {name:<28} {_latency(run, rounds)}")
+        store.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--callers", type=int, default=16)
+    parser.add_argument("--queries", type=int, default=20, help="queries per caller")
+    parser.add_argument("--rounds", type=int, default=20, help="searches per row")
+    args = parser.parse_args()
+    bench_embedding(args.callers, args.queries)
+    bench_sqlite(args.memories, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
