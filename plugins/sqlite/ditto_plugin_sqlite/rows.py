@@ -1,13 +1,20 @@
-"""Rows of the ``memories`` table as contract records (shared by store and search)."""
+"""Rows of the ``memories`` table: JSON columns, contract records, key checks, chunking
+(shared by the store and its search)."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from ditto_worker.contracts import MemoryItem
+from ditto_worker.contracts import MemoryDraft, MemoryItem
+from ditto_worker.errors import ErrorCode, MemoryError
 
-__all__ = ["COLUMNS", "Row", "row_item"]
+__all__ = ["CHUNK", "COLUMNS", "Row", "check_keys", "chunks", "dump", "marks", "row_item"]
+
+CHUNK: Final = 500
+"""Most values bound in one ``IN (...)`` list."""
 
 COLUMNS: Final = "m.seq, m.id, m.key, m.content, m.metadata"
 """The select list every reader uses; a row starts with these five values."""
@@ -22,3 +29,45 @@ def row_item(row: Row) -> MemoryItem:
         content=json.loads(row[3]),
         metadata=None if row[4] is None else json.loads(row[4]),
     )
+
+
+def dump(value: Any, where: str) -> str:
+    """Compact JSON text (UTF-8 kept raw, see :mod:`ditto_plugin_sqlite.sql`)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text.encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise MemoryError(ErrorCode.INVALID_INPUT, f"{where} is not valid JSON") from exc
+    return text
+
+
+def chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    """``values`` in slices of at most :data:`CHUNK`."""
+    for start in range(0, len(values), CHUNK):
+        yield values[start : start + CHUNK]
+
+
+def marks(values: Sequence[Any]) -> str:
+    """``?,?,…`` with one placeholder per value."""
+    return ",".join("?" * len(values))
+
+
+def check_keys(conn: sqlite3.Connection, drafts: Sequence[MemoryDraft]) -> None:
+    """Raise CONFLICT for a key used twice in the batch or already stored (MEM-WRITE-3)."""
+    seen: dict[str, int] = {}
+    for index, draft in enumerate(drafts):
+        if draft.key is None:
+            continue
+        if draft.key in seen:
+            raise MemoryError(
+                ErrorCode.CONFLICT, f"memories[{index}].key repeats memories[{seen[draft.key]}].key"
+            )
+        seen[draft.key] = index
+    keys = list(seen)
+    for chunk in chunks(keys):
+        row = conn.execute(f"SELECT key FROM memories WHERE key IN ({marks(chunk)})", chunk)
+        taken = row.fetchone()
+        if taken is not None:
+            raise MemoryError(
+                ErrorCode.CONFLICT, f"memories[{seen[taken[0]]}].key already exists in the store"
+            )

@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Final
@@ -26,6 +26,10 @@ from ditto_plugin_sqlite.db import open_connection, transaction
 from ditto_plugin_sqlite.fts import content_text, index_columns
 from ditto_plugin_sqlite.rows import COLUMNS as _COLUMNS
 from ditto_plugin_sqlite.rows import Row as _Row
+from ditto_plugin_sqlite.rows import check_keys as _check_keys
+from ditto_plugin_sqlite.rows import chunks as _chunks
+from ditto_plugin_sqlite.rows import dump as _dump
+from ditto_plugin_sqlite.rows import marks as _marks
 from ditto_plugin_sqlite.rows import row_item as _item
 from ditto_plugin_sqlite.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES, SearchMixin
 from ditto_plugin_sqlite.sql import (
@@ -39,7 +43,6 @@ from ditto_worker.capabilities import StoreCapabilities
 from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemoryDeleteOutput,
-    MemoryDraft,
     MemoryGetInput,
     MemoryItem,
     MemoryQueryInput,
@@ -62,26 +65,6 @@ from ditto_worker.retrieval.embed import EMBEDDING_MISMATCH, EmbeddingProvider
 __all__ = ["SqliteMemoryStore"]
 
 _DEFAULT_QUERY_LIMIT: Final = 100
-_CHUNK: Final = 500
-
-
-def _dump(value: Any, where: str) -> str:
-    """Compact JSON text (UTF-8 kept raw, see :mod:`ditto_plugin_sqlite.sql`)."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        text.encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise MemoryError(ErrorCode.INVALID_INPUT, f"{where} is not valid JSON") from exc
-    return text
-
-
-def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
-    for start in range(0, len(values), _CHUNK):
-        yield values[start : start + _CHUNK]
-
-
-def _marks(values: Sequence[Any]) -> str:
-    return ",".join("?" * len(values))
 
 
 def _index(conn: sqlite3.Connection, seq: int, content: Any) -> None:
@@ -89,27 +72,6 @@ def _index(conn: sqlite3.Connection, seq: int, content: Any) -> None:
     conn.execute(
         "INSERT INTO memories_fts (rowid, body, grams) VALUES (?, ?, ?)", (seq, body, grams)
     )
-
-
-def _check_keys(conn: sqlite3.Connection, drafts: Sequence[MemoryDraft]) -> None:
-    """Raise CONFLICT for a key used twice in the batch or already stored (MEM-WRITE-3)."""
-    seen: dict[str, int] = {}
-    for index, draft in enumerate(drafts):
-        if draft.key is None:
-            continue
-        if draft.key in seen:
-            raise MemoryError(
-                ErrorCode.CONFLICT, f"memories[{index}].key repeats memories[{seen[draft.key]}].key"
-            )
-        seen[draft.key] = index
-    keys = list(seen)
-    for chunk in _chunks(keys):
-        row = conn.execute(f"SELECT key FROM memories WHERE key IN ({_marks(chunk)})", chunk)
-        taken = row.fetchone()
-        if taken is not None:
-            raise MemoryError(
-                ErrorCode.CONFLICT, f"memories[{seen[taken[0]]}].key already exists in the store"
-            )
 
 
 class SqliteMemoryStore(SearchMixin):
@@ -187,6 +149,28 @@ class SqliteMemoryStore(SearchMixin):
     def embedder(self) -> EmbeddingProvider | None:
         """The embedding provider given at construction, or ``None``."""
         return self._embedder
+
+    def reindex_embeddings(self, batch_size: int = 256) -> int:
+        """Embed the records that have text but no vector (e.g. written before the store
+        had a provider); explicit, never run implicitly (MEM-SEARCH-6).
+
+        Returns:
+            The number of records embedded (0 without an embedder).
+
+        Raises:
+            MemoryError: ``EMBEDDING_MISMATCH`` / ``EMBEDDING_UNAVAILABLE``.
+        """
+        done, after = 0, 0
+        while self._embedder is not None:
+            with self._tx(None, write=False) as conn:
+                rows = vec.unembedded(conn, after, batch_size)
+            if not rows:
+                return done
+            blobs = self._embed([json.loads(content) for _, content in rows])
+            with self._tx(None, write=True) as conn:
+                self._store_vectors(conn, [seq for seq, _ in rows], blobs)
+            done, after = done + sum(blob is not None for blob in blobs or ()), rows[-1][0]
+        return done
 
     @property
     def path(self) -> str:

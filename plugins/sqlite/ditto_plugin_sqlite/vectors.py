@@ -51,6 +51,7 @@ __all__ = [
     "put_vector",
     "query_blob",
     "stored_identity",
+    "unembedded",
 ]
 
 IDENTITY_SETTING: Final = "embedding"
@@ -128,6 +129,16 @@ def put_vector(conn: sqlite3.Connection, seq: int, blob: bytes | None) -> None:
         conn.execute(
             "INSERT OR REPLACE INTO memory_vectors (seq, embedding) VALUES (?, ?)", (seq, blob)
         )
+
+
+def unembedded(conn: sqlite3.Connection, after: int, limit: int) -> list[tuple[int, str]]:
+    """Up to ``limit`` ``(seq, content JSON)`` of records after ``after`` without a vector."""
+    rows = conn.execute(
+        "SELECT m.seq, m.content FROM memories AS m WHERE m.seq > ? AND NOT EXISTS "
+        "(SELECT 1 FROM memory_vectors AS v WHERE v.seq = m.seq) ORDER BY m.seq LIMIT ?",
+        (after, limit),
+    ).fetchall()
+    return [(int(seq), str(content)) for seq, content in rows]
 
 
 def _number_list(query: Any) -> bool:

@@ -265,3 +265,16 @@ def test_retrieval_target_providers(tmp_path: Path, store: SqliteMemoryStore) ->
     with pytest.raises(ConfigError):
         build_pipeline_provider(store, {"fusion": {"weights": "nope"}})
     plain.close()
+
+
+def test_reindex_embeds_records_written_without_a_provider(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    with SqliteMemoryStore(path) as plain:  # keyword-only database with records
+        _write(plain, [{"content": f"note {i} about tea"} for i in range(5)] + [{"content": 1}])
+    embedder = HashingEmbedder()
+    with SqliteMemoryStore(path, embedder=embedder) as store:
+        assert _search(store, "tea", "vector") == []  # nothing embedded implicitly
+        assert embedder.calls == [["tea"]]  # the query only
+        assert store.reindex_embeddings(batch_size=2) == 5
+        assert len(_search(store, "tea", "vector")) == 5
+        assert store.reindex_embeddings() == 0
