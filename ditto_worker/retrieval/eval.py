@@ -23,9 +23,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from ditto_worker.core import Memory, create_memory
+from ditto_worker.contracts import NodeResult
+from ditto_worker.core import create_memory
 from ditto_worker.demo import Conversation, evidence_recall, load_conversation
 from ditto_worker.errors import DittoError
 from ditto_worker.retrieval.embed import EmbeddingProvider
@@ -57,6 +58,14 @@ search"): 0.83 / 0.81 evidence recall@10 vs keyword 0.67 / 0.57."""
 
 STRATEGIES: Final = ("keyword", "vector", "hybrid")
 _DIA: Final = re.compile(r"D(\d+):(\d+)")
+
+
+class MemoryCalls(Protocol):
+    """What the evaluation calls: the SDK (:class:`Memory`) or the fleet (``FleetMemory``)."""
+
+    def write(self, input: dict[str, Any]) -> NodeResult[Any]: ...
+
+    def search(self, input: dict[str, Any]) -> NodeResult[Any]: ...
 
 
 class EvalError(DittoError):
@@ -104,7 +113,7 @@ def turn_drafts(conv: Conversation) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def ingest(memory: Memory, conv: Conversation, batch_size: int = 128) -> dict[str, str]:
+def ingest(memory: MemoryCalls, conv: Conversation, batch_size: int = 128) -> dict[str, str]:
     """Write every turn (batches of ``batch_size``); returns {memory id: dia_id}.
 
     Raises:
@@ -128,7 +137,7 @@ def _percentile(values: Sequence[float], share: float) -> float:
 
 
 def evaluate_strategy(
-    memory: Memory, conv: Conversation, dia_by_id: dict[str, str], strategy: str
+    memory: MemoryCalls, conv: Conversation, dia_by_id: dict[str, str], strategy: str
 ) -> StrategyReport:
     """Search every question with evidence (limit 10) and measure recall and latency.
 
