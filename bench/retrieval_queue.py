@@ -31,7 +31,6 @@ TOPICS = ["coffee", "hiking", "tax", "dance", "guitar", "garden", "python", "tra
 
 def _worker_app(redis_url: str, db_path: str) -> Any:
     from ditto_plugin_sqlite import SqliteMemoryStore
-
     from ditto_worker.config import load_runtime_config
     from ditto_worker.delegation import create_retrieval_worker
     from ditto_worker.fleet import create_worker_app
@@ -104,7 +103,6 @@ def _start_redis() -> tuple[str, subprocess.Popen[bytes], str]:
 
 def run(redis_url: str, callers_list: list[int], queries: int, concurrency: int) -> None:
     from ditto_plugin_sqlite import SqliteMemoryStore
-
     from ditto_worker import DittoClient
     from ditto_worker.config import FleetSettings
     from ditto_worker.contracts import MemoryDraft, MemoryWriteInput
