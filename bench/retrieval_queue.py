@@ -121,8 +121,10 @@ def run(redis_url: str, callers_list: list[int], queries: int, concurrency: int)
     try:
         warm = _questions(1, 2)
         asyncio.run(_through_queue(client, warm))  # waits for the worker and its model
-        print(f"embedding through the retrieval queue: 1 worker process, threads -c "
-              f"{concurrency}, micro-batched; {queries} single-question calls per caller")  # fmt: skip
+        print(
+            f"embedding through the retrieval queue: 1 worker process, threads -c "
+            f"{concurrency}, micro-batched; {queries} single-question calls per caller"
+        )
         print(f"{'callers':>8}{'queue q/s':>11}{'direct encode q/s':>19}{'queue/direct':>14}")
         for callers in callers_list:
             texts = _questions(callers, queries)
