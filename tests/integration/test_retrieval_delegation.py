@@ -107,3 +107,37 @@ def test_cancelling_memory_search_cancels_the_retrieval_sub_call(
         assert inner["status"] == "cancelled" and inner["error"]["code"] == "MEMORY_CANCELLED"
         # the retrieval worker is free again
         assert client.invoke("MEMORY.QUERY", {"limit": 1}, timeout=5).status == "success"
+
+
+def test_retrieval_worker_runs_the_embedding_pipeline(
+    start_fleet_worker: Any, client: DittoClient, tmp_path: Path
+) -> None:  # MEM-RET-1: the embedding + search + fusion pipeline behind RETRIEVAL.SEARCH
+    from ditto_worker.retrieval import MicroBatchingEmbedder, build_pipeline_provider
+    from ditto_worker.testing import HashingEmbedder
+
+    embedder = MicroBatchingEmbedder(HashingEmbedder())
+    store = SqliteMemoryStore(tmp_path / "v.sqlite", embedder=embedder)
+    create_memory(store).write({"memories": [
+        {"content": "Jon lost his job as a banker", "metadata": {"speaker": "Jon"}},
+        {"content": "Gina opened a dance studio", "metadata": {"speaker": "Gina"}},
+    ]})  # fmt: skip
+    pipeline = build_pipeline_provider(store, {"embedding": "store", "fusion": {"method": "rrf"}})
+    with start_fleet_worker(
+        lambda: create_memory_worker(store),
+        queues=ALL_QUEUES,
+        concurrency=4,
+        retrieval_factory=lambda: create_retrieval_worker({"memories": pipeline}),
+    ):
+        for strategy in ("vector", "hybrid", "keyword"):
+            result = client.invoke(
+                "RETRIEVAL.SEARCH",
+                {"target": {"name": "memories"}, "query": "dance studio", "strategy": strategy,
+                 "limit": 2},
+                timeout=30,
+            )  # fmt: skip
+            assert result.status == "success", (strategy, result.error)
+            assert 1 <= len(result.output) <= 2
+            if strategy != "vector":  # hashing vectors carry no meaning; the words do
+                assert result.output[0].memory.content == "Gina opened a dance studio"
+    embedder.close()
+    store.close()
