@@ -9,13 +9,12 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from ditto_worker import (
     CancelToken,
-    ErrorInfo,
     MemoryCallOptions,
     MemoryError,
     MemoryQueryOutput,
@@ -23,66 +22,18 @@ from ditto_worker import (
     create_memory,
     to_wire,
 )
+from tests.unit._spies import SearchSpy, code, err
 
 SECRET = "postgresql://user:hunter2@host/db SELECT * FROM x"
 
 
-class Spy:
-    """A store with native search recording every call; ``outputs[op]`` is a value,
-    an exception to raise, or ``f(input)``."""
+class Spy(SearchSpy):
+    """The spy store with native search; by default write returns one item ``w`` per draft."""
 
-    def __init__(self, **outputs: Any) -> None:
-        self.calls: list[tuple[str, Any, MemoryCallOptions | None]] = []
-        self.outputs = outputs
-
-    def _call(self, op: str, input: Any, options: Any, default: Any) -> Any:
-        self.calls.append((op, input, options))
-        out = self.outputs.get(op, default)
-        if isinstance(out, BaseException):
-            raise out
-        return out(input) if callable(out) else out
-
-    def get(self, input: Any, options: Any = None) -> Any:
-        return self._call("get", input, options, [])
-
-    def query(self, input: Any, options: Any = None) -> Any:
-        return self._call("query", input, options, {"items": []})
-
-    def search(self, input: Any, options: Any = None) -> Any:
-        return self._call("search", input, options, [])
-
-    def write(self, input: Any, options: Any = None) -> Any:
-        return self._call(
-            "write",
-            input,
-            options,
-            lambda i: [{"id": "w", "content": d.content} for d in i.memories],
-        )
-
-    def update(self, input: Any, options: Any = None) -> Any:
-        return self._call("update", input, options, [])
-
-    def delete(self, input: Any, options: Any = None) -> Any:
-        return self._call("delete", input, options, {"deleted": []})
-
-
-T = TypeVar("T")
-
-
-def out(result: NodeResult[T]) -> T:
-    """The output of a successful result."""
-    assert result.output is not None, result.error
-    return result.output
-
-
-def err(result: NodeResult[Any]) -> ErrorInfo:
-    """The error of a failed result."""
-    assert result.error is not None, result.status
-    return result.error
-
-
-def code(result: Any) -> str | None:
-    return None if result.error is None else result.error.code
+    defaults = {
+        **SearchSpy.defaults,
+        "write": lambda i: [{"id": "w", "content": d.content} for d in i.memories],
+    }
 
 
 # --- MEM-ERR-1 / MEM-PY-4: strict input validation ------------------------------------

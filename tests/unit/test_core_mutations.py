@@ -3,61 +3,41 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from ditto_worker import (
-    ErrorInfo,
-    MemoryCallOptions,
     MemoryDeleteOutput,
     MemoryError,
     MemoryItem,
     MemoryUpdateInput,
     MemoryWriteInput,
-    NodeResult,
     create_memory,
     to_wire,
 )
+from tests.unit._spies import Spy as BaseSpy
+from tests.unit._spies import code, err, out
 
 
-class Spy:
-    """A store recording every call; ``outputs[op]`` is a value or ``f(input)``."""
+def _echo_write(i: MemoryWriteInput) -> list[dict[str, Any]]:
+    return [{"id": f"m{n}", **to_wire(d)} for n, d in enumerate(i.memories)]
 
-    def __init__(self, **outputs: Any) -> None:
-        self.calls: list[tuple[str, Any, MemoryCallOptions | None]] = []
-        self.outputs = outputs
 
-    def _call(self, op: str, input: Any, options: Any, default: Any) -> Any:
-        self.calls.append((op, input, options))
-        out = self.outputs.get(op, default)
-        if isinstance(out, BaseException):
-            raise out
-        return out(input) if callable(out) else out
+def _echo_update(i: MemoryUpdateInput) -> list[dict[str, Any]]:
+    return [{"content": "old", "key": f"k-{e.id}", **to_wire(e)} for e in i.memories]
 
-    def ops(self) -> list[str]:
-        return [op for op, _, _ in self.calls]
 
-    def get(self, input: Any, options: Any = None) -> Any:
-        return self._call("get", input, options, [])
+class Spy(BaseSpy):
+    """The spy store (no native search); by default write and update echo their input
+    (write ids m0, m1, …) and delete reports every id deleted."""
 
-    def query(self, input: Any, options: Any = None) -> Any:
-        return self._call("query", input, options, {"items": []})
-
-    def write(self, input: MemoryWriteInput, options: Any = None) -> Any:
-        def echo(i: MemoryWriteInput) -> list[dict[str, Any]]:
-            return [{"id": f"m{n}", **to_wire(d)} for n, d in enumerate(i.memories)]
-
-        return self._call("write", input, options, echo)
-
-    def update(self, input: MemoryUpdateInput, options: Any = None) -> Any:
-        def echo(i: MemoryUpdateInput) -> list[dict[str, Any]]:
-            return [{"content": "old", "key": f"k-{e.id}", **to_wire(e)} for e in i.memories]
-
-        return self._call("update", input, options, echo)
-
-    def delete(self, input: Any, options: Any = None) -> Any:
-        return self._call("delete", input, options, lambda i: {"deleted": list(i.ids)})
+    defaults = {
+        **BaseSpy.defaults,
+        "write": _echo_write,
+        "update": _echo_update,
+        "delete": lambda i: {"deleted": list(i.ids)},
+    }
 
 
 class DictStore:
@@ -84,25 +64,6 @@ class DictStore:
 
     def delete(self, input: Any, options: Any = None) -> dict[str, Any]:
         return {"deleted": [i for i in input.ids if self.rows.pop(i, None) is not None]}
-
-
-T = TypeVar("T")
-
-
-def out(result: NodeResult[T]) -> T:
-    """The output of a successful result."""
-    assert result.output is not None, result.error
-    return result.output
-
-
-def err(result: NodeResult[Any]) -> ErrorInfo:
-    """The error of a failed result."""
-    assert result.error is not None, result.status
-    return result.error
-
-
-def code(result: Any) -> str | None:
-    return None if result.error is None else result.error.code
 
 
 # --- MEM-WRITE ------------------------------------------------------------------------

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from ditto_worker import (
-    ErrorInfo,
-    MemoryCallOptions,
     MemoryError,
     MemoryGetInput,
     MemoryItem,
@@ -16,50 +14,10 @@ from ditto_worker import (
     MemoryQueryOutput,
     MemorySearchInput,
     MemorySearchResult,
-    NodeResult,
     create_memory,
     to_wire,
 )
-
-
-class Spy:
-    """A store recording every call; ``outputs[op]`` is a value or ``f(input)``."""
-
-    def __init__(self, **outputs: Any) -> None:
-        self.calls: list[tuple[str, Any, MemoryCallOptions | None]] = []
-        self.outputs = outputs
-
-    def _call(self, op: str, input: Any, options: Any, default: Any) -> Any:
-        self.calls.append((op, input, options))
-        out = self.outputs.get(op, default)
-        if isinstance(out, BaseException):
-            raise out
-        return out(input) if callable(out) else out
-
-    def ops(self) -> list[str]:
-        return [op for op, _, _ in self.calls]
-
-    def get(self, input: Any, options: Any = None) -> Any:
-        return self._call("get", input, options, [])
-
-    def query(self, input: Any, options: Any = None) -> Any:
-        return self._call("query", input, options, {"items": []})
-
-    def write(self, input: Any, options: Any = None) -> Any:
-        return self._call("write", input, options, [])
-
-    def update(self, input: Any, options: Any = None) -> Any:
-        return self._call("update", input, options, [])
-
-    def delete(self, input: Any, options: Any = None) -> Any:
-        return self._call("delete", input, options, {"deleted": []})
-
-
-class SearchSpy(Spy):
-    """A store with a native ``search``."""
-
-    def search(self, input: Any, options: Any = None) -> Any:
-        return self._call("search", input, options, [])
+from tests.unit._spies import SearchSpy, Spy, code, err, out
 
 
 def item(id: str, key: str | None = None, content: Any = "c") -> dict[str, Any]:
@@ -74,25 +32,6 @@ def hit(id: str, score: Any = None) -> dict[str, Any]:
     if score is not None:
         out["score"] = score
     return out
-
-
-T = TypeVar("T")
-
-
-def out(result: NodeResult[T]) -> T:
-    """The output of a successful result."""
-    assert result.output is not None, result.error
-    return result.output
-
-
-def err(result: NodeResult[Any]) -> ErrorInfo:
-    """The error of a failed result."""
-    assert result.error is not None, result.status
-    return result.error
-
-
-def code(result: Any) -> str | None:
-    return None if result.error is None else result.error.code
 
 
 # --- MEM-GET ----------------------------------------------------------------------------

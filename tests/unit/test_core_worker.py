@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 import ditto_worker
 from ditto_worker import (
     ConfigError,
-    ErrorInfo,
-    MemoryCallOptions,
     MemoryDefaults,
     MemoryResources,
     MemoryWorker,
@@ -30,61 +28,8 @@ from ditto_worker import (
     to_wire,
 )
 from ditto_worker.contracts import NODE_IDS
-
-
-class Spy:
-    """A store with native search recording every call; ``outputs[op]`` is a value or
-    ``f(input)``."""
-
-    def __init__(self, **outputs: Any) -> None:
-        self.calls: list[tuple[str, Any, MemoryCallOptions | None]] = []
-        self.outputs = outputs
-
-    def _call(self, op: str, input: Any, options: Any, default: Any) -> Any:
-        self.calls.append((op, input, options))
-        out = self.outputs.get(op, default)
-        return out(input) if callable(out) else out
-
-    def get(self, input: Any, options: Any = None) -> Any:
-        return self._call("get", input, options, [])
-
-    def query(self, input: Any, options: Any = None) -> Any:
-        return self._call("query", input, options, {"items": []})
-
-    def search(self, input: Any, options: Any = None) -> Any:
-        return self._call("search", input, options, [])
-
-    def write(self, input: Any, options: Any = None) -> Any:
-        return self._call("write", input, options, [])
-
-    def update(self, input: Any, options: Any = None) -> Any:
-        return self._call("update", input, options, [])
-
-    def delete(self, input: Any, options: Any = None) -> Any:
-        return self._call("delete", input, options, {"deleted": []})
-
-    def limits(self) -> list[int]:
-        return [input.limit for _, input, _ in self.calls]
-
-
-T = TypeVar("T")
-
-
-def out(result: NodeResult[T]) -> T:
-    """The output of a successful result."""
-    assert result.output is not None, result.error
-    return result.output
-
-
-def err(result: NodeResult[Any]) -> ErrorInfo:
-    """The error of a failed result."""
-    assert result.error is not None, result.status
-    return result.error
-
-
-def code(result: Any) -> str | None:
-    return None if result.error is None else result.error.code
-
+from tests.unit._spies import SearchSpy as Spy
+from tests.unit._spies import code, err
 
 # --- MEM-CONF -------------------------------------------------------------------------
 
