@@ -57,17 +57,19 @@ def test_mention_boost_matches_whole_words_of_a_metadata_value() -> None:
     settings = MentionSettings(fields=["speaker"], weight=0.2)
     boosted = mention_scores({"a": 0.5}, memories, "What did jon say?", settings)
     assert boosted == pytest.approx({"a": 0.7})
-    assert mention_scores({}, memories, "Did Gina Lee call?", settings) == pytest.approx(
-        {"b": 0.2}
-    )
+    assert mention_scores({}, memories, "Did Gina Lee call?", settings) == pytest.approx({"b": 0.2})
     assert mention_scores({"a": 0.5}, memories, "Jonathan?", settings) == {"a": 0.5}
     assert mention_scores({"a": 0.5}, memories, "jon", MentionSettings()) == {"a": 0.5}
 
 
 def test_context_scores_add_neighbours_and_group() -> None:
     settings = ContextSettings(
-        group_field="session", order_field="turn", window=1, neighbour_weight=0.5,
-        group_weight=0.1, group_top=1,
+        group_field="session",
+        order_field="turn",
+        window=1,
+        neighbour_weight=0.5,
+        group_weight=0.1,
+        group_top=1,
     )
     memories = {k: _turn(k, s, t) for k, s, t in
                 [("a", 1, 1), ("b", 1, 2), ("c", 1, 3), ("d", 2, 2)]}  # fmt: skip
