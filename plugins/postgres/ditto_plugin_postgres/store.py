@@ -1,10 +1,11 @@
-"""``PostgresMemoryStore``: MemoryStore + native keyword MemorySearchProvider on PostgreSQL.
+"""``PostgresMemoryStore``: MemoryStore + native MemorySearchProvider on PostgreSQL.
 
 psycopg 3 with a psycopg-pool connection pool built lazily in the process that uses it
 (a forked worker builds its own). One transaction per call and per batch; writers take
 an advisory lock so that ``createdAt`` and the sequence follow commit order (MEM-PY-6).
 Rules owned here: MEM-GET-2/5, MEM-QUERY-2/3/4, MEM-WRITE-2/3, MEM-UPDATE-1/2/4,
-MEM-DELETE-2/3, MEM-SEARCH-1/2/3, MEM-PY-5/6/11/12, MEM-RUN-2, MEM-ERR-4.
+MEM-DELETE-2/3, MEM-SEARCH-1/2/3, MEM-PY-5/6/11/12, MEM-RUN-2, MEM-ERR-4; with an
+embedding provider also MEM-WRITE-4, MEM-SEARCH-6, MEM-RET-4 (:mod:`.vectors`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import ClassVar, Final
+from typing import Any, Final
 
 import psycopg
 import psycopg_pool
 
+from ditto_plugin_postgres import vectors as vec
 from ditto_plugin_postgres.db import connect, map_error, open_pool, transaction
 from ditto_plugin_postgres.migrations import (
     MigrationReport,
@@ -28,16 +30,9 @@ from ditto_plugin_postgres.migrations import (
     migrate,
     quote_schema,
 )
-from ditto_plugin_postgres.rows import (
-    Row,
-    bm25_idf,
-    check_batch_keys,
-    dump,
-    item,
-    sort_value,
-    term_queries,
-    update_sql,
-)
+from ditto_plugin_postgres.rows import Row, check_batch_keys, dump, item, sort_value, update_sql
+from ditto_plugin_postgres.search import COLUMNS as _COLUMNS
+from ditto_plugin_postgres.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES, SearchMixin
 from ditto_plugin_postgres.sql import (
     Sql,
     compile_filter,
@@ -45,7 +40,7 @@ from ditto_plugin_postgres.sql import (
     order_clause,
     sort_columns,
 )
-from ditto_plugin_postgres.text import content_text, grams_vector, query_terms
+from ditto_plugin_postgres.text import content_text, grams_vector
 from ditto_worker.capabilities import StoreCapabilities
 from ditto_worker.contracts import (
     MemoryDeleteInput,
@@ -54,8 +49,6 @@ from ditto_worker.contracts import (
     MemoryItem,
     MemoryQueryInput,
     MemoryQueryOutput,
-    MemorySearchInput,
-    MemorySearchResult,
     MemoryUpdateInput,
     MemoryWriteInput,
 )
@@ -69,15 +62,14 @@ from ditto_worker.filters import (
     timestamp_now,
 )
 from ditto_worker.ports import MemoryCallOptions
+from ditto_worker.retrieval.embed import EMBEDDING_MISMATCH, EmbeddingProvider
 
 __all__ = ["PostgresMemoryStore"]
 
 _DEFAULT_QUERY_LIMIT: Final = 100
-_DEFAULT_SEARCH_LIMIT: Final = 10
-_COLUMNS: Final = "m.seq, m.id, m.key, m.content::text, m.metadata::text"
 
 
-class PostgresMemoryStore:
+class PostgresMemoryStore(SearchMixin):
     """MemoryStore and keyword MemorySearchProvider over one PostgreSQL schema.
 
     Args:
@@ -89,6 +81,12 @@ class PostgresMemoryStore:
         connect_timeout_s: seconds to wait for a new connection.
         pool_timeout_s: seconds a call waits for a free pooled connection.
         auto_migrate: run :meth:`migrate` on first use (else require the latest version).
+        embedder: an embedding provider: WRITE and content UPDATE embed the content and
+            store its vector in the record's transaction, and SEARCH gains ``vector`` and
+            ``hybrid`` (:mod:`ditto_plugin_postgres.vectors`). ``None``: no embedding.
+        hybrid: settings of the ``hybrid`` strategy, a
+            :class:`ditto_worker.retrieval.RetrievalConfig` or its mapping (camelCase,
+            ``plugins.postgres.hybrid``); default ``RetrievalConfig()``.
 
     Behaviour (declared in :attr:`capabilities`): atomic batches, unique keys
     (``CONFLICT``, nothing written), ``NOT_FOUND`` for UPDATE of a missing id, keys freed
@@ -97,23 +95,17 @@ class PostgresMemoryStore:
     (``MEMORY_TIMEOUT``). SEARCH strategy ``keyword`` (the default) over English stems and
     CJK bigrams: ``score`` = sum of the BM25 IDF of the matched query terms + ``0.01 *
     ts_rank_cd`` (:mod:`ditto_plugin_postgres.text`), a positive float, **higher is
-    better**, ties in creation order. Metadata strings and
-    keys cannot hold NUL characters (``INVALID_INPUT``).
+    better**, ties in creation order. With an embedder also ``vector`` (cosine similarity,
+    ``min(limit, matches)`` results) and ``hybrid`` (:mod:`ditto_plugin_postgres.search`).
+    With an embedder whose identity differs from the schema's, every call fails with
+    ``EMBEDDING_MISMATCH``; without one, a WRITE or content UPDATE to a schema that keeps
+    vectors does. Metadata strings and keys cannot hold NUL characters (``INVALID_INPUT``).
 
     Raises:
         ValueError: a bad schema name (at construction).
     """
 
-    capabilities: ClassVar[StoreCapabilities] = StoreCapabilities(
-        search_strategies=("keyword",),
-        default_strategy="keyword",
-        keyword_strategy="keyword",
-        keyword_cjk=True,
-        key_conflict="error",
-        batch_atomic=True,
-        cancel=True,
-        extras=frozenset({"multi_process", "driver_cancel", "deadline"}),
-    )
+    capabilities: StoreCapabilities = KEYWORD_CAPABILITIES
 
     def __init__(
         self,
@@ -125,8 +117,11 @@ class PostgresMemoryStore:
         connect_timeout_s: float = 5.0,
         pool_timeout_s: float = 30.0,
         auto_migrate: bool = True,
+        embedder: EmbeddingProvider | None = None,
+        hybrid: Any = None,
     ) -> None:
-        self._table = f"{quote_schema(schema)}.memories"
+        self._quoted = quote_schema(schema)
+        self._table = f"{self._quoted}.memories"
         self._url = url
         self.schema = schema
         self._sizes = (pool_min_size, pool_max_size)
@@ -136,6 +131,17 @@ class PostgresMemoryStore:
         self._lock = threading.Lock()
         self._pool: psycopg_pool.ConnectionPool | None = None
         self._pid = os.getpid()
+        self._embedder = embedder
+        self._hybrid_settings = hybrid
+        self._mismatch: str | None = None
+        self._iterative = True
+        if embedder is not None:
+            self.capabilities = VECTOR_CAPABILITIES
+
+    @property
+    def embedder(self) -> EmbeddingProvider | None:
+        """The embedding provider given at construction, or ``None``."""
+        return self._embedder
 
     def __repr__(self) -> str:
         return f"PostgresMemoryStore(schema={self.schema!r})"
@@ -172,6 +178,8 @@ class PostgresMemoryStore:
                         migrate(conn, self.schema)
                     else:
                         check_schema(conn, self.schema)
+                    if self._embedder is not None:
+                        self._claim(conn, self._embedder)
                 self._pool = open_pool(self._url, *self._sizes, *self._timeouts)
             return self._pool
 
@@ -182,8 +190,51 @@ class PostgresMemoryStore:
         if pool is not None and os.getpid() == self._pid:
             pool.close()
 
+    def _claim(self, conn: psycopg.Connection, embedder: EmbeddingProvider) -> None:
+        """Record the embedder's identity (first store) or compare it (MEM-RET-4)."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", [self._write_lock])
+            stored = vec.claim_identity(conn, self._quoted, embedder.identity)
+            self._iterative = vec.iterative_scans(conn)
+        if stored != embedder.identity:
+            self._mismatch = vec.mismatch_message(embedder.identity, stored)
+
     def _tx(self, options: MemoryCallOptions | None) -> AbstractContextManager[psycopg.Connection]:
-        return transaction(self._get_pool(), options)
+        pool = self._get_pool()
+        self._check_identity()
+        return transaction(pool, options)
+
+    def _check_identity(self) -> None:
+        """``EMBEDDING_MISMATCH`` when the embedder differs from the schema's (MEM-RET-4)."""
+        if self._mismatch is not None:
+            raise MemoryError(EMBEDDING_MISMATCH, self._mismatch)
+
+    def _embed(self, contents: Sequence[Any]) -> list[str | None] | None:
+        """Vector literals of ``contents`` (before the write transaction), or ``None``."""
+        self._get_pool()
+        self._check_identity()
+        if self._embedder is None or not contents:
+            return None
+        return vec.embed_contents(self._embedder, contents)
+
+    def _store_vectors(
+        self, conn: psycopg.Connection, seqs: Sequence[int], literals: list[str | None] | None
+    ) -> None:
+        """Replace the vectors of ``seqs`` (in the record's transaction); without an
+        embedder, refuse the write when the schema keeps vectors."""
+        if literals is None:
+            if seqs:
+                vec.forbid_unembedded_write(conn, self._quoted)
+            return
+        table = f"{self._quoted}.memory_vectors"
+        conn.execute(f"DELETE FROM {table} WHERE seq = ANY(%s::bigint[])", [list(seqs)])
+        pairs = [(s, lit) for s, lit in zip(seqs, literals, strict=True) if lit is not None]
+        if pairs:
+            conn.execute(
+                f"INSERT INTO {table} (seq, embedding) SELECT d.seq, d.v::vector FROM "
+                "unnest(%s::bigint[], %s::text[]) AS d(seq, v)",
+                [[p[0] for p in pairs], [p[1] for p in pairs]],
+            )
 
     # --- MemoryStore ----------------------------------------------------------------------
 
@@ -253,6 +304,7 @@ class PostgresMemoryStore:
         bodies = [content_text(d.content) for d in drafts]
         grams = [grams_vector(body) for body in bodies]
         ids = [uuid.uuid4().hex for _ in drafts]
+        literals = self._embed([d.content for d in drafts])
         with self._tx(options) as conn:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [self._write_lock])
             self._check_taken(conn, keys)
@@ -260,14 +312,17 @@ class PostgresMemoryStore:
                 f"SELECT created_at FROM {self._table} ORDER BY seq DESC LIMIT 1"
             ).fetchone()
             now = timestamp_now(last[0] if last else None)
-            conn.execute(
+            inserted = conn.execute(
                 f"INSERT INTO {self._table} (id, key, content, metadata, created_at, updated_at,"
                 " tsv) SELECT d.id, d.key, d.content::json, d.metadata::jsonb, %s, %s, "
                 "to_tsvector('english', d.body) || d.grams::tsvector FROM unnest(%s::text[], "
                 "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[]) WITH ORDINALITY "
-                "AS d(id, key, content, metadata, body, grams, ord) ORDER BY d.ord",
+                "AS d(id, key, content, metadata, body, grams, ord) ORDER BY d.ord "
+                "RETURNING id, seq",
                 [now, now, ids, keys, contents, metas, bodies, grams],
-            )
+            ).fetchall()
+            seqs: dict[str, int] = {str(r[0]): int(r[1]) for r in inserted}
+            self._store_vectors(conn, [seqs[i] for i in ids], literals)
         return [
             MemoryItem(
                 id=i, key=k, content=json.loads(c), metadata=None if m is None else json.loads(m)
@@ -300,6 +355,8 @@ class PostgresMemoryStore:
         changes = [update_sql(i, entry) for i, entry in enumerate(input.memories)]
         ids = [entry.id for entry in input.memories]
         rows: list[Row] = []
+        embedded = self._embed([e.content for e in input.memories if e.has_content])
+        literals = None if embedded is None else iter(embedded)
         with self._tx(options) as conn:
             found = conn.execute(
                 f"SELECT id FROM {self._table} WHERE id = ANY(%s::text[])", [ids]
@@ -311,12 +368,15 @@ class PostgresMemoryStore:
                         ErrorCode.NOT_FOUND, f"memories[{index}]: no memory with this id"
                     )
             now = timestamp_now()
-            for memory_id, change in zip(ids, changes, strict=True):
+            for entry, change in zip(input.memories, changes, strict=True):
                 sql = (
                     f"UPDATE {self._table} AS m SET updated_at = %s{change.text} "
                     f"WHERE m.id = %s RETURNING {_COLUMNS}"
                 )
-                rows.append(conn.execute(sql, [now, *change.params, memory_id]).fetchone() or ())
+                rows.append(conn.execute(sql, [now, *change.params, entry.id]).fetchone() or ())
+                if entry.has_content:  # a metadata-only update keeps the vector
+                    literal = None if literals is None else [next(literals)]
+                    self._store_vectors(conn, [int(rows[-1][0])], literal)
         return [item(row) for row in rows]
 
     def delete(
@@ -331,74 +391,3 @@ class PostgresMemoryStore:
             ).fetchall()
         gone = {row[0] for row in rows}
         return MemoryDeleteOutput(deleted=[memory_id for memory_id in ids if memory_id in gone])
-
-    # --- MemorySearchProvider -------------------------------------------------------------
-
-    def _ranked(
-        self, conn: psycopg.Connection, terms: list[Sql], where: Sql, limit: int
-    ) -> list[Row]:
-        """Rows matching any term and ``where``, best first (see :mod:`.text`): two
-        statements, term frequencies, then the page: candidates by IDF score (the best
-        ``max(5 * limit, 50)``), re-ranked with ``0.01 * ts_rank_cd`` added."""
-        any_term = Sql(
-            "(" + " || ".join(t.text for t in terms) + ")", [x for t in terms for x in t.params]
-        )
-        counts = ", ".join(f"count(*) FILTER (WHERE m.tsv @@ {t.text})" for t in terms)
-        total = (
-            "(SELECT CASE WHEN c.reltuples >= 10000 THEN c.reltuples::bigint ELSE "
-            f"(SELECT count(*) FROM {self._table}) END FROM pg_class AS c "
-            "WHERE c.oid = %s::regclass)"
-        )
-        stats = conn.execute(
-            f"SELECT {total}, {counts} FROM {self._table} AS m WHERE m.tsv @@ {any_term.text}",
-            [self._table, *(x for t in terms for x in t.params), *any_term.params],
-        ).fetchone() or (0,)
-        weights = bm25_idf(int(stats[0] or 0), [int(df) for df in stats[1:]])
-        score = " + ".join(f"%s * (m.tsv @@ {t.text})::int" for t in terms)
-        sql = (
-            f"SELECT c.seq, c.id, c.key, c.content, c.metadata, c.score + 0.01 * "
-            f"ts_rank_cd(c.tsv, {any_term.text}) AS score FROM (SELECT {_COLUMNS}, m.tsv, "
-            f"({score}) AS score FROM {self._table} AS m WHERE m.tsv @@ {any_term.text} "
-            f"AND {where.text} ORDER BY score DESC, m.seq LIMIT %s) AS c "
-            "ORDER BY score DESC, c.seq LIMIT %s"
-        )
-        params = [*any_term.params]
-        params += [x for w, t in zip(weights, terms, strict=True) for x in (w, *t.params)]
-        params += [*any_term.params, *where.params, max(limit * 5, 50), limit]
-        return conn.execute(sql, params).fetchall()
-
-    def search(
-        self, input: MemorySearchInput, options: MemoryCallOptions | None = None
-    ) -> list[MemorySearchResult]:
-        """Keyword search over content (see the class docstring); filter before limit.
-
-        Returns:
-            At most ``limit`` (default 10) results matching ``filter`` and at least one
-            query term, by descending ``score`` (IDF-weighted matched terms plus
-            ``0.01 * ts_rank_cd``; :mod:`ditto_plugin_postgres.text`); each result's
-            ``metadata`` is ``{"strategy": "keyword", "rank": <1-based position>}``.
-
-        Raises:
-            MemoryError: ``UNSUPPORTED_STRATEGY`` unless strategy is ``None``/``keyword``;
-                ``INVALID_INPUT`` when ``query`` is not a string; ``UNSUPPORTED_FILTER``.
-        """
-        strategy = input.strategy or "keyword"
-        if strategy not in self.capabilities.search_strategies:
-            raise MemoryError(ErrorCode.UNSUPPORTED_STRATEGY, "unsupported search strategy")
-        if not isinstance(input.query, str):
-            raise MemoryError(ErrorCode.INVALID_INPUT, "keyword search needs a text query")
-        where = compile_filter(parse_filter(input.filter))
-        terms = term_queries(query_terms(input.query))
-        if not terms:
-            return []
-        limit = input.limit or _DEFAULT_SEARCH_LIMIT
-        with self._tx(options) as conn:
-            rows = self._ranked(conn, terms, where, limit)
-        return [
-            MemorySearchResult(
-                memory=item(row),
-                score=float(row[5]),
-                metadata={"strategy": strategy, "rank": position},
-            )
-            for position, row in enumerate(rows, start=1)
-        ]

@@ -1,0 +1,222 @@
+"""Vectors of the PostgreSQL store (pgvector): identity, write-side embedding, search SQL.
+
+Only a store built with an embedding provider embeds (MEM-SEARCH-6, MEM-WRITE-4): the
+content's text (:func:`ditto_plugin_postgres.text.content_text`, the text keyword search
+indexes) is embedded before the write transaction and stored in ``memory_vectors`` in the
+same transaction as the record. Content without text (``null``, a number) has no vector,
+so vector search never returns it.
+
+Schema: migration 2 creates ``store_settings(name, value)`` and the ``vector`` extension
+(when the server has it). The first store with a provider that opens the schema records
+its identity (``store_settings.embedding``, :meth:`EmbeddingIdentity.to_json`) and, in the
+same transaction, creates::
+
+    memory_vectors(seq bigint PRIMARY KEY REFERENCES memories ON DELETE CASCADE,
+                   embedding vector(<dims>) NOT NULL)
+    memory_vectors_hnsw USING hnsw (embedding vector_cosine_ops)   -- dims <= 2000
+
+so the dims are fixed by that identity. A provider with another identity fails every call
+with ``EMBEDDING_MISMATCH``; so does a write or content update through a store *without*
+a provider once the schema keeps vectors. Vectors are never padded or truncated.
+
+Search (:func:`vector_search`): ``ORDER BY embedding <=> q LIMIT k`` with
+``hnsw.iterative_scan = relaxed_order`` (pgvector >= 0.8; older versions stop at
+``ef_search`` candidates) and ``hnsw.ef_search = clamp(k, 40, 1000)``; the planner picks
+the HNSW index or an exact scan of the filtered rows, and the page is re-sorted by exact
+distance. When that returns fewer than ``k`` rows (the HNSW scan stopped at
+``hnsw.max_scan_tuples`` or ``ef_search`` under a selective filter), an
+exact scan of the rows passing the filter replaces it, so a filtered search always
+returns ``min(limit, matching records with vectors)``. Ranking through the HNSW index is
+approximate (its recall); the count is exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Final
+
+import psycopg
+
+from ditto_plugin_postgres.sql import Sql
+from ditto_plugin_postgres.text import content_text
+from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.retrieval.embed import (
+    EMBEDDING_MISMATCH,
+    EmbeddingIdentity,
+    EmbeddingProvider,
+    check_vectors,
+    l2_normalize,
+)
+
+__all__ = [
+    "HNSW_MAX_DIMS",
+    "IDENTITY_SETTING",
+    "claim_identity",
+    "embed_contents",
+    "forbid_unembedded_write",
+    "iterative_scans",
+    "mismatch_message",
+    "query_vector",
+    "stored_identity",
+    "to_literal",
+    "vector_search",
+]
+
+IDENTITY_SETTING: Final = "embedding"
+"""``store_settings.name`` of the embedding identity (JSON)."""
+HNSW_MAX_DIMS: Final = 2000
+"""pgvector's HNSW limit for ``vector``; a wider space is searched exactly (no index)."""
+
+
+def to_literal(vector: Sequence[float]) -> str:
+    """The pgvector text form ``[x,y,…]`` (``repr`` of a float round-trips)."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def stored_identity(conn: psycopg.Connection, schema: str) -> EmbeddingIdentity | None:
+    """The identity recorded in the schema, or ``None`` when it keeps no vectors."""
+    row = conn.execute(
+        f"SELECT value FROM {schema}.store_settings WHERE name = %s", [IDENTITY_SETTING]
+    ).fetchone()
+    return None if row is None else EmbeddingIdentity.from_json(str(row[0]))
+
+
+def claim_identity(
+    conn: psycopg.Connection, schema: str, identity: EmbeddingIdentity
+) -> EmbeddingIdentity:
+    """Record ``identity`` and create the vectors table unless an identity is recorded;
+    returns the recorded one. Runs in the caller's transaction, under its write lock.
+
+    Raises:
+        MemoryError: ``EMBEDDING_UNAVAILABLE`` when the server has no pgvector.
+    """
+    recorded = stored_identity(conn, schema)
+    if recorded is not None:
+        return recorded
+    has_vector = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+    if has_vector is None:
+        raise MemoryError(
+            "EMBEDDING_UNAVAILABLE",
+            "the PostgreSQL server has no pgvector extension (CREATE EXTENSION vector)",
+        )
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {schema}.memory_vectors (seq bigint PRIMARY KEY "
+        f"REFERENCES {schema}.memories (seq) ON DELETE CASCADE, "
+        f"embedding vector({int(identity.dims)}) NOT NULL)"
+    )
+    if identity.dims <= HNSW_MAX_DIMS:
+        conn.execute(
+            f"CREATE INDEX IF NOT EXISTS memory_vectors_hnsw ON {schema}.memory_vectors "
+            "USING hnsw (embedding vector_cosine_ops)"
+        )
+    conn.execute(
+        f"INSERT INTO {schema}.store_settings (name, value) VALUES (%s, %s)",
+        [IDENTITY_SETTING, identity.to_json()],
+    )
+    return identity
+
+
+def iterative_scans(conn: psycopg.Connection) -> bool:
+    """Whether the server's pgvector has ``hnsw.iterative_scan`` (0.8.0 and later)."""
+    row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    parts = [int(p) if p.isdigit() else 0 for p in str(row[0] if row else "0").split(".")]
+    return tuple(parts[:2]) >= (0, 8)
+
+
+def mismatch_message(provider: EmbeddingIdentity | None, stored: EmbeddingIdentity) -> str:
+    """The safe message of ``EMBEDDING_MISMATCH`` (identities only, no URL or schema)."""
+    have = provider.describe() if provider else "no embedding provider"
+    return (
+        f"this PostgreSQL memory store keeps vectors of {stored.describe()}, but the store "
+        f"is configured with {have}; configure that provider (plugins.postgres.embedding), "
+        "or use a new schema"
+    )
+
+
+def forbid_unembedded_write(conn: psycopg.Connection, schema: str) -> None:
+    """In a store without a provider: refuse a write to a schema that keeps vectors.
+
+    Raises:
+        MemoryError: ``EMBEDDING_MISMATCH`` when the schema records an identity.
+    """
+    stored = stored_identity(conn, schema)
+    if stored is not None:
+        raise MemoryError(EMBEDDING_MISMATCH, mismatch_message(None, stored))
+
+
+def embed_contents(embedder: EmbeddingProvider, contents: Sequence[Any]) -> list[str | None]:
+    """One vector literal per content (``None`` for content without text), one batch.
+
+    Raises:
+        MemoryError: the provider's ``EMBEDDING_UNAVAILABLE`` / ``EMBEDDING_MISMATCH``.
+    """
+    texts = [content_text(content) for content in contents]
+    wanted = [i for i, text in enumerate(texts) if text.strip()]
+    vectors = embedder.embed([texts[i] for i in wanted]) if wanted else []
+    check_vectors(vectors, len(wanted), embedder.identity.dims)
+    literals: list[str | None] = [None] * len(texts)
+    for index, vector in zip(wanted, vectors, strict=True):
+        literals[index] = to_literal(vector)
+    return literals
+
+
+def query_vector(embedder: EmbeddingProvider, query: Any) -> str:
+    """The query vector literal: a text is embedded; a list of ``dims`` numbers is used as
+    given (scaled to unit length, which cosine distance ignores anyway).
+
+    Raises:
+        MemoryError: ``INVALID_INPUT`` for another query type, an empty text or a
+            non-finite/zero vector; ``EMBEDDING_MISMATCH`` for a vector of another length.
+    """
+    dims = embedder.identity.dims
+    if isinstance(query, str):
+        if not query.strip():
+            raise MemoryError(ErrorCode.INVALID_INPUT, "vector search needs a non-empty query")
+        vectors = embedder.embed([query])
+        check_vectors(vectors, 1, dims)
+        return to_literal(vectors[0])
+    numbers = isinstance(query, list) and all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in query
+    )
+    if not numbers or not query:
+        raise MemoryError(
+            ErrorCode.INVALID_INPUT, "vector search needs a text or a list of numbers"
+        )
+    if len(query) != dims:
+        raise MemoryError(
+            EMBEDDING_MISMATCH, f"the query vector has {len(query)} dims; the store uses {dims}"
+        )
+    if not all(math.isfinite(x) for x in query) or not any(query):
+        raise MemoryError(ErrorCode.INVALID_INPUT, "the query vector must be finite and non-zero")
+    return to_literal(l2_normalize(query))
+
+
+def vector_search(
+    conn: psycopg.Connection, schema: str, columns: str, literal: str, where: Sql, limit: int,
+    iterative: bool = True,
+) -> list[tuple[Any, ...]]:  # fmt: skip
+    """Rows ``(columns…, score)`` of the ``limit`` nearest records passing ``where``, by
+    descending cosine similarity (``score = 1 - cosine distance``), ``seq`` breaking ties;
+    ``min(limit, matches)`` of them (see the module docstring). ``iterative``: the server
+    has iterative index scans (:func:`iterative_scans`)."""
+    if iterative:
+        conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+    conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(limit, 40), 1000)}")
+    base = (
+        f"FROM {schema}.memory_vectors AS v JOIN {schema}.memories AS m ON m.seq = v.seq "
+        f"WHERE {where.text}"
+    )
+    knn = (
+        f"WITH k AS MATERIALIZED (SELECT {columns}, v.embedding <=> %s::vector AS d {base} "
+        "ORDER BY d LIMIT %s) SELECT k.*, 1.0 - k.d AS score FROM k ORDER BY k.d + 0, k.seq"
+    )
+    rows = conn.execute(knn, [literal, *where.params, limit]).fetchall()
+    if len(rows) < limit:  # the index scan gave up early: rank every matching record
+        exact = (
+            f"SELECT {columns}, v.embedding <=> %s::vector AS d, "
+            f"1.0 - (v.embedding <=> %s::vector) AS score {base} "
+            "ORDER BY score DESC, m.seq LIMIT %s"
+        )
+        rows = conn.execute(exact, [literal, literal, *where.params, limit]).fetchall()
+    return [(*row[:-2], row[-1]) for row in rows]
