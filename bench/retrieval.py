@@ -1,5 +1,5 @@
-"""Retrieval benchmarks, in process: micro-batched embedding throughput, and SQLite
-vector / hybrid search latency at scale.
+"""Retrieval benchmarks, in process: micro-batched embedding throughput, and SQLite and
+PostgreSQL vector / hybrid search latency at scale.
 
 1. Embedding: N caller threads each embed single queries with all-MiniLM-L6-v2, through a
    ``MicroBatchingEmbedder`` and one at a time (the provider's lock serializes them), vs
@@ -9,14 +9,19 @@ vector / hybrid search latency at scale.
    embedder, so writing 100k takes seconds, not the model's minutes; search cost does not
    depend on where vectors come from): p50/p95 latency of keyword, vector (unfiltered,
    10 % filter, 50-row filter) and hybrid searches, limit 10.
+3. PostgreSQL (``DITTO_TEST_POSTGRES_URL``, e.g. ``scripts/postgres.sh``; a throwaway
+   schema): the same data and searches through ``PostgresMemoryStore`` (pgvector HNSW,
+   maintained while writing).
 
-Run: ``python bench/retrieval.py [--memories 100000] [--callers 16] [--queries 20]``. The
+Run: ``python bench/retrieval.py [--memories 100000] [--callers 16] [--queries 20]
+[--sections embedding,sqlite,postgres]``. The
 RETRIEVAL queue's own overhead (Celery round trip) is measured by the fleet benchmarks.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import threading
@@ -101,6 +106,32 @@ def _latency(run: Callable[[int], Any], rounds: int) -> str:
     return f"{statistics.median(times):8.1f} / {p95:8.1f}"
 
 
+def _searches(store: Any, embedder: HashingEmbedder, count: int, rounds: int) -> None:
+    """The search rows of sections 2 and 3 (same queries on both stores)."""
+    config = RetrievalConfig()
+
+    def search(strategy: str, flt: dict[str, Any] | None = None) -> Callable[[int], Any]:
+        def run(i: int) -> Any:
+            request = MemorySearchInput(query=f"what about {TOPICS[i % 10]} number {i}",
+                                        strategy=strategy, filter=flt, limit=10)  # fmt: skip
+            if strategy == "hybrid":
+                return run_pipeline(store, embedder, config, request)
+            return store.search(request)
+
+        return run
+
+    print("  search (limit 10)            p50 ms / p95 ms")
+    for name, run in (
+        ("keyword", search("keyword")),
+        ("vector", search("vector")),
+        ("vector, filter 10 %", search("vector", {"g": 3})),
+        (f"vector, filter {count // 2000} rows", search("vector", {"u": 7})),
+        ("hybrid (candidates 100)", search("hybrid")),
+        ("hybrid, filter 10 %", search("hybrid", {"g": 3})),
+    ):
+        print(f"  {name:<28} {_latency(run, rounds)}")
+
+
 def bench_sqlite(count: int, rounds: int) -> None:
     """Section 2 (see module doc)."""
     embedder = HashingEmbedder(dims=384)
@@ -109,29 +140,34 @@ def bench_sqlite(count: int, rounds: int) -> None:
         start = time.perf_counter()
         _fill(store, count)
         print(f"sqlite: wrote {count} memories with vectors in {time.perf_counter() - start:.1f} s")
-        config = RetrievalConfig()
-
-        def search(strategy: str, flt: dict[str, Any] | None = None) -> Callable[[int], Any]:
-            def run(i: int) -> Any:
-                request = MemorySearchInput(query=f"what about {TOPICS[i % 10]} number {i}",
-                                            strategy=strategy, filter=flt, limit=10)  # fmt: skip
-                if strategy == "hybrid":
-                    return run_pipeline(store, embedder, config, request)
-                return store.search(request)
-
-            return run
-
-        print("  search (limit 10)            p50 ms / p95 ms")
-        for name, run in (
-            ("keyword", search("keyword")),
-            ("vector", search("vector")),
-            ("vector, filter 10 %", search("vector", {"g": 3})),
-            (f"vector, filter {count // 2000} rows", search("vector", {"u": 7})),
-            ("hybrid (candidates 100)", search("hybrid")),
-            ("hybrid, filter 10 %", search("hybrid", {"g": 3})),
-        ):
-            print(f"  {name:<28} {_latency(run, rounds)}")
+        _searches(store, embedder, count, rounds)
         store.close()
+
+
+def bench_postgres(url: str, count: int, rounds: int) -> None:
+    """Section 3 (see module doc): the same data and queries on PostgreSQL + pgvector."""
+    import uuid
+
+    import psycopg
+
+    from ditto_plugin_postgres import PostgresMemoryStore
+
+    embedder = HashingEmbedder(dims=384)
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    store = PostgresMemoryStore(url, schema=schema, embedder=embedder)
+    try:
+        start = time.perf_counter()
+        _fill(store, count)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'VACUUM ANALYZE "{schema}".memories')
+            conn.execute(f'VACUUM ANALYZE "{schema}".memory_vectors')
+        took = time.perf_counter() - start
+        print(f"postgres: wrote {count} memories with vectors (HNSW kept) in {took:.1f} s")
+        _searches(store, embedder, count, rounds)
+    finally:
+        store.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def main() -> None:
@@ -140,9 +176,21 @@ def main() -> None:
     parser.add_argument("--callers", type=int, default=16)
     parser.add_argument("--queries", type=int, default=20, help="queries per caller")
     parser.add_argument("--rounds", type=int, default=20, help="searches per row")
+    parser.add_argument(
+        "--sections", default="embedding,sqlite,postgres",
+        help="comma-separated: embedding, sqlite, postgres (needs DITTO_TEST_POSTGRES_URL)",
+    )  # fmt: skip
     args = parser.parse_args()
-    bench_embedding(args.callers, args.queries)
-    bench_sqlite(args.memories, args.rounds)
+    sections = set(args.sections.split(","))
+    if "embedding" in sections:
+        bench_embedding(args.callers, args.queries)
+    if "sqlite" in sections:
+        bench_sqlite(args.memories, args.rounds)
+    url = os.environ.get("DITTO_TEST_POSTGRES_URL", "")
+    if "postgres" in sections and url:
+        bench_postgres(url, args.memories, args.rounds)
+    elif "postgres" in sections:
+        print('postgres: skipped (eval "$(bash scripts/postgres.sh start)" first)')
 
 
 if __name__ == "__main__":

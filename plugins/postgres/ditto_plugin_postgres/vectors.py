@@ -23,7 +23,8 @@ Search (:func:`vector_search`): ``ORDER BY embedding <=> q LIMIT k`` with
 ``hnsw.iterative_scan = relaxed_order`` (pgvector >= 0.8; older versions stop at
 ``ef_search`` candidates) and ``hnsw.ef_search = clamp(k, 40, 1000)``; the planner picks
 the HNSW index or an exact scan of the filtered rows, and the page is re-sorted by exact
-distance. When that returns fewer than ``k`` rows (the HNSW scan stopped at
+distance. With a filter the index scan visits at most :data:`FILTERED_SCAN_TUPLES`
+tuples. When that returns fewer than ``k`` rows (the HNSW scan stopped at
 ``hnsw.max_scan_tuples`` or ``ef_search`` under a selective filter), an
 exact scan of the rows passing the filter replaces it, so a filtered search always
 returns ``min(limit, matching records with vectors)``. Ranking through the HNSW index is
@@ -65,6 +66,9 @@ __all__ = [
 
 IDENTITY_SETTING: Final = "embedding"
 """``store_settings.name`` of the embedding identity (JSON)."""
+FILTERED_SCAN_TUPLES: Final = 2000
+"""``hnsw.max_scan_tuples`` of a filtered search (at least ``20 * limit``): a filter that
+keeps fewer rows than the index scan would need falls back to the exact scan sooner."""
 HNSW_MAX_DIMS: Final = 2000
 """pgvector's HNSW limit for ``vector``; a wider space is searched exactly (no index)."""
 
@@ -202,6 +206,10 @@ def vector_search(
     has iterative index scans (:func:`iterative_scans`)."""
     if iterative:
         conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        if where.text != "true":  # a selective filter: give up early, the exact scan is cheap
+            conn.execute(
+                f"SET LOCAL hnsw.max_scan_tuples = {max(FILTERED_SCAN_TUPLES, 20 * limit)}"
+            )
     conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(limit, 40), 1000)}")
     base = (
         f"FROM {schema}.memory_vectors AS v JOIN {schema}.memories AS m ON m.seq = v.seq "
