@@ -22,7 +22,9 @@ DEFAULT_PATH: Final = "./.ditto/memory.sqlite"
 _ENV_PATH: Final = "DITTO_WORKER_MEMORY_SQLITE_PATH"
 _ENV_BUSY: Final = "DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS"
 _ENV_EMBEDDING: Final = "DITTO_WORKER_MEMORY_SQLITE_EMBEDDING"
-_SETTINGS: Final = frozenset({"path", "busyTimeoutMs", "embedding", "hybrid"})
+_SETTINGS: Final = frozenset(
+    {"path", "busyTimeoutMs", "embedding", "hybrid", "executionRetentionS"}
+)
 
 
 def _busy_timeout_ms(settings: Mapping[str, Any], env: Mapping[str, str]) -> int:
@@ -47,7 +49,9 @@ def create_store(
             ``none``, default ``none``: the embedding provider of WRITE/UPDATE and of the
             ``vector``/``hybrid`` strategies, :func:`ditto_worker.retrieval.
             create_embedding_provider`) and ``hybrid`` (``RetrievalConfig`` settings of
-            the ``hybrid`` strategy). Other keys are rejected.
+            the ``hybrid`` strategy), ``executionRetentionS`` (how long a committed
+            execution id is remembered for exactly-once replays, s; default 86400). Other
+            keys are rejected.
         env: the environment (default ``os.environ``). ``DITTO_WORKER_MEMORY_SQLITE_PATH``,
             ``DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS`` and
             ``DITTO_WORKER_MEMORY_SQLITE_EMBEDDING`` override the settings; ``http`` reads
@@ -77,6 +81,17 @@ def create_store(
     hybrid = RetrievalConfig.parse(settings.get("hybrid"))
     kind = env.get(_ENV_EMBEDDING) or settings.get("embedding") or "none"
     embedder = create_embedding_provider(str(kind), None, env)
+    retention = settings.get("executionRetentionS", 86400)
+    if isinstance(retention, bool) or not isinstance(retention, int | float | str):
+        raise ConfigError("executionRetentionS must be a number of seconds")
+    try:
+        retention_s = float(retention)
+    except ValueError as exc:
+        raise ConfigError("executionRetentionS must be a number of seconds") from exc
     return SqliteMemoryStore(
-        path, busy_timeout_ms=_busy_timeout_ms(settings, env), embedder=embedder, hybrid=hybrid
+        path,
+        busy_timeout_ms=_busy_timeout_ms(settings, env),
+        embedder=embedder,
+        hybrid=hybrid,
+        execution_retention_s=retention_s,
     )

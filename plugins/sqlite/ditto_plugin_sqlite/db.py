@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
+from ditto_plugin_sqlite.executions import DDL as EXECUTIONS_DDL
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.ports import MemoryCallOptions
 
@@ -40,7 +41,7 @@ __all__ = ["SCHEMA_VERSION", "driver_errors", "map_error", "open_connection", "t
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 _DDL: Final = (
     """CREATE TABLE IF NOT EXISTS memories (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -56,6 +57,7 @@ _DDL: Final = (
         USING fts5(body, grams, tokenize = 'porter unicode61 remove_diacritics 2')""",
     "CREATE TABLE IF NOT EXISTS memory_vectors (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS store_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    *EXECUTIONS_DDL,
 )
 _ERRORS: list[type[Exception]] = [sqlite3.Error]
 

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from ditto_plugin_sqlite import vectors as vec
 from ditto_plugin_sqlite.db import open_connection, transaction
+from ditto_plugin_sqlite.executions import DEFAULT_RETENTION_S, claim_replay, record
 from ditto_plugin_sqlite.fts import content_text, index_columns
 from ditto_plugin_sqlite.rows import COLUMNS as _COLUMNS
 from ditto_plugin_sqlite.rows import Row as _Row
@@ -49,6 +50,7 @@ from ditto_worker.contracts import (
     MemoryQueryOutput,
     MemoryUpdateInput,
     MemoryWriteInput,
+    to_wire,
 )
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.filters import (
@@ -123,8 +125,10 @@ class SqliteMemoryStore(SearchMixin):
         busy_timeout_ms: int = 5000,
         embedder: EmbeddingProvider | None = None,
         hybrid: Any = None,
+        execution_retention_s: float = DEFAULT_RETENTION_S,
     ) -> None:
         self._path = os.fspath(path)
+        self._retention_s = execution_retention_s
         Path(self._path).parent.mkdir(parents=True, exist_ok=True)
         self._busy_timeout_ms = busy_timeout_ms
         self._lock = threading.Lock()
@@ -308,7 +312,11 @@ class SqliteMemoryStore(SearchMixin):
         ]
         ids = [uuid.uuid4().hex for _ in drafts]
         blobs = self._embed([d.content for d in drafts])
+        eid = options.execution_id if options is not None else None
         with self._tx(options, write=True) as conn:
+            replay = claim_replay(conn, eid, "MEMORY.WRITE")
+            if replay is not None:  # already committed: the same result, nothing applied
+                return [MemoryItem.model_validate(item) for item in replay]
             _check_keys(conn, drafts)
             latest = conn.execute("SELECT MAX(created_at) FROM memories").fetchone()[0]
             now = timestamp_now(latest)
@@ -322,10 +330,12 @@ class SqliteMemoryStore(SearchMixin):
                 seqs.append(int(cur.lastrowid or 0))
                 _index(conn, seqs[-1], draft.content)
             self._store_vectors(conn, seqs, blobs)
-        return [
-            _item((0, memory_id, draft.key, content, metadata))
-            for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True)
-        ]
+            items = [
+                _item((0, memory_id, draft.key, content, metadata))
+                for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True)
+            ]
+            record(conn, eid, "MEMORY.WRITE", [to_wire(i) for i in items], self._retention_s)
+        return items
 
     def update(
         self, input: MemoryUpdateInput, options: MemoryCallOptions | None = None
@@ -351,7 +361,11 @@ class SqliteMemoryStore(SearchMixin):
         rows: list[_Row] = []
         embedded = [entry for entry in entries if entry.has_content]
         blobs = iter(self._embed([entry.content for entry in embedded]) or ())
+        eid = options.execution_id if options is not None else None
         with self._tx(options, write=True) as conn:
+            replay = claim_replay(conn, eid, "MEMORY.UPDATE")
+            if replay is not None:  # already committed: no second update, same result
+                return [MemoryItem.model_validate(item) for item in replay]
             now = timestamp_now()
             for i, (entry, (sets, params)) in enumerate(zip(entries, changes, strict=True)):
                 found = conn.execute("SELECT seq FROM memories WHERE id = ?", (entry.id,))
@@ -366,7 +380,9 @@ class SqliteMemoryStore(SearchMixin):
                     self._store_vectors(conn, [seq_row[0]], self._blob_list(blobs))
                 select = f"SELECT {_COLUMNS} FROM memories AS m WHERE m.seq = ?"
                 rows.append(conn.execute(select, (seq_row[0],)).fetchone())
-        return [_item(row) for row in rows]
+            items = [_item(row) for row in rows]
+            record(conn, eid, "MEMORY.UPDATE", [to_wire(i) for i in items], self._retention_s)
+        return items
 
     def delete(
         self, input: MemoryDeleteInput, options: MemoryCallOptions | None = None
@@ -375,7 +391,11 @@ class SqliteMemoryStore(SearchMixin):
         request order; the keys of deleted records are free again (MEM-PY-12)."""
         ids = list(dict.fromkeys(input.ids))
         found: dict[str, int] = {}
+        eid = options.execution_id if options is not None else None
         with self._tx(options, write=True) as conn:
+            replay = claim_replay(conn, eid, "MEMORY.DELETE")
+            if replay is not None:
+                return MemoryDeleteOutput.model_validate(replay)
             for chunk in _chunks(ids):
                 sql = f"SELECT id, seq FROM memories WHERE id IN ({_marks(chunk)})"
                 found.update(conn.execute(sql, chunk).fetchall())
@@ -384,4 +404,6 @@ class SqliteMemoryStore(SearchMixin):
                 conn.execute(f"DELETE FROM memories_fts WHERE rowid IN ({_marks(chunk)})", chunk)
                 conn.execute(f"DELETE FROM memory_vectors WHERE seq IN ({_marks(chunk)})", chunk)
                 conn.execute(f"DELETE FROM memories WHERE seq IN ({_marks(chunk)})", chunk)
-        return MemoryDeleteOutput(deleted=[memory_id for memory_id in ids if memory_id in found])
+            output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])
+            record(conn, eid, "MEMORY.DELETE", to_wire(output), self._retention_s)
+        return output
