@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ditto_plugin_sqlite import SqliteMemoryStore
-
 from ditto_worker import create_memory, to_wire
 
 
