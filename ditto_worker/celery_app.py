@@ -107,7 +107,9 @@ def create_celery_app(
     }
     if fleet.in_process:
         conf["broker_transport_options"] = {"polling_interval": IN_PROCESS_POLL_S}
-    elif guarded_transport and broker.startswith(("redis://", "rediss://")):
+    else:
+        conf["broker_transport_options"] = {"visibility_timeout": fleet.visibility_timeout_s}
+    if not fleet.in_process and guarded_transport and broker.startswith(("redis://", "rediss://")):
         # kombu's Redis transport, guarded so a Redis restart never stops a worker
         conf["broker_transport"] = "ditto_worker.transport:Transport"
     app.conf.update(conf)

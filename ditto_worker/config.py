@@ -65,6 +65,12 @@ class FleetSettings(_Section):
     call_timeout_s: float = Field(
         default=30.0, gt=0, description="Default client timeout per node call, seconds."
     )
+    visibility_timeout_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Redis transport: how long an unacknowledged message (a mutation whose "
+        "worker died) waits before redelivery, seconds. Longer than the longest call.",
+    )
 
     @property
     def in_process(self) -> bool:

@@ -37,6 +37,10 @@ WorkerFactory = Callable[[], MemoryWorker]
 RetrievalFactory = Callable[[], RetrievalWorker]
 
 
+MUTATIONS = frozenset({"MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"})
+"""Nodes whose tasks ack late (redelivered after a worker crash; applied once)."""
+
+
 def _json_size(value: Any) -> int:
     """Bytes of ``value`` as compact JSON (what crossed the broker, near enough)."""
     try:
@@ -176,7 +180,17 @@ def _make_task(app: Celery, runtime: FleetRuntime, node: str) -> None:
         return runtime.run(self, node, input)
 
     run_node.__doc__ = f"Celery task for {node}: NodeResult JSON for the given input."
-    app.task(name=node, bind=True, shared=False, ignore_result=False)(run_node)
+    # Mutations ack late and are redelivered if their worker process dies: the store's
+    # execution id record makes the redelivery apply nothing twice (issue 7).
+    mutation = node in MUTATIONS
+    app.task(
+        name=node,
+        bind=True,
+        shared=False,
+        ignore_result=False,
+        acks_late=mutation,
+        reject_on_worker_lost=mutation,
+    )(run_node)
 
 
 def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
