@@ -37,7 +37,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _missing(reason: str) -> None:
+def missing_service(reason: str) -> None:
+    """Skip locally; fail when ``DITTO_REQUIRE_SERVICES=1`` (CI)."""
     if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
         pytest.fail(f"required service missing: {reason}")
     pytest.skip(reason)
@@ -52,7 +53,7 @@ def redis_server_url() -> Iterator[str]:
         return
     binary = shutil.which("redis-server")
     if binary is None:
-        _missing("no DITTO_TEST_REDIS_URL and no redis-server on PATH")
+        missing_service("no DITTO_TEST_REDIS_URL and no redis-server on PATH")
     port = _free_port()
     folder = tempfile.mkdtemp(prefix="ditto-redis-")
     proc = subprocess.Popen(
@@ -82,7 +83,7 @@ def redis_url(redis_server_url: str) -> Iterator[str]:
     try:
         client.flushdb()
     except redis.ConnectionError:
-        _missing(f"Redis at {redis_server_url} is not answering")
+        missing_service(f"Redis at {redis_server_url} is not answering")
     yield url
     client.flushdb()
     client.close()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import threading
 import uuid
 from collections.abc import Mapping
@@ -46,13 +45,12 @@ from ditto_worker.filters import (
     timestamp_now,
 )
 from ditto_worker.ports import MemoryCallOptions
+from ditto_worker.text import TOKENS, cjk_grams, content_text
 
 __all__ = ["InMemoryMemoryStore", "create_store"]
 
 _DEFAULT_QUERY_LIMIT: Final = 100
 _DEFAULT_SEARCH_LIMIT: Final = 10
-_CJK: Final = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_TOKENS: Final = re.compile(rf"([{_CJK}]+)|((?:(?![{_CJK}])[^\W_])+)")
 
 
 def _copy(value: Any, where: str) -> Any:
@@ -72,26 +70,13 @@ def _check_cancel(options: MemoryCallOptions | None) -> None:
 def _terms(text: str, unigrams: bool) -> set[str]:
     """Lower-cased words, plus CJK bigrams (and unigrams if asked, or for 1-char runs)."""
     terms: set[str] = set()
-    for match in _TOKENS.finditer(text):
+    for match in TOKENS.finditer(text):
         run = match.group(1)
-        if not run:
+        if run:
+            terms.update(cjk_grams(run, unigrams))
+        else:
             terms.add(match.group(2).lower())
-            continue
-        terms.update(run[i : i + 2] for i in range(len(run) - 1))
-        if unigrams or len(run) == 1:
-            terms.update(run)
     return terms
-
-
-def _text(content: Any) -> str:
-    """Content as text: a string itself, else its JSON string values (keys excluded)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, dict):
-        return "\n".join(_text(value) for value in content.values())
-    if isinstance(content, list):
-        return "\n".join(_text(value) for value in content)
-    return ""
 
 
 @dataclass
@@ -305,7 +290,7 @@ class InMemoryMemoryStore:
         wanted = _terms(input.query, unigrams=False)
         with self._lock:
             scored = [
-                (len(wanted & _terms(_text(r.content), unigrams=True)), r.seq, r)
+                (len(wanted & _terms(content_text(r.content), unigrams=True)), r.seq, r)
                 for r in self._records.values()
                 if matches(node, r.view())
             ]

@@ -25,7 +25,7 @@ from ditto_worker import DittoClient, create_memory_worker
 from ditto_worker.config import FleetSettings
 from ditto_worker.contracts import NODE_QUEUES
 from ditto_worker.fleet import create_worker_app
-from tests.conftest import fleet_config
+from tests.conftest import fleet_config, missing_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -38,7 +38,7 @@ class OwnRedis:
     def __init__(self) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
-            pytest.skip("redis-server not on PATH")  # scripts/test.sh installs it
+            missing_service("redis-server not on PATH")  # scripts/test.sh installs it
         self.binary = binary
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

@@ -22,65 +22,17 @@ porter stemming 0.62, porter + stopwords 0.67.
 
 from __future__ import annotations
 
-import re
-from typing import Any, Final
+from ditto_worker.text import MAX_QUERY_TERMS, STOPWORDS, TOKENS, cjk_grams, content_text
 
 __all__ = ["MAX_QUERY_TERMS", "content_text", "index_columns", "match_expression"]
-
-_CJK: Final = (
-    "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff"
-)
-_TOKENS: Final = re.compile(rf"([{_CJK}]+)|((?:(?![{_CJK}])[^\W_])+)")
-MAX_QUERY_TERMS: Final = 64
-"""At most this many distinct terms of a query are used (keeps MATCH expressions small)."""
-
-
-STOPWORDS: Final = frozenset(
-    """a about after again all also am an and any are as at be been before being both but
-    by can could did do does doing down during each few for from further had has have
-    having he her here hers herself him himself his how i if in into is it its itself just
-    me might more most my myself no nor not now of off on once only or other our ours
-    ourselves out over own same she should so some such than that the their theirs them
-    themselves then there these they this those through to too under until up very was we
-    were what when where which while who whom whose why will with would you your yours
-    yourself yourselves""".split()
-)
-"""English function words dropped from keyword queries (a query of only these keeps them)."""
-
-
-def content_text(content: Any) -> str:
-    """The indexed text of a record's content (see the module docstring)."""
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    _collect_strings(content, parts)
-    return "\n".join(parts)
-
-
-def _collect_strings(value: Any, out: list[str]) -> None:
-    if isinstance(value, str):
-        out.append(value)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _collect_strings(item, out)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _collect_strings(item, out)
-
-
-def _cjk_grams(run: str, unigrams: bool) -> list[str]:
-    bigrams = [run[i : i + 2] for i in range(len(run) - 1)]
-    if unigrams or len(run) == 1:
-        return list(run) + bigrams
-    return bigrams
 
 
 def index_columns(text: str) -> tuple[str, str]:
     """``(body, grams)`` column values for a record's text."""
     grams: list[str] = []
-    for match in _TOKENS.finditer(text):
+    for match in TOKENS.finditer(text):
         if match.group(1):
-            grams.extend(_cjk_grams(match.group(1), unigrams=True))
+            grams.extend(cjk_grams(match.group(1), unigrams=True))
     return text, " ".join(grams)
 
 
@@ -99,9 +51,9 @@ def match_expression(query: str) -> str | None:
     """
     terms: dict[str, None] = {}
     function_words: dict[str, None] = {}
-    for match in _TOKENS.finditer(query):
+    for match in TOKENS.finditer(query):
         if match.group(1):
-            for gram in _cjk_grams(match.group(1), unigrams=False):
+            for gram in cjk_grams(match.group(1), unigrams=False):
                 terms.setdefault("grams : " + _quote(gram))
         else:
             word = match.group(2).lower()
