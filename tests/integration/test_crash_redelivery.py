@@ -28,9 +28,9 @@ from ditto_worker.config import FleetSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CALLS = 16
-BATCH = 600
-KILLS = 5
+CALLS = 12
+BATCH = 2500  # a few hundred ms of work per batch, so a kill usually lands inside one
+KILLS = 12
 
 
 def children(pid: int) -> list[int]:
@@ -75,14 +75,17 @@ def test_sigkill_during_write_batches_loses_and_doubles_nothing(
         thread = threading.Thread(target=caller)
         thread.start()
         rng = random.Random(7)
-        while thread.is_alive() and kills < KILLS:
-            time.sleep(rng.uniform(0.3, 0.9))
-            text = log.read_text()
-            busy = text.count("] received") > text.count("] succeeded")
+        time.sleep(0.5)
+
+        def landed() -> int:  # kills that hit a live pool process
+            return log.read_text().count("exited with 'signal 9")
+
+        while thread.is_alive() and landed() < 3 and kills < KILLS:
             pool = children(worker.pid)
-            if busy and pool:  # a batch is in the pool process: kill it mid-task
+            if pool:  # the pool process: mostly mid-batch, sometimes between batches
                 os.kill(pool[0], signal.SIGKILL)
                 kills += 1
+            time.sleep(rng.uniform(0.4, 0.9))
         thread.join(300)
         assert not thread.is_alive()
     finally:
@@ -92,12 +95,18 @@ def test_sigkill_during_write_batches_loses_and_doubles_nothing(
             worker.wait(30)
         except subprocess.TimeoutExpired:
             worker.kill()
-    killed = log.read_text().count("exited with 'signal 9")  # kills that hit a live process
+    killed = log.read_text().count("exited with 'signal 9")
     assert killed >= 1, "the pool process was never killed: nothing was tested"
     assert [r.status for r in results] == ["success"] * CALLS, [
         (r.status, r.error) for r in results if r.status != "success"
     ]
-    stored = create_memory(SqliteMemoryStore(db)).query({"limit": 10000}).output.items
+    memory = create_memory(SqliteMemoryStore(db))
+    stored: list[Any] = []
+    page = memory.query({"limit": 10000}).output
+    stored.extend(page.items)
+    while page.next_cursor:  # MEM-QUERY-4 paging over all of it
+        page = memory.query({"limit": 10000, "cursor": page.next_cursor}).output
+        stored.extend(page.items)
     counts = Counter(m.content for m in stored)
     assert len(stored) == CALLS * BATCH  # nothing lost, nothing doubled
     assert max(counts.values()) == 1
