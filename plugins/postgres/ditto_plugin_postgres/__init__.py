@@ -42,6 +42,7 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "autoMigrate": True,
     "embedding": "none",
     "hybrid": None,
+    "executionRetentionS": 86400.0,
 }
 
 
@@ -76,7 +77,9 @@ def create_store(
             (true), ``embedding`` (``local`` | ``http`` | ``none``, default ``none``: the
             embedding provider of WRITE/UPDATE and of the ``vector``/``hybrid``
             strategies, :func:`ditto_worker.retrieval.create_embedding_provider`) and
-            ``hybrid`` (``RetrievalConfig`` settings of the ``hybrid`` strategy). A
+            ``hybrid`` (``RetrievalConfig`` settings of the ``hybrid`` strategy),
+            ``executionRetentionS`` (86400: how long a committed mutation's execution id
+            is remembered, :mod:`ditto_plugin_postgres.executions`). A
             ``url`` key, or any other key, is rejected (MEM-CONF-5).
         env: the environment (default ``os.environ``): ``DITTO_WORKER_MEMORY_POSTGRES_URL``
             (required), ``DITTO_WORKER_MEMORY_POSTGRES_SCHEMA`` and
@@ -122,6 +125,7 @@ def create_store(
             auto_migrate=_flag(values["autoMigrate"]),
             embedder=embedder,
             hybrid=hybrid,
+            execution_retention_s=_number(values, "executionRetentionS", 0),
         )
     except ValueError as exc:
         raise ConfigError(f"plugins.postgres.schema: {exc}") from exc

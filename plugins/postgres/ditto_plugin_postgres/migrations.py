@@ -22,6 +22,11 @@ Version 2 (``vectors``): ``store_settings(name text primary key, value text)`` a
 it keeps working for keyword search). The ``memory_vectors`` table and its HNSW index are
 created with the first embedding identity, which fixes their dims
 (:mod:`ditto_plugin_postgres.vectors`).
+
+Version 3 (``executions``): ``executions(namespace text NOT NULL DEFAULT '', execution_id
+text, node text, output json, created_at timestamptz)``, primary key ``(namespace,
+execution_id)``, indexed by ``created_at``: the execution ids of committed mutations and
+their outputs (exactly-once WRITE/UPDATE/DELETE, :mod:`ditto_plugin_postgres.executions`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Final
 
 import psycopg
 
+from ditto_plugin_postgres.executions import MIGRATION as _EXECUTIONS
 from ditto_worker.errors import ErrorCode, MemoryError
 
 __all__ = [
@@ -77,6 +83,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
             "'vector') THEN CREATE EXTENSION IF NOT EXISTS vector; END IF; END $$",
         ),
     ),
+    (3, "executions", _EXECUTIONS),
 )
 """``(version, name, statements)`` in order; ``{s}`` is the quoted schema name."""
 

@@ -6,6 +6,7 @@ an advisory lock so that ``createdAt`` and the sequence follow commit order (MEM
 Rules owned here: MEM-GET-2/5, MEM-QUERY-2/3/4, MEM-WRITE-2/3, MEM-UPDATE-1/2/4,
 MEM-DELETE-2/3, MEM-SEARCH-1/2/3, MEM-PY-5/6/11/12, MEM-RUN-2, MEM-ERR-4; with an
 embedding provider also MEM-WRITE-4, MEM-SEARCH-6, MEM-RET-4 (:mod:`.vectors`).
+WRITE/UPDATE/DELETE are exactly-once per execution id (:mod:`.executions`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import psycopg_pool
 
 from ditto_plugin_postgres import vectors as vec
 from ditto_plugin_postgres.db import connect, map_error, open_pool, transaction
+from ditto_plugin_postgres.executions import DEFAULT_RETENTION_S, claim_replay, record
 from ditto_plugin_postgres.migrations import (
     MigrationReport,
     check_schema,
@@ -51,6 +53,7 @@ from ditto_worker.contracts import (
     MemoryQueryOutput,
     MemoryUpdateInput,
     MemoryWriteInput,
+    to_wire,
 )
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.filters import (
@@ -87,6 +90,8 @@ class PostgresMemoryStore(SearchMixin):
         hybrid: settings of the ``hybrid`` strategy, a
             :class:`ditto_worker.retrieval.RetrievalConfig` or its mapping (camelCase,
             ``plugins.postgres.hybrid``); default ``RetrievalConfig()``.
+        execution_retention_s: how long a committed mutation's execution id is
+            remembered (``plugins.postgres.executionRetentionS``, 24 h).
 
     Behaviour (declared in :attr:`capabilities`): atomic batches, unique keys
     (``CONFLICT``, nothing written), ``NOT_FOUND`` for UPDATE of a missing id, keys freed
@@ -100,6 +105,10 @@ class PostgresMemoryStore(SearchMixin):
     With an embedder whose identity differs from the schema's, every call fails with
     ``EMBEDDING_MISMATCH``; without one, a WRITE or content UPDATE to a schema that keeps
     vectors does. Metadata strings and keys cannot hold NUL characters (``INVALID_INPUT``).
+    WRITE, UPDATE and DELETE claim the call's execution id first, in their transaction: a
+    redelivered or re-sent call with the same id applies nothing and returns the committed
+    output; a copy running while the first is in flight waits for it
+    (:mod:`ditto_plugin_postgres.executions`).
 
     Raises:
         ValueError: a bad schema name (at construction).
@@ -119,8 +128,10 @@ class PostgresMemoryStore(SearchMixin):
         auto_migrate: bool = True,
         embedder: EmbeddingProvider | None = None,
         hybrid: Any = None,
+        execution_retention_s: float = DEFAULT_RETENTION_S,
     ) -> None:
         self._quoted = quote_schema(schema)
+        self._retention_s = execution_retention_s
         self._table = f"{self._quoted}.memories"
         self._url = url
         self.schema = schema
@@ -305,7 +316,11 @@ class PostgresMemoryStore(SearchMixin):
         grams = [grams_vector(body) for body in bodies]
         ids = [uuid.uuid4().hex for _ in drafts]
         literals = self._embed([d.content for d in drafts])
+        eid = options.execution_id if options is not None else None
         with self._tx(options) as conn:
+            replay = claim_replay(conn, self._quoted, eid, "MEMORY.WRITE")
+            if replay is not None:  # already committed: the same result, nothing applied
+                return [MemoryItem.model_validate(i) for i in replay]
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [self._write_lock])
             self._check_taken(conn, keys)
             last = conn.execute(
@@ -323,12 +338,17 @@ class PostgresMemoryStore(SearchMixin):
             ).fetchall()
             seqs: dict[str, int] = {str(r[0]): int(r[1]) for r in inserted}
             self._store_vectors(conn, [seqs[i] for i in ids], literals)
-        return [
-            MemoryItem(
-                id=i, key=k, content=json.loads(c), metadata=None if m is None else json.loads(m)
-            )
-            for i, k, c, m in zip(ids, keys, contents, metas, strict=True)
-        ]
+            items = [
+                MemoryItem(
+                    id=i,
+                    key=k,
+                    content=json.loads(c),
+                    metadata=None if m is None else json.loads(m),
+                )
+                for i, k, c, m in zip(ids, keys, contents, metas, strict=True)
+            ]
+            record(conn, self._quoted, eid, [to_wire(i) for i in items], self._retention_s)
+        return items
 
     def _check_taken(self, conn: psycopg.Connection, keys: Sequence[str | None]) -> None:
         wanted = [k for k in keys if k is not None]
@@ -357,7 +377,11 @@ class PostgresMemoryStore(SearchMixin):
         rows: list[Row] = []
         embedded = self._embed([e.content for e in input.memories if e.has_content])
         literals = None if embedded is None else iter(embedded)
+        eid = options.execution_id if options is not None else None
         with self._tx(options) as conn:
+            replay = claim_replay(conn, self._quoted, eid, "MEMORY.UPDATE")
+            if replay is not None:  # already committed: no second update, same result
+                return [MemoryItem.model_validate(i) for i in replay]
             found = conn.execute(
                 f"SELECT id FROM {self._table} WHERE id = ANY(%s::text[])", [ids]
             ).fetchall()
@@ -377,7 +401,9 @@ class PostgresMemoryStore(SearchMixin):
                 if entry.has_content:  # a metadata-only update keeps the vector
                     literal = None if literals is None else [next(literals)]
                     self._store_vectors(conn, [int(rows[-1][0])], literal)
-        return [item(row) for row in rows]
+            items = [item(row) for row in rows]
+            record(conn, self._quoted, eid, [to_wire(i) for i in items], self._retention_s)
+        return items
 
     def delete(
         self, input: MemoryDeleteInput, options: MemoryCallOptions | None = None
@@ -385,9 +411,15 @@ class PostgresMemoryStore(SearchMixin):
         """Delete existing ids in one statement; returns only the ids deleted now, in
         request order; their keys are free again (MEM-PY-12)."""
         ids = list(dict.fromkeys(input.ids))
+        eid = options.execution_id if options is not None else None
         with self._tx(options) as conn:
+            replay = claim_replay(conn, self._quoted, eid, "MEMORY.DELETE")
+            if replay is not None:
+                return MemoryDeleteOutput.model_validate(replay)
             rows = conn.execute(
                 f"DELETE FROM {self._table} WHERE id = ANY(%s::text[]) RETURNING id", [ids]
             ).fetchall()
-        gone = {row[0] for row in rows}
-        return MemoryDeleteOutput(deleted=[memory_id for memory_id in ids if memory_id in gone])
+            gone = {row[0] for row in rows}
+            output = MemoryDeleteOutput(deleted=[i for i in ids if i in gone])
+            record(conn, self._quoted, eid, to_wire(output), self._retention_s)
+        return output
