@@ -12,7 +12,8 @@
 # /tmp/ditto-postgres-$PORT), listens on 127.0.0.1:$DITTO_PG_PORT (default 15432) only,
 # with password (scram) auth over TCP and trust on its own Unix socket. `start` is
 # idempotent (a running cluster is reused); `stop` stops it and deletes the folder;
-# `status` exits 0 when it is running.
+# `status` exits 0 when it is running; `pause` stops the server and keeps the folder (data
+# and binaries), `resume` starts it again on the same port (fault tests).
 # Only the export line goes to stdout; progress goes to stderr.
 set -euo pipefail
 
@@ -50,6 +51,15 @@ install_binaries() {
   fi
 }
 
+run_server() {
+  as_pg "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/log/server.log" -w -t 60 \
+    -o "-p $port -k $dir/sock -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+    start >/dev/null || {
+    tail -n 30 "$dir/log/server.log" >&2
+    exit 1
+  }
+}
+
 psql_local() {
   PGOPTIONS="-c client_min_messages=warning" "$pgbin/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir/sock" -p "$port" -U "$user" "$@"
 }
@@ -74,12 +84,7 @@ start() {
   fi
   if ! as_pg "$pgbin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
     say "starting on 127.0.0.1:$port"
-    as_pg "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/log/server.log" -w -t 60 \
-      -o "-p $port -k $dir/sock -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
-      start >/dev/null || {
-      tail -n 30 "$dir/log/server.log" >&2
-      exit 1
-    }
+    run_server
   fi
   if [ -z "$(psql_local -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$database'")" ]; then
     psql_local -d postgres -c "CREATE DATABASE $database"
@@ -115,6 +120,19 @@ stop() {
   say "stopped"
 }
 
+pause() {
+  local ctl
+  if ctl=$(pg_ctl_of_dir) && [ -f "$dir/data/PG_VERSION" ]; then
+    as_pg "$ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+  say "paused (data kept in $dir)"
+}
+
+resume() {
+  run_server
+  say "resumed on 127.0.0.1:$port"
+}
+
 status() {
   [ -x "$pgbin/pg_ctl" ] && as_pg "$pgbin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1
 }
@@ -123,9 +141,11 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   status) status ;;
+  pause) pause ;;
+  resume) resume ;;
   url) echo "$url" ;;
   *)
-    echo "usage: $0 start|stop|status|url" >&2
+    echo "usage: $0 start|stop|status|pause|resume|url" >&2
     exit 2
     ;;
 esac

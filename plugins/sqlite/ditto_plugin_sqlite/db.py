@@ -21,6 +21,15 @@ Driver: the stdlib ``sqlite3``; a store with an embedding provider opens its con
 with ``pysqlite3`` (same DB-API, a newer SQLite that can load extensions) and loads
 ``sqlite-vec`` for ``vec_distance_cosine``. Both read and write the same file.
 
+Faults (issue 7, ``tests/integration/test_storage_faults.py``): a connection remembers
+the file it opened (device and inode); a transaction first checks that the store's path
+still names that file, so a database whose folder was removed, moved or unmounted, or
+whose file was replaced, fails with ``MEMORY_BACKEND_ERROR`` instead of being written in
+a file no one else sees. Such a connection, and one that hit an I/O, disk-full or
+damaged-file error, is marked broken (:func:`usable` is false) and the store opens a new
+one for the next call, so service resumes when the file is back. A lock wait ends at the
+call's deadline (``MEMORY_TIMEOUT``) when that comes before the busy timeout.
+
 Driver errors never reach the caller: :func:`map_error` turns them into
 ``MemoryError("MEMORY_CANCELLED" | "MEMORY_BACKEND_ERROR", safe message)``.
 """
@@ -28,6 +37,8 @@ Driver errors never reach the caller: :func:`map_error` turns them into
 from __future__ import annotations
 
 import logging
+import math
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,7 +48,14 @@ from ditto_plugin_sqlite.executions import DDL as EXECUTIONS_DDL
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.ports import MemoryCallOptions
 
-__all__ = ["SCHEMA_VERSION", "driver_errors", "map_error", "open_connection", "transaction"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "driver_errors",
+    "map_error",
+    "open_connection",
+    "transaction",
+    "usable",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +83,62 @@ _ERRORS: list[type[Exception]] = [sqlite3.Error]
 def driver_errors() -> tuple[type[Exception], ...]:
     """The ``Error`` base classes of the drivers loaded so far (sqlite3, pysqlite3)."""
     return tuple(_ERRORS)
+
+
 _SQLITE_BUSY: Final = 5
 _SQLITE_LOCKED: Final = 6
 _SQLITE_INTERRUPT: Final = 9
+_SQLITE_CONSTRAINT: Final = 19
+_MESSAGES: Final = {  # primary result code -> safe message
+    8: "the SQLite memory file is read-only",
+    10: "the SQLite memory store had an I/O error",
+    11: "the SQLite memory file is damaged or is not an SQLite file",
+    13: "the disk of the SQLite memory store is full",
+    14: "the SQLite memory file cannot be opened",
+    26: "the SQLite memory file is damaged or is not an SQLite file",
+}
+_MISSING_MESSAGE: Final = (
+    "the SQLite memory file is missing or was replaced (its folder removed, moved or unmounted)"
+)
+_connection_classes: dict[Any, type[Any]] = {}
+
+
+def _connection_class(driver: Any) -> type[Any]:
+    """The driver's ``Connection`` with room for the fault state (one class per driver)."""
+    cls = _connection_classes.get(driver)
+    if cls is None:
+        cls = type(
+            "MemoryConnection",
+            (driver.Connection,),
+            {  # reported under the driver's module: it is that driver's connection
+                "__module__": driver.Connection.__module__,
+                "file_id": None,
+                "busy_timeout_ms": 0,
+                "broken": False,
+                "path": "",
+            },
+        )
+        _connection_classes[driver] = cls
+    return cls
+
+
+def usable(conn: sqlite3.Connection) -> bool:
+    """False (and ``conn`` closed) once a fault marked it broken: open a new one."""
+    if not getattr(conn, "broken", False):
+        return True
+    try:
+        conn.close()
+    except driver_errors() as exc:
+        logger.info("sqlite close of a broken connection failed: %s", type(exc).__name__)
+    return False
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def cancelled_error() -> MemoryError:
@@ -75,20 +146,38 @@ def cancelled_error() -> MemoryError:
     return MemoryError(ErrorCode.MEMORY_CANCELLED, "the memory call was cancelled")
 
 
-def map_error(exc: Exception) -> MemoryError:
-    """A safe ``MemoryError`` for a driver error (no SQL, no driver text; MEM-ERR-4)."""
+def _primary(exc: Exception) -> int | None:
     code = getattr(exc, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def map_error(exc: Exception, options: MemoryCallOptions | None = None) -> MemoryError:
+    """A safe ``MemoryError`` for a driver error (no SQL, no driver text, no path; MEM-ERR-4).
+
+    An interrupt is ``MEMORY_CANCELLED``; a lock wait that ended past the call's deadline
+    is ``MEMORY_TIMEOUT``; anything else ``MEMORY_BACKEND_ERROR`` with a message chosen by
+    the SQLite result code (busy, disk full, I/O error, damaged file, cannot open ...).
+    """
+    primary = _primary(exc)
     if primary == _SQLITE_INTERRUPT or "interrupted" in str(exc):
         return cancelled_error()
+    logger.warning("sqlite memory store error: %s (code %s)", type(exc).__name__, primary)
     if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        remaining = options.remaining_s if options is not None else None
+        if remaining is not None and remaining <= 0:
+            return MemoryError(ErrorCode.MEMORY_TIMEOUT, "the memory call's deadline passed")
         message = "the SQLite memory store is busy (locked by another writer)"
     elif type(exc).__name__ == "IntegrityError":
         message = "the SQLite memory store rejected the change (constraint violation)"
     else:
-        message = "the SQLite memory store failed"
-    logger.warning("sqlite memory store error: %s", type(exc).__name__)
+        message = _MESSAGES.get(primary or 0, "the SQLite memory store failed")
     return MemoryError(ErrorCode.MEMORY_BACKEND_ERROR, message)
+
+
+def _fatal(exc: Exception) -> bool:
+    """True when the connection should not be reused (I/O, full disk, damaged file ...)."""
+    primary = _primary(exc)
+    return primary not in (_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_INTERRUPT, _SQLITE_CONSTRAINT)
 
 
 def _vector_driver() -> Any:
@@ -139,6 +228,7 @@ def open_connection(path: str, busy_timeout_ms: int, vectors: bool = False) -> s
             timeout=busy_timeout_ms / 1000,
             isolation_level=None,
             check_same_thread=False,
+            factory=_connection_class(driver),
         )
     except driver_errors() as exc:
         raise map_error(exc) from exc
@@ -148,6 +238,8 @@ def open_connection(path: str, busy_timeout_ms: int, vectors: bool = False) -> s
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         conn.execute("PRAGMA journal_mode = WAL")
         _ensure_schema(conn)
+        conn.file_id, conn.path = _file_id(path), path  # None: not a file (":memory:")
+        conn.busy_timeout_ms = int(busy_timeout_ms)
     except driver_errors() as exc:
         conn.close()
         raise map_error(exc) from exc
@@ -212,7 +304,9 @@ def transaction(
     token = options.cancel if options is not None else None
     if token is not None and token.cancelled:
         raise cancelled_error()
+    _check_file(conn)
     unregister = token.on_cancel(conn.interrupt) if token is not None else None
+    bounded = _bound_busy_wait(conn, options)
     try:
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
@@ -224,7 +318,38 @@ def transaction(
             _rollback(conn)
             raise
     except driver_errors() as exc:
-        raise map_error(exc) from exc
+        if _fatal(exc):
+            conn.broken = True  # type: ignore[attr-defined]
+        raise map_error(exc, options) from exc
     finally:
         if unregister is not None:
             unregister()
+        if bounded:
+            _set_busy_timeout(conn, getattr(conn, "busy_timeout_ms", 0))
+
+
+def _check_file(conn: sqlite3.Connection) -> None:
+    """Raise (and mark ``conn`` broken) when its path no longer names the file it opened."""
+    opened = getattr(conn, "file_id", None)
+    if opened is None or _file_id(getattr(conn, "path", "")) == opened:
+        return
+    conn.broken = True  # type: ignore[attr-defined]
+    logger.warning("sqlite memory store: the database file is missing or was replaced")
+    raise MemoryError(ErrorCode.MEMORY_BACKEND_ERROR, _MISSING_MESSAGE)
+
+
+def _bound_busy_wait(conn: sqlite3.Connection, options: MemoryCallOptions | None) -> bool:
+    """Shorten the lock wait to the call's deadline; True when the busy timeout was changed."""
+    remaining = options.remaining_s if options is not None else None
+    configured = getattr(conn, "busy_timeout_ms", 0)
+    if remaining is None or not configured or remaining * 1000 >= configured:
+        return False
+    _set_busy_timeout(conn, max(1, math.ceil(remaining * 1000) + 1))
+    return True
+
+
+def _set_busy_timeout(conn: sqlite3.Connection, ms: int) -> None:
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(ms)}")
+    except driver_errors() as exc:  # a broken connection; it is replaced before reuse
+        logger.info("sqlite busy_timeout not set: %s", type(exc).__name__)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ditto_plugin_sqlite import vectors as vec
-from ditto_plugin_sqlite.db import open_connection, transaction
+from ditto_plugin_sqlite.db import open_connection, transaction, usable
 from ditto_plugin_sqlite.executions import DEFAULT_RETENTION_S, claim_replay, record
 from ditto_plugin_sqlite.fts import content_text, index_columns
 from ditto_plugin_sqlite.rows import COLUMNS as _COLUMNS
@@ -203,7 +203,7 @@ class SqliteMemoryStore(SearchMixin):
             self._lock, self._local = threading.Lock(), threading.local()
             self._connections, self._pid = [], os.getpid()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
+        if conn is None or not usable(conn):  # a fault broke it: open the file again
             conn = open_connection(self._path, self._busy_timeout_ms, self._embedder is not None)
             self._local.conn = conn
             with self._lock:
