@@ -96,6 +96,14 @@ def worker(
     ] = None,
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
     hostname: Annotated[str | None, typer.Option(help="Celery node name.")] = None,
+    statedb: Annotated[
+        str | None,
+        typer.Option(
+            "--statedb",
+            help="Worker state file: revokes survive a restart (%n = node name); "
+            "overrides workers.<kind>.stateDb.",
+        ),
+    ] = None,
     config: ConfigOpt = None,
     broker: BrokerOpt = None,
     store: StoreOpt = None,
@@ -116,6 +124,7 @@ def worker(
     retrieval_only = node_ids == [RETRIEVAL_SEARCH]
     settings = cfg.retrieval_worker if retrieval_only else cfg.memory_worker
     prefix = "retrieval" if retrieval_only else "memory"
+    state_db = statedb or settings.state_db  # revoked ids persisted across restarts
     name = (
         hostname
         or f"{prefix}-{'-'.join(n.split('.')[1].lower() for n in node_ids)}@{socket.gethostname()}"
@@ -129,6 +138,7 @@ def worker(
         "-n", name,
         "-E",
         *(["--autoscale", autoscale] if autoscale else []),
+        *(["--statedb", state_db] if state_db else []),
     ])  # fmt: skip
 
 

@@ -123,6 +123,11 @@ class MemoryWorkerSettings(_Section):
         description="Largest node input a worker accepts, bytes of JSON; larger is "
         "INVALID_INPUT before any plugin runs.",
     )
+    state_db: str = Field(
+        default="",
+        description="Celery worker state file (--statedb): revoked task ids survive a "
+        "restart. %n is the node name; empty: revokes are kept in memory only.",
+    )
 
     def model_post_init(self, __context: Any) -> None:
         for name, group in self.groups.items():
@@ -157,6 +162,9 @@ class RetrievalWorkerSettings(_Section):
     targets: dict[str, RetrievalTargetSettings] = Field(
         default_factory=lambda: {"memories": RetrievalTargetSettings()},
         description="Target name -> pipeline; RemoteRetrievalSearchProvider(target={name}).",
+    )
+    state_db: str = Field(
+        default="", description="Celery worker state file (--statedb), as workers.memory."
     )
 
 
