@@ -46,7 +46,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BATCH = 1500  # ~0.3-1.5 s of work per call, so a kill usually lands inside one
 MIN_PAIRS = 3  # WRITE + UPDATE pairs sent at least ...
-MAX_PAIRS = 10  # ... and at most, until both kinds were killed and redelivered
+MAX_PAIRS = 12  # ... and at most, until both kinds were killed and redelivered
 MAX_KILLS = 12
 RECEIVED = re.compile(r"Task (MEMORY\.\w+)\[([^\]]+)\] received")
 
@@ -252,17 +252,19 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
 
 
 def start_worker(
-    target: Target, redis_url: str, folder: Path, log: Path, extra_env: dict[str, str] | None = None
+    target: Target, redis_url: str, folder: Path, log: Path, new_session: bool = False
 ) -> subprocess.Popen[str]:
-    """``ditto-worker worker --nodes writes --store <target>`` (one pool process), logging
-    to ``log`` (appended)."""
-    env = {**os.environ, "DITTO_BROKER_URL": redis_url, **target.worker_env(), **(extra_env or {})}
+    """``ditto-worker worker --nodes writes --store <target>`` (one pool process) in
+    ``folder`` (its ``ditto.yaml``, if any), logging to ``log`` (appended); with
+    ``new_session`` in a process group of its own (``os.killpg`` kills the whole worker)."""
+    env = {**os.environ, "DITTO_BROKER_URL": redis_url, **target.worker_env()}
     with log.open("a") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "writes",
              "--store", target.name, "--pool", "prefork", "--concurrency", "1",
              "--loglevel", "INFO"],
             cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+            start_new_session=new_session,
         )  # fmt: skip
 
 
@@ -340,6 +342,9 @@ def test_sigkill_during_write_and_update_batches_loses_and_doubles_nothing(
                 time.sleep(0.01)
                 continue
             aimed.add(eid)  # one kill per call: its redelivery runs to the end
+            pool = children(worker.pid)  # looked up first: the kill follows COMMIT at once
+            if not pool:
+                continue
             if ("", False) in wanted and (eid == "crash-w-0" or (node, True) not in wanted):
                 time.sleep(rng.uniform(0.0, 0.3))  # mid-batch
             elif (node, True) in wanted:
@@ -347,9 +352,6 @@ def test_sigkill_during_write_and_update_batches_loses_and_doubles_nothing(
                 while not target.committed(eid) and time.monotonic() < deadline:
                     time.sleep(0.002)  # right after its COMMIT
             else:
-                continue
-            pool = children(worker.pid)
-            if not pool:
                 continue
             os.kill(pool[0], signal.SIGKILL)
             kills += 1
