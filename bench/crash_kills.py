@@ -232,13 +232,11 @@ class Worker:
         self._read()
         return self._received
 
-    def kill_pool(self) -> bool:
+    def pool(self) -> list[int]:
+        """The pids of the pool processes."""
         assert self.proc is not None
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True)
-        pids = [int(p) for p in out.stdout.split()]
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        return bool(pids)
+        return [int(p) for p in out.stdout.split()]
 
     def kill_all(self) -> None:
         assert self.proc is not None
@@ -293,15 +291,27 @@ def caller(client: Any, run: Run, batch: int, stop: threading.Event, timeout_s: 
         n += 1
 
 
-def wait_redelivered(worker: Worker, node: str, eid: str, thread: threading.Thread) -> bool:
-    """True once ``eid`` is received again; False when the worker moved on without it."""
-    while True:
-        received = worker.received()
-        if received.count((node, eid)) > 1:
-            return True
-        if (received and received[-1] != (node, eid)) or not thread.is_alive():
-            return False
-        time.sleep(0.01)
+@dataclass
+class Kill:
+    """A kill sent while ``eid`` ran; it landed if the worker receives ``eid`` again."""
+
+    node: str
+    eid: str
+    kind: str  # "pool/mid" … "main/commit"
+    received_before: int
+    at: float
+
+
+def resolve(worker: Worker, run: Run, pending: list[Kill]) -> None:
+    """Move the pending kills whose call was delivered again to ``run.landed``. (A kill
+    between the result and the ack lands too: the caller has its answer and may have
+    sent the next call before the redelivered copy arrives.)"""
+    received = worker.received()
+    for kill in list(pending):
+        if received.count((kill.node, kill.eid)) > kill.received_before:
+            pending.remove(kill)
+            run.landed[kill.kind] += 1
+            run.redelivery_s.append(time.monotonic() - kill.at)
 
 
 def restart_after_visibility(worker: Worker, broker: redis.Redis, visibility_s: float) -> None:
@@ -331,43 +341,50 @@ def run_store(target: Target, args: argparse.Namespace, redis_url: str, folder: 
     started = time.monotonic()
     thread.start()
     aimed: set[str] = set()
+    pending: list[Kill] = []
     shown = 0
     try:
-        while sum(run.landed.values()) < args.kills and thread.is_alive():
+        while run.landed.total() < args.kills and thread.is_alive():
+            resolve(worker, run, pending)
+            if run.landed.total() >= shown + 10:
+                shown = run.landed.total()
+                print(f"  {target.name}: {shown} kills landed", file=sys.stderr, flush=True)
             received = worker.received()
             if not received or received[-1][1] in aimed:
                 time.sleep(0.005)
                 continue
             node, eid = received[-1]
             aimed.add(eid)
+            main = rng.random() < args.main_share
+            pool = worker.pool()  # looked up first: a kill after COMMIT follows it at once
+            if not main and not pool:
+                continue
             if rng.random() < args.commit_share:
                 deadline = time.monotonic() + args.call_timeout
                 while not target.committed(eid) and time.monotonic() < deadline:
-                    time.sleep(0.002)  # right after COMMIT, before the ack
+                    time.sleep(0.002)  # right after COMMIT, before the ack (usually)
             else:
                 time.sleep(rng.uniform(0.0, args.max_delay))
-            main = rng.random() < args.main_share
+            before = received.count((node, eid))
             killed_at = time.monotonic()
             if main:
                 worker.kill_all()
-            elif not worker.kill_pool():
-                continue
+            else:
+                for pid in pool:
+                    os.kill(pid, signal.SIGKILL)
             run.kills_sent += 1
             when = "commit" if target.committed(eid) else "mid"
+            kind = f"{'main' if main else 'pool'}/{when}"
+            pending.append(Kill(node, eid, kind, before, killed_at))
             if main:
                 restart_after_visibility(worker, broker, args.visibility)
-            if wait_redelivered(worker, node, eid, thread):
-                run.landed[f"{'main' if main else 'pool'}/{when}"] += 1
-                run.redelivery_s.append(time.monotonic() - killed_at)
-            if run.landed.total() >= shown + 10:
-                shown = run.landed.total()
-                print(f"  {target.name}: {shown} kills landed", file=sys.stderr, flush=True)
         stop.set()
         thread.join(args.call_timeout * 2 + 30)
+        resolve(worker, run, pending)
     finally:
         stop.set()
-        client.close()
         worker.stop()
+        client.close()
         broker.close()
     run.elapsed_s = time.monotonic() - started
     verify(run, target, args.batch)
