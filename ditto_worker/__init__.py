@@ -49,6 +49,7 @@ from ditto_worker.ports import (
     MemorySearchProvider,
     MemoryStore,
 )
+from ditto_worker.scope import Scope
 from ditto_worker.worker import (
     MEMORY_WORKER_TYPE,
     MemoryNode,
@@ -101,6 +102,7 @@ __all__ = [
     "MemoryCallOptions",
     "MemorySearchProvider",
     "MemoryStore",
+    "Scope",
     # SDK
     "BUILTIN_QUERY_LIMIT",
     "BUILTIN_SEARCH_LIMIT",

@@ -71,6 +71,10 @@ class StoreCapabilities:
             larger one must fail explicitly and write nothing.
         cancel: a call whose ``options.cancel`` token is set stops with
             ``MEMORY_CANCELLED`` and commits nothing (MEM-RUN-2).
+        scope: the store confines every operation to ``options.scope`` (an exact match
+            on its namespace, :mod:`ditto_worker.scope`; keys unique per scope). The SDK
+            refuses a scoped call to a store that does not declare it
+            (``PERMISSION_DENIED``).
         extras: informational flags (e.g. ``multi_process``); not tested by the suite.
 
     Raises:
@@ -92,6 +96,7 @@ class StoreCapabilities:
     partial_commit: str = ""
     max_batch_size: int | None = None
     cancel: bool = True
+    scope: bool = False
     extras: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:

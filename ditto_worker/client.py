@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as ThreadTimeoutError
 from contextlib import contextmanager
@@ -67,9 +67,10 @@ from ditto_worker.contracts import (
     NodeStatus,
     to_wire,
 )
-from ditto_worker.errors import ErrorCode
+from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
 from ditto_worker.ports import CancelToken
 from ditto_worker.results import ResultListener
+from ditto_worker.scope import SCOPE_HEADER, Scope, parse_scope
 
 __all__ = ["OUTPUT_TYPES", "DittoClient"]
 
@@ -127,6 +128,12 @@ class DittoClient:
         result_backend: a Redis URL to read results from with one
             :class:`~ditto_worker.results.ResultListener`; ``None`` polls ``app``'s backend.
         send_threads: threads publishing messages (kombu's publish blocks).
+        scope: the trusted tenant scope of every call that names none (a
+            :class:`~ditto_worker.scope.Scope` or ``{"tenant", "user"}``); ``None``:
+            calls are unscoped unless they pass ``scope=``.
+
+    Raises:
+        ConfigError: ``scope`` is malformed.
     """
 
     def __init__(
@@ -136,7 +143,12 @@ class DittoClient:
         default_timeout_s: float = 30.0,
         result_backend: str | None = None,
         send_threads: int = 4,
+        scope: Scope | Mapping[str, str] | None = None,
     ) -> None:
+        try:
+            self._scope = parse_scope(scope)
+        except MemoryError as exc:
+            raise ConfigError(exc.safe_message) from None
         self.app = app
         self.default_timeout_s = default_timeout_s
         self._poll_s = IN_PROCESS_POLL_S if str(app.conf.broker_url).startswith("memory") else 0.01
@@ -168,6 +180,7 @@ class DittoClient:
         timeout: float | None = None,
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
+        scope: Scope | Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:
         """Run ``node`` on the fleet and wait for its NodeResult.
 
@@ -177,10 +190,15 @@ class DittoClient:
             timeout: seconds to wait; default ``default_timeout_s``.
             cancel: a token; cancelling it cancels the call (revoke + cancel flag).
             execution_id: the call's id (the Celery task id); a new uuid4 when omitted.
+            scope: the tenant scope the call acts for (a :class:`~ditto_worker.scope.Scope`
+                or ``{"tenant", "user"}``), sent in the ``ditto_scope`` header; default:
+                the client's ``scope``. The service sets it from its authenticated
+                identity, never from model output (:mod:`ditto_worker.scope`).
 
         Returns:
             The worker's NodeResult, or one with status ``failed`` (``UNKNOWN_NODE``;
-            ``INVALID_INPUT`` for input that is not JSON; ``MEMORY_BACKEND_ERROR`` when
+            ``INVALID_INPUT`` for input that is not JSON; ``PERMISSION_DENIED`` for a
+            malformed scope or one the worker does not serve; ``MEMORY_BACKEND_ERROR`` when
             the broker or result backend is unreachable, or the client is closed;
             ``INVALID_BACKEND_OUTPUT`` for a malformed reply), ``timeout``
             (``MEMORY_TIMEOUT``) or ``cancelled`` (``MEMORY_CANCELLED``).
@@ -189,13 +207,17 @@ class DittoClient:
         early = self._refuse(node, eid, cancel)
         if early is not None:
             return early
+        try:
+            bound = self._scope if scope is None else parse_scope(scope)
+        except MemoryError as exc:
+            return _failure(eid, node, exc.code, exc.safe_message)
         deadline = time.time() + (self.default_timeout_s if timeout is None else timeout)
         with self._tracked() as accepted:
             if not accepted:
                 return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the client is closed")
             if self._listener is None:
-                return self._invoke_polling(node, _jsonable(input), eid, deadline, cancel)
-            coro = self._acall(node, _jsonable(input), eid, deadline, cancel)
+                return self._invoke_polling(node, _jsonable(input), eid, deadline, cancel, bound)
+            coro = self._acall(node, _jsonable(input), eid, deadline, cancel, bound)
             future = self._listener.submit(coro)
             try:
                 return future.result(timeout=max(0.0, deadline - time.time()) + _SLACK_S)
@@ -214,6 +236,7 @@ class DittoClient:
         timeout: float | None = None,
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
+        scope: Scope | Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:
         """``invoke`` for asyncio: same arguments, same NodeResult.
 
@@ -225,6 +248,10 @@ class DittoClient:
         early = self._refuse(node, eid, cancel)
         if early is not None:
             return early
+        try:
+            bound = self._scope if scope is None else parse_scope(scope)
+        except MemoryError as exc:
+            return _failure(eid, node, exc.code, exc.safe_message)
         deadline = time.time() + (self.default_timeout_s if timeout is None else timeout)
         with self._tracked() as accepted:
             if not accepted:
@@ -233,14 +260,14 @@ class DittoClient:
                 token = cancel or CancelToken()
                 call = functools.partial(
                     self.invoke, node, input, timeout=deadline - time.time(), cancel=token,
-                    execution_id=eid,
+                    execution_id=eid, scope=bound,
                 )  # fmt: skip
                 try:
                     return await asyncio.get_running_loop().run_in_executor(self._senders, call)
                 except asyncio.CancelledError:
                     token.cancel()
                     raise
-            coro = self._acall(node, _jsonable(input), eid, deadline, cancel)
+            coro = self._acall(node, _jsonable(input), eid, deadline, cancel, bound)
             return await asyncio.wrap_future(self._listener.submit(coro))
 
     def close(self, timeout_s: float = 30.0) -> None:
@@ -286,14 +313,19 @@ class DittoClient:
                 self._in_flight -= 1
                 self._idle.notify_all()
 
-    def _send(self, node: str, payload: Any, eid: str, deadline: float) -> None:
+    def _send(
+        self, node: str, payload: Any, eid: str, deadline: float, scope: Scope | None
+    ) -> None:
+        headers: dict[str, Any] = {DEADLINE_HEADER: deadline}
+        if scope is not None:
+            headers[SCOPE_HEADER] = scope.to_header()
         self.app.send_task(
             node,
             kwargs={"input": payload},
             task_id=eid,
             queue=queue_for(node),
             expires=datetime.fromtimestamp(deadline, UTC),
-            headers={DEADLINE_HEADER: deadline},
+            headers=headers,
         )
 
     def _send_failure(self, exc: Exception, node: str, eid: str) -> NodeResult[Any]:
@@ -331,8 +363,9 @@ class DittoClient:
     # --- Redis fleet: the listener path ---------------------------------------------------
 
     async def _acall(
-        self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None
-    ) -> NodeResult[Any]:
+        self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
+        scope: Scope | None,
+    ) -> NodeResult[Any]:  # fmt: skip
         listener = self._listener
         assert listener is not None
         loop = asyncio.get_running_loop()
@@ -346,7 +379,8 @@ class DittoClient:
         try:
             result = await asyncio.wait_for(listener.subscribe(eid), deadline - time.time())
             try:
-                await loop.run_in_executor(self._senders, self._send, node, payload, eid, deadline)
+                await loop.run_in_executor(self._senders, self._send, node, payload, eid, deadline,
+                                           scope)  # fmt: skip
             except (EncodeError, OperationalError) as exc:
                 return self._send_failure(exc, node, eid)
             await listener.read_stored(eid)
@@ -397,10 +431,11 @@ class DittoClient:
     # --- in-process: the polling path ----------------------------------------------------
 
     def _invoke_polling(
-        self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None
-    ) -> NodeResult[Any]:
+        self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
+        scope: Scope | None,
+    ) -> NodeResult[Any]:  # fmt: skip
         try:
-            self._send(node, payload, eid, deadline)
+            self._send(node, payload, eid, deadline, scope)
         except (EncodeError, OperationalError) as exc:
             return self._send_failure(exc, node, eid)
         result = self.app.AsyncResult(eid)

@@ -95,6 +95,13 @@ def _default_groups() -> dict[str, NodeGroup]:
     }
 
 
+class ScopeSettings(_Section):
+    """``workers.memory.scope:`` — a trusted tenant scope (:mod:`ditto_worker.scope`)."""
+
+    tenant: str = Field(min_length=1, max_length=256, description="Tenant id.")
+    user: str = Field(min_length=1, max_length=256, description="User id within the tenant.")
+
+
 class MemoryWorkerSettings(_Section):
     """``workers.memory:`` — the MEMORY worker (seed: ``workers.memory.queryLimit`` …)."""
 
@@ -116,6 +123,14 @@ class MemoryWorkerSettings(_Section):
         default="",
         description="Empty: MEMORY.SEARCH uses the store's native search. A target name: "
         "MEMORY.SEARCH delegates to RETRIEVAL.SEARCH on that target (MEM-RET-2).",
+    )
+    scope: ScopeSettings | None = Field(
+        default=None,
+        description="Bind the worker to one tenant scope {tenant, user}: every call runs in "
+        "it; a call whose trusted header names another is PERMISSION_DENIED.",
+    )
+    require_scope: bool = Field(
+        default=False, description="Refuse calls without a scope (PERMISSION_DENIED)."
     )
     max_input_bytes: int = Field(
         default=16 * 1024 * 1024,

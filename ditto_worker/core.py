@@ -14,7 +14,9 @@ One call, in order (SPEC.md MEM-ERR, MEM-PY-2):
 5. input validation and pre-plugin rules -> ``failed``/``INVALID_INPUT`` (MEM-ERR-1);
    empty batches are answered locally (MEM-GET-4, MEM-WRITE-1, MEM-UPDATE-4,
    MEM-DELETE-1);
-6. the plugin runs with ``MemoryCallOptions(cancel, deadline, execution_id)``;
+6. a call with a trusted ``scope`` to a plugin that does not declare scope isolation ->
+   ``failed``/``PERMISSION_DENIED`` (:mod:`ditto_worker.scope`); the plugin runs with
+   ``MemoryCallOptions(cancel, deadline, execution_id, scope)``;
 7. if the token was cancelled (or the deadline passed) while the plugin ran, the call is
    ``cancelled`` (or ``timeout``) whatever the plugin did; a completed write is *not*
    rolled back (MEM-RUN-2, MEM-ERR-5);
@@ -50,6 +52,7 @@ from ditto_worker.contracts import (
 )
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
 from ditto_worker.ports import CancelToken, MemoryCallOptions, MemorySearchProvider, MemoryStore
+from ditto_worker.scope import Scope
 
 __all__ = [
     "BUILTIN_QUERY_LIMIT",
@@ -120,6 +123,7 @@ class Memory:
         search: MemorySearchProvider | None = None,
         defaults: DefaultsArg = None,
     ) -> None:
+        self._explicit_search = search
         try:
             parsed = parse_defaults(defaults, "defaults")
         except MemoryError as exc:
@@ -155,6 +159,7 @@ class Memory:
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
         deadline: float | None = None,
+        scope: Scope | None = None,
     ) -> NodeResult[Any]:
         """Run one MEMORY node and wrap its raw output once (MEM-NODE-1).
 
@@ -168,6 +173,9 @@ class Memory:
             cancel: a cancel token passed on to the plugin (MEM-PY-2).
             execution_id: the call id; a new uuid4 string when ``None``.
             deadline: absolute ``time.time()`` seconds after which the caller gave up.
+            scope: the trusted tenant scope (from the host, never the input); the store
+                confines the call to it (:mod:`ditto_worker.scope`). ``None``: the
+                unscoped namespace.
 
         Returns:
             A NodeResult: ``success`` with the contract-model output, or ``failed`` /
@@ -187,7 +195,11 @@ class Memory:
             return _from_error(eid, node, exc)
         if isinstance(prepared, checks.Done):
             return _success(eid, node, prepared.output)
-        return _run(eid, node, prepared, cancel, deadline)
+        if scope is not None and not self._isolates_scope(node):
+            return NodeResult.failure(eid, node, ErrorCode.PERMISSION_DENIED,
+                                      "this memory store cannot isolate scopes")  # fmt: skip
+        options = MemoryCallOptions(cancel=cancel, deadline=deadline, execution_id=eid, scope=scope)
+        return _run(eid, node, prepared, options)
 
     def get(
         self,
@@ -196,10 +208,12 @@ class Memory:
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
         deadline: float | None = None,
+        scope: Scope | None = None,
     ) -> NodeResult[list[MemoryItem]]:
         """MEMORY.GET: exact reads by ids and/or keys (MEM-GET). Keywords as :meth:`execute`."""
         return self.execute(
-            "MEMORY.GET", input, cancel=cancel, execution_id=execution_id, deadline=deadline
+            "MEMORY.GET", input, cancel=cancel, execution_id=execution_id, deadline=deadline,
+            scope=scope,
         )
 
     def query(
@@ -209,10 +223,12 @@ class Memory:
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
         deadline: float | None = None,
+        scope: Scope | None = None,
     ) -> NodeResult[MemoryQueryOutput]:
         """MEMORY.QUERY: one page of a structured listing (MEM-QUERY)."""
         return self.execute(
-            "MEMORY.QUERY", input, cancel=cancel, execution_id=execution_id, deadline=deadline
+            "MEMORY.QUERY", input, cancel=cancel, execution_id=execution_id, deadline=deadline,
+            scope=scope,
         )
 
     def search(
@@ -222,10 +238,12 @@ class Memory:
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
         deadline: float | None = None,
+        scope: Scope | None = None,
     ) -> NodeResult[list[MemorySearchResult]]:
         """MEMORY.SEARCH: relevance search in the provider's order (MEM-SEARCH)."""
         return self.execute(
-            "MEMORY.SEARCH", input, cancel=cancel, execution_id=execution_id, deadline=deadline
+            "MEMORY.SEARCH", input, cancel=cancel, execution_id=execution_id, deadline=deadline,
+            scope=scope,
         )
 
     def write(
@@ -235,10 +253,12 @@ class Memory:
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
         deadline: float | None = None,
+        scope: Scope | None = None,
     ) -> NodeResult[list[MemoryItem]]:
         """MEMORY.WRITE: create records, one item per draft in order (MEM-WRITE)."""
         return self.execute(
-            "MEMORY.WRITE", input, cancel=cancel, execution_id=execution_id, deadline=deadline
+            "MEMORY.WRITE", input, cancel=cancel, execution_id=execution_id, deadline=deadline,
+            scope=scope,
         )
 
     def update(
@@ -248,10 +268,12 @@ class Memory:
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
         deadline: float | None = None,
+        scope: Scope | None = None,
     ) -> NodeResult[list[MemoryItem]]:
         """MEMORY.UPDATE: partial updates by id, in request order (MEM-UPDATE)."""
         return self.execute(
-            "MEMORY.UPDATE", input, cancel=cancel, execution_id=execution_id, deadline=deadline
+            "MEMORY.UPDATE", input, cancel=cancel, execution_id=execution_id, deadline=deadline,
+            scope=scope,
         )
 
     def delete(
@@ -261,11 +283,25 @@ class Memory:
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
         deadline: float | None = None,
+        scope: Scope | None = None,
     ) -> NodeResult[MemoryDeleteOutput]:
         """MEMORY.DELETE: returns the ids deleted by this call (MEM-DELETE)."""
         return self.execute(
-            "MEMORY.DELETE", input, cancel=cancel, execution_id=execution_id, deadline=deadline
+            "MEMORY.DELETE", input, cancel=cancel, execution_id=execution_id, deadline=deadline,
+            scope=scope,
         )
+
+    def _isolates_scope(self, node: str) -> bool:
+        """True when the plugin serving ``node`` declares scope isolation: the store's
+        ``capabilities.scope`` (or ``supports_scope``), for SEARCH the explicit provider's
+        ``supports_scope``. A scoped call to a plugin that does not declare it is refused
+        (``PERMISSION_DENIED``) rather than run unconfined."""
+        plugin: object = self.store
+        if node == "MEMORY.SEARCH" and self._explicit_search is not None:
+            plugin = self._explicit_search
+        capabilities = getattr(plugin, "capabilities", None)
+        declared = getattr(plugin, "supports_scope", False) or getattr(capabilities, "scope", False)
+        return bool(declared)
 
     # --- per node: validate, apply policy, bind the plugin ------------------------------
 
@@ -359,10 +395,8 @@ def create_memory(
 # --- running one call -------------------------------------------------------------------
 
 
-def _run(
-    eid: str, node: str, call: _Call, cancel: CancelToken | None, deadline: float | None
-) -> NodeResult[Any]:
-    options = MemoryCallOptions(cancel=cancel, deadline=deadline, execution_id=eid)
+def _run(eid: str, node: str, call: _Call, options: MemoryCallOptions) -> NodeResult[Any]:
+    cancel, deadline = options.cancel, options.deadline
     try:
         output = call.finish(call.invoke(options))
     except MemoryError as exc:

@@ -95,7 +95,8 @@ class RetrievalWorker:
             return self._fail(ctx, "UNKNOWN_TARGET", f"no retrieval target {target.name[:40]!r}")
         rest = {k: v for k, v in input.items() if k != "target"}
         result = memory.execute("MEMORY.SEARCH", rest, ctx.defaults, cancel=ctx.cancel,
-                                execution_id=ctx.execution_id, deadline=ctx.deadline)  # fmt: skip
+                                execution_id=ctx.execution_id, deadline=ctx.deadline,
+                                scope=ctx.scope)  # fmt: skip
         return result.model_copy(update={"node": RETRIEVAL_SEARCH})
 
     @staticmethod
@@ -163,7 +164,12 @@ class RemoteRetrievalSearchProvider:
         map_output: optional batch mapping of the candidates (not needed when they
             carry full MemoryItems, as ours do).
         timeout_s: timeout of the sub-call when the outer call has no deadline.
+
+    The outer call's scope travels with the sub-call (its ``ditto_scope`` header); the
+    retrieval worker's store confines the search to it (:mod:`ditto_worker.scope`).
     """
+
+    supports_scope = True
 
     def __init__(
         self,
@@ -194,7 +200,8 @@ class RemoteRetrievalSearchProvider:
         options = options or MemoryCallOptions()
         timeout = self.timeout_s if options.deadline is None else options.deadline - time.time()
         payload = {**to_wire(input), "target": to_wire(self.target)}
-        result = client.invoke(RETRIEVAL_SEARCH, payload, timeout=timeout, cancel=options.cancel)
+        result = client.invoke(RETRIEVAL_SEARCH, payload, timeout=timeout, cancel=options.cancel,
+                               scope=options.scope)  # fmt: skip
         if result.status != "success" or result.output is None:
             error = result.error
             raise MemoryError(

@@ -28,6 +28,7 @@ from ditto_worker.contracts import (
     MemoryUpdateInput,
     MemoryWriteInput,
 )
+from ditto_worker.scope import Scope
 
 __all__ = [
     "CancelToken",
@@ -95,12 +96,16 @@ class MemoryCallOptions:
         deadline: absolute wall-clock deadline (``time.time()`` seconds) after which the
             caller has given up, or ``None``.
         execution_id: the call's execution id (the Celery task id on the fleet).
+        scope: the trusted tenant scope the store must confine the call to (all six
+            operations; :mod:`ditto_worker.scope`), or ``None`` for the unscoped
+            namespace. Never taken from the request body.
         extra: JSON-safe values from the host (never from the request body).
     """
 
     cancel: CancelToken | None = None
     deadline: float | None = None
     execution_id: str | None = None
+    scope: Scope | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

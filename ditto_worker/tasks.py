@@ -26,7 +26,8 @@ from ditto_worker.celery_app import DEADLINE_HEADER
 from ditto_worker.config import RuntimeConfig
 from ditto_worker.contracts import FLEET_QUEUES, RETRIEVAL_SEARCH, NodeResult, to_wire
 from ditto_worker.delegation import RetrievalWorker, set_default_client
-from ditto_worker.errors import ErrorCode
+from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.scope import SCOPE_HEADER, parse_scope
 from ditto_worker.worker import MemoryWorker, NodeContext, create_memory_worker
 
 __all__ = ["FleetRuntime", "register_tasks"]
@@ -94,13 +95,16 @@ class FleetRuntime:
         from ditto_worker.registry import build_store
 
         store = build_store(self.config, self._store_name)
-        target = self.config.memory_worker.search_target
-        if not target:
-            return create_memory_worker(store)
-        from ditto_worker.delegation import RemoteRetrievalSearchProvider
+        settings = self.config.memory_worker
+        scope = None if settings.scope is None else settings.scope.model_dump()
+        search = None
+        if settings.search_target:
+            from ditto_worker.delegation import RemoteRetrievalSearchProvider
 
-        remote = RemoteRetrievalSearchProvider(target={"name": target})
-        return create_memory_worker(store, search=remote)
+            search = RemoteRetrievalSearchProvider(target={"name": settings.search_target})
+        return create_memory_worker(
+            store, search=search, scope=scope, require_scope=settings.require_scope
+        )
 
     def _retrieval_from_config(self) -> RetrievalWorker:
         from ditto_worker.retrieval_config import build_retrieval_worker
@@ -154,6 +158,11 @@ class FleetRuntime:
         headers = task.request.headers or {}
         raw_deadline = headers.get(DEADLINE_HEADER, getattr(task.request, DEADLINE_HEADER, None))
         deadline = float(raw_deadline) if isinstance(raw_deadline, int | float) else None
+        try:
+            sent = headers.get(SCOPE_HEADER, getattr(task.request, SCOPE_HEADER, None))
+            scope = parse_scope(sent)
+        except MemoryError as exc:
+            return to_wire(NodeResult.failure(eid, node, exc.code, exc.safe_message))
         if watcher is not None and watcher.is_flagged(eid):
             cancelled = NodeResult.failure(
                 eid, node, ErrorCode.MEMORY_CANCELLED, "cancelled before it started", "cancelled"
@@ -171,7 +180,7 @@ class FleetRuntime:
             )
             return to_wire(failed)
         with local_registry().running(eid, deadline) as token:
-            ctx = NodeContext(eid, cancel=token, deadline=deadline, defaults=self.config.memory)
+            ctx = NodeContext(eid, token, deadline, self.config.memory, scope)
             return to_wire(handler.handle(node, input, ctx))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -21,8 +21,9 @@ from pydantic import ValidationError
 
 from ditto_worker.contracts import NODE_IDS, MemoryDefaults, NodeResult
 from ditto_worker.core import DefaultsArg, Memory
-from ditto_worker.errors import ConfigError, ErrorCode
+from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
 from ditto_worker.ports import CancelToken, MemorySearchProvider, MemoryStore
+from ditto_worker.scope import Scope, parse_scope, resolve_scope
 
 __all__ = [
     "MEMORY_WORKER_TYPE",
@@ -56,12 +57,16 @@ class NodeContext:
         deadline: absolute ``time.time()`` seconds after which the caller gave up.
         defaults: the runtime-YAML layer (``workers.memory`` of ``ditto.yaml``), below
             the factory defaults (MEM-CONF-2).
+        scope: the tenant scope the caller's trusted side sent (the ``ditto_scope``
+            message header), or ``None``; :meth:`MemoryWorker.handle` resolves it against
+            the worker's own bound scope (:mod:`ditto_worker.scope`).
     """
 
     execution_id: str
     cancel: CancelToken | None = None
     deadline: float | None = None
     defaults: MemoryDefaults | None = None
+    scope: Scope | None = None
 
 
 NodeHandler = Callable[[Any, NodeContext], NodeResult[Any]]
@@ -112,27 +117,40 @@ class MemoryWorker:
         concurrency: concurrent entries allowed (MEM-RUN-1), or ``None`` for the
             host's default; it creates no DB pool.
         memory: the SDK the built-in handlers run on, or ``None``.
+        scope: the tenant scope this worker is bound to (``workers.memory.scope``), or
+            ``None``: it serves the scope each call's trusted header names.
+        require_scope: refuse calls that arrive without any scope.
     """
 
     type: str
     handlers: Mapping[str, NodeHandler]
     concurrency: int | None = None
     memory: Memory | None = None
+    scope: Scope | None = None
+    require_scope: bool = False
 
     def handle(self, node: str, input: Any, ctx: NodeContext) -> NodeResult[Any]:
         """Answer one node call; never raises for a call failure.
 
         Returns:
             The handler's NodeResult; ``failed``/``UNKNOWN_NODE`` for a node id not in
-            ``handlers``; ``failed``/``MEMORY_BACKEND_ERROR`` if an override raised
-            (logged); ``failed``/``INVALID_BACKEND_OUTPUT`` if an override returned
-            something that is not a NodeResult.
+            ``handlers``; ``failed``/``PERMISSION_DENIED`` when the call's scope differs
+            from the worker's bound one, or is missing and :attr:`require_scope`;
+            ``failed``/``MEMORY_BACKEND_ERROR`` if an override raised (logged);
+            ``failed``/``INVALID_BACKEND_OUTPUT`` if an override returned something that
+            is not a NodeResult. The handler receives ``ctx`` with the resolved scope.
         """
         node = node if isinstance(node, str) else str(node)
         eid = ctx.execution_id or str(uuid.uuid4())
         handler = self.handlers.get(node)
         if handler is None:
             return NodeResult.failure(eid, node, ErrorCode.UNKNOWN_NODE, "Unknown MEMORY node id.")
+        try:
+            scope = resolve_scope(self.scope, ctx.scope, self.require_scope)
+        except MemoryError as exc:
+            return NodeResult.failure(eid, node, exc.code, exc.safe_message)
+        if scope != ctx.scope:
+            ctx = replace(ctx, scope=scope)
         try:
             result: object = handler(input, ctx)
         except Exception:
@@ -169,6 +187,7 @@ def _sdk_handler(memory: Memory, node: str) -> NodeHandler:
             cancel=ctx.cancel,
             execution_id=ctx.execution_id,
             deadline=ctx.deadline,
+            scope=ctx.scope,
         )
 
     handler.__name__ = handler.__qualname__ = f"memory_{node.split('.')[-1].lower()}_handler"
@@ -181,6 +200,8 @@ def create_memory_worker(
     defaults: DefaultsArg = None,
     concurrency: int | None = None,
     overrides: Sequence[NodeDefinition] = (),
+    scope: Scope | Mapping[str, str] | None = None,
+    require_scope: bool = False,
 ) -> MemoryWorker:
     """Register all six MEMORY nodes over one :class:`~ditto_worker.core.Memory`.
 
@@ -194,15 +215,23 @@ def create_memory_worker(
         concurrency: concurrent entries (``ditto.yaml``), an int >= 1, or ``None``.
         overrides: ``memory_*_node.define("MEMORY", handler)`` results, each replacing
             one node's handler (MEM-NODE-2).
+        scope: bind the worker to one tenant scope (a :class:`~ditto_worker.scope.Scope`
+            or ``{"tenant", "user"}``): every call runs in it, and a call whose trusted
+            header names another scope is refused (``PERMISSION_DENIED``).
+        require_scope: refuse calls without a scope (when ``scope`` is ``None``).
 
     Raises:
-        ConfigError: invalid ``defaults`` or ``concurrency``; an override for another
-            worker type, for a node that is not a MEMORY node, or given twice.
+        ConfigError: invalid ``defaults``, ``concurrency`` or ``scope``; an override for
+            another worker type, for a node that is not a MEMORY node, or given twice.
     """
     if concurrency is not None and (
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
     ):
         raise ConfigError("concurrency must be an integer >= 1")
+    try:
+        bound = parse_scope(scope)
+    except MemoryError as exc:
+        raise ConfigError(exc.safe_message) from None
     memory = Memory(store, search, defaults)
     handlers: dict[str, NodeHandler] = {node: _sdk_handler(memory, node) for node in NODE_IDS}
     replaced: set[str] = set()
@@ -218,4 +247,6 @@ def create_memory_worker(
         handlers=MappingProxyType(handlers),
         concurrency=concurrency,
         memory=memory,
+        scope=bound,
+        require_scope=require_scope,
     )

@@ -69,6 +69,8 @@ class RetrievalSearchProvider:
             search_strategies=("keyword", "vector", "hybrid"),
             default_strategy=self.config.strategy,
             keyword_strategy="keyword",
+            # scoped calls pass options on to the source, which confines them
+            scope=bool(getattr(getattr(source, "capabilities", None), "scope", False)),
         )
         own = getattr(source, "embedder", None)
         self._mismatch: str | None = None

@@ -9,7 +9,7 @@ of GET/DELETE inputs) are exercised on the raw plugin methods.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ from ditto_worker.capabilities import METADATA_FIELDS, StoreCapabilities
 from ditto_worker.contracts import MemoryItem, NodeResult
 from ditto_worker.core import Memory, create_memory
 from ditto_worker.ports import CancelToken
+from ditto_worker.scope import Scope
 
 __all__ = [
     "Harness",
@@ -77,16 +78,22 @@ class Harness:
         search: the explicit search provider, or ``None`` (the store's native search).
         caps: the declared :class:`StoreCapabilities`.
         memory: ``create_memory(store, search)``.
+        scope: the trusted tenant scope every call runs in (``None``: unscoped).
     """
 
     store: Any
     search: Any
     caps: StoreCapabilities
     memory: Memory
+    scope: Scope | None = None
+
+    def scoped(self, scope: Scope | None) -> Harness:
+        """The same store and SDK, calling in ``scope``."""
+        return replace(self, scope=scope)
 
     def call(self, node: str, input: Any, cancel: CancelToken | None = None) -> NodeResult[Any]:
-        """Run one node through the SDK."""
-        return self.memory.execute(node, input, cancel=cancel)
+        """Run one node through the SDK (in :attr:`scope`)."""
+        return self.memory.execute(node, input, cancel=cancel, scope=self.scope)
 
     def ok(self, node: str, input: Any) -> Any:
         """The output of a call that must succeed (fails the test with the error code)."""
@@ -208,8 +215,6 @@ def conformance_capabilities(conformance_store: Any, conformance_search: Any) ->
         )
     provided = getattr(conformance_search, "capabilities", None)
     if isinstance(provided, StoreCapabilities):
-        from dataclasses import replace
-
         caps = replace(
             caps,
             search_strategies=provided.search_strategies,

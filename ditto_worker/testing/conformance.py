@@ -6,7 +6,8 @@ with mixed types, nested paths), explicit failures for what a plugin does not su
 keyset paging across inserts and deletes, literal ``_ % - ' "`` and non-ASCII in keys,
 prefixes and values, a 10,000-record WRITE, deleting more than 1,000 matches, any JSON
 content (string, number, object, list, ``null``), keyword search over English and over
-Chinese without spaces. Plugin-side rules covered: MEM-GET-2/3/5, MEM-QUERY-2/3/4,
+Chinese without spaces, tenant scope on all six operations with colliding-looking scope
+values. Plugin-side rules covered: MEM-GET-2/3/5, MEM-QUERY-2/3/4,
 MEM-WRITE-2/3, MEM-UPDATE-1/2/4, MEM-DELETE-2/3, MEM-SEARCH-2/3 (and MEM-PY-5/6/11/12,
 MEM-RUN-2).
 
@@ -31,13 +32,13 @@ Use it from a plugin's own repository (``pip install ditto-worker[dev]`` for pyt
 The store declares what it supports as a class attribute
 ``capabilities: ClassVar[StoreCapabilities]`` (:mod:`ditto_worker.capabilities`: filter
 operators and fields, orderBy fields, search strategies and which one is keyword search,
-key-conflict policy, batch atomicity, max batch size, cancellation). The suite tests what
-is declared and checks that what is not declared fails explicitly
+key-conflict policy, batch atomicity, max batch size, cancellation, tenant scope). The suite
+tests what is declared and checks that what is not declared fails explicitly
 (``UNSUPPORTED_FILTER``, ``UNSUPPORTED_ORDER_BY``, ``UNSUPPORTED_STRATEGY``,
 ``SEARCH_UNAVAILABLE``); tests of undeclared features are skipped.
 
 Calls go through :func:`ditto_worker.create_memory`, so plugin outputs are also checked
-by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 31 tests; the two volume
+by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 35 tests; the two volume
 tests write 10,000 and 2,800 records. Add ``pytest.register_assert_rewrite(
 "ditto_worker.testing")`` in a ``conftest.py`` for detailed assertion messages (done
 automatically when ``ditto_worker.testing`` is imported under pytest).
@@ -80,6 +81,12 @@ from ditto_worker.testing._conformance_scale import (
     test_delete_more_than_a_thousand_matches,
     test_ten_thousand_record_write,
 )
+from ditto_worker.testing._conformance_scope import (
+    test_filter_cannot_widen_scope,
+    test_odd_scope_values_never_collide,
+    test_scope_confines_all_six_operations,
+    test_undeclared_scope_is_refused,
+)
 from ditto_worker.testing._conformance_search import (
     test_exhaustive_search_returns_min_of_limit_and_matches,
     test_keyword_chinese_without_spaces,
@@ -105,6 +112,7 @@ __all__ = [
     "test_delete_more_than_a_thousand_matches",
     "test_delete_reports_only_deleted_and_frees_keys",
     "test_exhaustive_search_returns_min_of_limit_and_matches",
+    "test_filter_cannot_widen_scope",
     "test_filter_semantics",
     "test_get_union_each_once",
     "test_key_conflict_policy",
@@ -115,15 +123,18 @@ __all__ = [
     "test_keyword_query_is_never_syntax",
     "test_odd_characters_in_keys_and_values",
     "test_odd_metadata_field_names",
+    "test_odd_scope_values_never_collide",
     "test_page_size_and_last_page",
     "test_paging_across_inserts_and_deletes",
     "test_paging_matches_one_page",
+    "test_scope_confines_all_six_operations",
     "test_search_results_carry_full_records",
     "test_search_strategies_are_explicit",
     "test_ten_thousand_record_write",
     "test_typed_sort_order",
     "test_undeclared_filters_fail",
     "test_undeclared_order_by_fails",
+    "test_undeclared_scope_is_refused",
     "test_update_missing_id_is_not_found",
     "test_update_presence_semantics",
     "test_updated_sort_key_may_move",

@@ -45,6 +45,7 @@ from ditto_worker.filters import (
     timestamp_now,
 )
 from ditto_worker.ports import MemoryCallOptions
+from ditto_worker.scope import namespace_of
 from ditto_worker.text import TOKENS, cjk_grams, content_text
 
 __all__ = ["InMemoryMemoryStore", "create_store"]
@@ -82,6 +83,7 @@ def _terms(text: str, unigrams: bool) -> set[str]:
 @dataclass
 class _Record:
     seq: int
+    namespace: str
     id: str
     key: str | None
     content: Any
@@ -122,6 +124,9 @@ class InMemoryMemoryStore:
     scoring is not BM25): ``score`` is the number of distinct query terms found in the
     content's text (lower-cased words; CJK runs as bigrams), a float >= 1 where **higher
     is better**; ties in sequence order; records without any query term are not returned.
+
+    Scope (:mod:`ditto_worker.scope`): every operation sees only the records of
+    ``options.scope``'s namespace; keys are unique per namespace.
     """
 
     capabilities: ClassVar[StoreCapabilities] = StoreCapabilities(
@@ -132,6 +137,7 @@ class InMemoryMemoryStore:
         key_conflict="error",
         batch_atomic=True,
         cancel=True,
+        scope=True,
     )
     search_strategies: ClassVar[tuple[str, ...]] = capabilities.search_strategies
 
@@ -139,7 +145,7 @@ class InMemoryMemoryStore:
         self._lock = threading.RLock()
         self._records: dict[int, _Record] = {}
         self._by_id: dict[str, int] = {}
-        self._by_key: dict[str, int] = {}
+        self._by_key: dict[tuple[str, str], int] = {}
         self._seq = 0
         self._latest: str | None = None
 
@@ -151,9 +157,11 @@ class InMemoryMemoryStore:
     ) -> list[MemoryItem]:
         """Records whose id or key was requested, each once, in creation order."""
         _check_cancel(options)
+        ns = namespace_of(options)
         with self._lock:
             seqs = {self._by_id[i] for i in input.ids or () if i in self._by_id}
-            seqs |= {self._by_key[k] for k in input.keys or () if k in self._by_key}
+            seqs = {seq for seq in seqs if self._records[seq].namespace == ns}
+            seqs |= {self._by_key[ns, k] for k in input.keys or () if (ns, k) in self._by_key}
             return [self._records[seq].item() for seq in sorted(seqs)]
 
     def query(
@@ -167,11 +175,12 @@ class InMemoryMemoryStore:
         fingerprint = query_fingerprint(input.filter, input.order_by)
         cursor = decode_cursor(input.cursor, fingerprint, len(terms)) if input.cursor else None
         limit = input.limit or _DEFAULT_QUERY_LIMIT
+        ns = namespace_of(options)
         with self._lock:
             rows = [
                 (_sort_values(terms, record.view()), record.seq, record)
                 for record in self._records.values()
-                if matches(node, record.view())
+                if record.namespace == ns and matches(node, record.view())
             ]
             compare = functools.partial(_compare, terms=terms)
             rows.sort(key=functools.cmp_to_key(compare))
@@ -199,26 +208,30 @@ class InMemoryMemoryStore:
             )
             for i, d in enumerate(input.memories)
         ]
+        ns = namespace_of(options)
         with self._lock:
             seen: set[str] = set()
             for index, (key, _, _) in enumerate(drafts):
-                if key is not None and (key in seen or key in self._by_key):
+                if key is not None and (key in seen or (ns, key) in self._by_key):
                     raise MemoryError(ErrorCode.CONFLICT, f"memories[{index}].key is taken")
                 if key is not None:
                     seen.add(key)
             now = self._latest = timestamp_now(self._latest)
             created = [
-                self._insert(key, content, metadata, now) for key, content, metadata in drafts
+                self._insert(ns, key, content, metadata, now)
+                for key, content, metadata in drafts
             ]
             return [record.item() for record in created]
 
-    def _insert(self, key: str | None, content: Any, metadata: Any, now: str) -> _Record:
+    def _insert(
+        self, ns: str, key: str | None, content: Any, metadata: Any, now: str
+    ) -> _Record:
         self._seq += 1
-        record = _Record(self._seq, uuid.uuid4().hex, key, content, metadata, now, now)
+        record = _Record(self._seq, ns, uuid.uuid4().hex, key, content, metadata, now, now)
         self._records[record.seq] = record
         self._by_id[record.id] = record.seq
         if key is not None:
-            self._by_key[key] = record.seq
+            self._by_key[ns, key] = record.seq
         return record
 
     def update(
@@ -236,9 +249,11 @@ class InMemoryMemoryStore:
             )
             for i, e in enumerate(input.memories)
         ]
+        ns = namespace_of(options)
         with self._lock:
             for index, change in enumerate(changes):
-                if change[0] not in self._by_id:
+                seq = self._by_id.get(change[0])
+                if seq is None or self._records[seq].namespace != ns:
                     raise MemoryError(
                         ErrorCode.NOT_FOUND, f"memories[{index}]: no memory with this id"
                     )
@@ -260,14 +275,16 @@ class InMemoryMemoryStore:
         """Delete existing ids; only ids deleted now, in request order; frees keys."""
         _check_cancel(options)
         deleted: list[str] = []
+        ns = namespace_of(options)
         with self._lock:
             for memory_id in dict.fromkeys(input.ids):
-                seq = self._by_id.pop(memory_id, None)
-                if seq is None:
+                seq = self._by_id.get(memory_id)
+                if seq is None or self._records[seq].namespace != ns:
                     continue
+                del self._by_id[memory_id]
                 record = self._records.pop(seq)
                 if record.key is not None:
-                    del self._by_key[record.key]
+                    del self._by_key[ns, record.key]
                 deleted.append(memory_id)
         return MemoryDeleteOutput(deleted=deleted)
 
@@ -288,11 +305,12 @@ class InMemoryMemoryStore:
             raise MemoryError(ErrorCode.INVALID_INPUT, "keyword search needs a text query")
         node = parse_filter(input.filter)
         wanted = _terms(input.query, unigrams=False)
+        ns = namespace_of(options)
         with self._lock:
             scored = [
                 (len(wanted & _terms(content_text(r.content), unigrams=True)), r.seq, r)
                 for r in self._records.values()
-                if matches(node, r.view())
+                if r.namespace == ns and matches(node, r.view())
             ]
             hits = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1]))
             hits = hits[: input.limit or _DEFAULT_SEARCH_LIMIT]

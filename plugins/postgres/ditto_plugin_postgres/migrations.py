@@ -84,6 +84,16 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
         ),
     ),
     (3, "executions", _EXECUTIONS),
+    (
+        4,
+        "scope",
+        (  # tenant scope (ditto_worker.scope): keys unique per namespace; rows so far unscoped
+            "ALTER TABLE {s}.memories ADD COLUMN namespace text COLLATE \"C\" NOT NULL DEFAULT ''",
+            "ALTER TABLE {s}.memories DROP CONSTRAINT memories_key_key",
+            "CREATE UNIQUE INDEX memories_namespace_key ON {s}.memories (namespace, key)",
+            "CREATE INDEX memories_namespace_seq ON {s}.memories (namespace, seq)",
+        ),
+    ),
 )
 """``(version, name, statements)`` in order; ``{s}`` is the quoted schema name."""
 

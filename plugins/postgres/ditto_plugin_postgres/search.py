@@ -25,7 +25,7 @@ from typing import Any, Final
 import psycopg
 
 from ditto_plugin_postgres.rows import Row, bm25_idf, item, term_queries
-from ditto_plugin_postgres.sql import Sql, compile_filter
+from ditto_plugin_postgres.sql import Sql, compile_filter, in_namespace
 from ditto_plugin_postgres.text import query_terms
 from ditto_plugin_postgres.vectors import query_vector, vector_search
 from ditto_worker.capabilities import StoreCapabilities
@@ -34,6 +34,7 @@ from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.filters import parse_filter
 from ditto_worker.ports import MemoryCallOptions
 from ditto_worker.retrieval.embed import EmbeddingProvider
+from ditto_worker.scope import namespace_of
 
 __all__ = ["COLUMNS", "KEYWORD_CAPABILITIES", "VECTOR_CAPABILITIES", "SearchMixin"]
 
@@ -49,6 +50,7 @@ KEYWORD_CAPABILITIES: Final = StoreCapabilities(
     key_conflict="error",
     batch_atomic=True,
     cancel=True,
+    scope=True,
     extras=_EXTRAS,
 )
 """What a store without an embedding provider declares."""
@@ -62,6 +64,7 @@ VECTOR_CAPABILITIES: Final = StoreCapabilities(
     key_conflict="error",
     batch_atomic=True,
     cancel=True,
+    scope=True,
     extras=_EXTRAS | {"embed_on_write"},
 )
 """What a store with an embedding provider declares: ``vector`` returns ``min(limit,
@@ -149,16 +152,18 @@ class SearchMixin:
         limit = input.limit or DEFAULT_SEARCH_LIMIT
         if strategy == "vector" and self._embedder is not None:
             self._check_identity()
-            where = compile_filter(parse_filter(input.filter))
+            requested = compile_filter(parse_filter(input.filter))
+            # a filter or a scope may select few rows: the index scan gives up early then
+            selective = requested.text != "true" or getattr(options, "scope", None) is not None
+            where = in_namespace(requested, namespace_of(options))
             literal = query_vector(self._embedder, input.query)
             with self._tx(options) as conn:
-                rows = vector_search(
-                    conn, self._quoted, COLUMNS, literal, where, limit, self._iterative
-                )
+                rows = vector_search(conn, self._quoted, COLUMNS, literal, where, limit,
+                                     self._iterative, selective)  # fmt: skip
         else:
             if not isinstance(input.query, str):
                 raise MemoryError(ErrorCode.INVALID_INPUT, "keyword search needs a text query")
-            where = compile_filter(parse_filter(input.filter))
+            where = in_namespace(compile_filter(parse_filter(input.filter)), namespace_of(options))
             terms = term_queries(query_terms(input.query))
             if not terms:
                 return []

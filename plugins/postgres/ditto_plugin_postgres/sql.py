@@ -46,6 +46,7 @@ __all__ = [
     "Sql",
     "compile_filter",
     "decimal_value",
+    "in_namespace",
     "keyset_condition",
     "number_param",
     "order_clause",
@@ -64,6 +65,12 @@ class Sql:
 
     text: str
     params: list[Any] = field(default_factory=list)
+
+
+def in_namespace(where: Sql, namespace: str) -> Sql:
+    """``where`` confined to one tenant namespace (exact ``=`` on a bound parameter, so
+    ``_``/``%`` are plain characters; :mod:`ditto_worker.scope`)."""
+    return Sql(f"(m.namespace = %s AND {where.text})", [namespace, *where.params])
 
 
 def number_param(value: int | float) -> str:

@@ -38,6 +38,7 @@ from ditto_plugin_postgres.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITI
 from ditto_plugin_postgres.sql import (
     Sql,
     compile_filter,
+    in_namespace,
     keyset_condition,
     order_clause,
     sort_columns,
@@ -66,6 +67,7 @@ from ditto_worker.filters import (
 )
 from ditto_worker.ports import MemoryCallOptions
 from ditto_worker.retrieval.embed import EMBEDDING_MISMATCH, EmbeddingProvider
+from ditto_worker.scope import namespace_of
 
 __all__ = ["PostgresMemoryStore"]
 
@@ -256,10 +258,11 @@ class PostgresMemoryStore(SearchMixin):
         ids, keys = list(dict.fromkeys(input.ids or ())), list(dict.fromkeys(input.keys or ()))
         sql = (
             f"SELECT {_COLUMNS} FROM {self._table} AS m "
-            "WHERE m.id = ANY(%s::text[]) OR m.key = ANY(%s::text[]) ORDER BY m.seq"
+            "WHERE m.namespace = %s AND (m.id = ANY(%s::text[]) OR m.key = ANY(%s::text[])) "
+            "ORDER BY m.seq"
         )
         with self._tx(options) as conn:
-            rows = conn.execute(sql, [ids, keys]).fetchall()
+            rows = conn.execute(sql, [namespace_of(options), ids, keys]).fetchall()
         return [item(row) for row in rows]
 
     def query(
@@ -272,7 +275,7 @@ class PostgresMemoryStore(SearchMixin):
                 ``INVALID_CURSOR`` (malformed, or made for another filter/orderBy).
         """
         terms = parse_order_by(input.order_by)
-        where = compile_filter(parse_filter(input.filter))
+        where = in_namespace(compile_filter(parse_filter(input.filter)), namespace_of(options))
         fingerprint = query_fingerprint(input.filter, input.order_by)
         cursor = decode_cursor(input.cursor, fingerprint, len(terms)) if input.cursor else None
         limit = input.limit or _DEFAULT_QUERY_LIMIT
@@ -317,24 +320,26 @@ class PostgresMemoryStore(SearchMixin):
         ids = [uuid.uuid4().hex for _ in drafts]
         literals = self._embed([d.content for d in drafts])
         eid = options.execution_id if options is not None else None
+        ns = namespace_of(options)
         with self._tx(options) as conn:
-            replay = claim_replay(conn, self._quoted, eid, "MEMORY.WRITE")
+            replay = claim_replay(conn, self._quoted, eid, "MEMORY.WRITE", ns)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(i) for i in replay]
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [self._write_lock])
-            self._check_taken(conn, keys)
+            self._check_taken(conn, keys, ns)
             last = conn.execute(
                 f"SELECT created_at FROM {self._table} ORDER BY seq DESC LIMIT 1"
             ).fetchone()
             now = timestamp_now(last[0] if last else None)
             inserted = conn.execute(
-                f"INSERT INTO {self._table} (id, key, content, metadata, created_at, updated_at,"
-                " tsv) SELECT d.id, d.key, d.content::json, d.metadata::jsonb, %s, %s, "
+                f"INSERT INTO {self._table} (namespace, id, key, content, metadata, created_at,"
+                " updated_at, tsv) SELECT %s, d.id, d.key, d.content::json, d.metadata::jsonb, "
+                "%s, %s, "
                 "to_tsvector('english', d.body) || d.grams::tsvector FROM unnest(%s::text[], "
                 "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[]) WITH ORDINALITY "
                 "AS d(id, key, content, metadata, body, grams, ord) ORDER BY d.ord "
                 "RETURNING id, seq",
-                [now, now, ids, keys, contents, metas, bodies, grams],
+                [ns, now, now, ids, keys, contents, metas, bodies, grams],
             ).fetchall()
             seqs: dict[str, int] = {str(r[0]): int(r[1]) for r in inserted}
             self._store_vectors(conn, [seqs[i] for i in ids], literals)
@@ -347,15 +352,18 @@ class PostgresMemoryStore(SearchMixin):
                 )
                 for i, k, c, m in zip(ids, keys, contents, metas, strict=True)
             ]
-            record(conn, self._quoted, eid, [to_wire(i) for i in items], self._retention_s)
+            output = [to_wire(i) for i in items]
+            record(conn, self._quoted, eid, output, self._retention_s, ns)
         return items
 
-    def _check_taken(self, conn: psycopg.Connection, keys: Sequence[str | None]) -> None:
+    def _check_taken(self, conn: psycopg.Connection, keys: Sequence[str | None], ns: str) -> None:
         wanted = [k for k in keys if k is not None]
         if not wanted:
             return
         row = conn.execute(
-            f"SELECT key FROM {self._table} WHERE key = ANY(%s::text[]) LIMIT 1", [wanted]
+            f"SELECT key FROM {self._table} WHERE namespace = %s AND key = ANY(%s::text[]) "
+            "LIMIT 1",
+            [ns, wanted],
         ).fetchone()
         if row is not None:
             raise MemoryError(
@@ -378,12 +386,14 @@ class PostgresMemoryStore(SearchMixin):
         embedded = self._embed([e.content for e in input.memories if e.has_content])
         literals = None if embedded is None else iter(embedded)
         eid = options.execution_id if options is not None else None
+        ns = namespace_of(options)
         with self._tx(options) as conn:
-            replay = claim_replay(conn, self._quoted, eid, "MEMORY.UPDATE")
+            replay = claim_replay(conn, self._quoted, eid, "MEMORY.UPDATE", ns)
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(i) for i in replay]
             found = conn.execute(
-                f"SELECT id FROM {self._table} WHERE id = ANY(%s::text[])", [ids]
+                f"SELECT id FROM {self._table} WHERE namespace = %s AND id = ANY(%s::text[])",
+                [ns, ids],
             ).fetchall()
             present = {row[0] for row in found}
             for index, memory_id in enumerate(ids):
@@ -395,14 +405,16 @@ class PostgresMemoryStore(SearchMixin):
             for entry, change in zip(input.memories, changes, strict=True):
                 sql = (
                     f"UPDATE {self._table} AS m SET updated_at = %s{change.text} "
-                    f"WHERE m.id = %s RETURNING {_COLUMNS}"
+                    f"WHERE m.namespace = %s AND m.id = %s RETURNING {_COLUMNS}"
                 )
-                rows.append(conn.execute(sql, [now, *change.params, entry.id]).fetchone() or ())
+                params = [now, *change.params, ns, entry.id]
+                rows.append(conn.execute(sql, params).fetchone() or ())
                 if entry.has_content:  # a metadata-only update keeps the vector
                     literal = None if literals is None else [next(literals)]
                     self._store_vectors(conn, [int(rows[-1][0])], literal)
             items = [item(row) for row in rows]
-            record(conn, self._quoted, eid, [to_wire(i) for i in items], self._retention_s)
+            output = [to_wire(i) for i in items]
+            record(conn, self._quoted, eid, output, self._retention_s, ns)
         return items
 
     def delete(
@@ -412,14 +424,17 @@ class PostgresMemoryStore(SearchMixin):
         request order; their keys are free again (MEM-PY-12)."""
         ids = list(dict.fromkeys(input.ids))
         eid = options.execution_id if options is not None else None
+        ns = namespace_of(options)
         with self._tx(options) as conn:
-            replay = claim_replay(conn, self._quoted, eid, "MEMORY.DELETE")
+            replay = claim_replay(conn, self._quoted, eid, "MEMORY.DELETE", ns)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             rows = conn.execute(
-                f"DELETE FROM {self._table} WHERE id = ANY(%s::text[]) RETURNING id", [ids]
+                f"DELETE FROM {self._table} WHERE namespace = %s AND id = ANY(%s::text[]) "
+                "RETURNING id",
+                [ns, ids],
             ).fetchall()
             gone = {row[0] for row in rows}
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in gone])
-            record(conn, self._quoted, eid, to_wire(output), self._retention_s)
+            record(conn, self._quoted, eid, to_wire(output), self._retention_s, ns)
         return output

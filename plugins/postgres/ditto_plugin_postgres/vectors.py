@@ -198,15 +198,17 @@ def query_vector(embedder: EmbeddingProvider, query: Any) -> str:
 
 def vector_search(
     conn: psycopg.Connection, schema: str, columns: str, literal: str, where: Sql, limit: int,
-    iterative: bool = True,
+    iterative: bool = True, selective: bool | None = None,
 ) -> list[tuple[Any, ...]]:  # fmt: skip
     """Rows ``(columns…, score)`` of the ``limit`` nearest records passing ``where``, by
     descending cosine similarity (``score = 1 - cosine distance``), ``seq`` breaking ties;
     ``min(limit, matches)`` of them (see the module docstring). ``iterative``: the server
-    has iterative index scans (:func:`iterative_scans`)."""
+    has iterative index scans (:func:`iterative_scans`); ``selective``: ``where`` may
+    select few rows (default: any ``where`` but ``true``)."""
     if iterative:
         conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        if where.text != "true":  # a selective filter: give up early, the exact scan is cheap
+        if where.text != "true" if selective is None else selective:  # give up early: the
+            # exact scan over few rows is cheap
             conn.execute(
                 f"SET LOCAL hnsw.max_scan_tuples = {max(FILTERED_SCAN_TUPLES, 20 * limit)}"
             )

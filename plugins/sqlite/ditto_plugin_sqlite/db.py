@@ -8,7 +8,8 @@ Schema (version :data:`SCHEMA_VERSION`, kept in ``PRAGMA user_version``; created
 idempotently on open)::
 
     memories(seq INTEGER PRIMARY KEY AUTOINCREMENT,   -- store sequence, never reused
-             id TEXT UNIQUE, key TEXT UNIQUE NULL,
+             namespace TEXT,                           -- tenant scope (version 4)
+             id TEXT UNIQUE, key TEXT NULL,            -- UNIQUE (namespace, key)
              content TEXT  -- JSON text, metadata TEXT NULL -- JSON object text,
              created_at TEXT, updated_at TEXT)          -- see ditto_worker.filters
     memories_fts USING fts5(body, grams)               -- rowid = memories.seq;
@@ -59,18 +60,22 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 3
-_DDL: Final = (
-    """CREATE TABLE IF NOT EXISTS memories (
+SCHEMA_VERSION: Final = 4
+_MEMORIES: Final = """CREATE TABLE IF NOT EXISTS memories (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        namespace TEXT NOT NULL DEFAULT '',
         id TEXT NOT NULL UNIQUE,
-        key TEXT UNIQUE,
+        key TEXT,
         content TEXT NOT NULL,
         metadata TEXT,
         created_at TEXT NOT NULL,
         updated_at TEXT NOT NULL
-    )""",
+    )"""
+_DDL: Final = (
+    _MEMORIES,
     "CREATE INDEX IF NOT EXISTS memories_created_at ON memories (created_at)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS memories_namespace_key ON memories (namespace, key)",
+    "CREATE INDEX IF NOT EXISTS memories_namespace_seq ON memories (namespace, seq)",
     """CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts
         USING fts5(body, grams, tokenize = 'porter unicode61 remove_diacritics 2')""",
     "CREATE TABLE IF NOT EXISTS memory_vectors (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL)",
@@ -261,6 +266,8 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
                 ErrorCode.MEMORY_BACKEND_ERROR,
                 "the SQLite memory file was written by a newer version of the plugin",
             )
+        if 0 < version < 4:
+            _add_namespaces(conn)
         if version < SCHEMA_VERSION:
             for statement in _DDL:
                 conn.execute(statement)
@@ -269,6 +276,41 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
     except BaseException:
         _rollback(conn)
         raise
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _add_namespaces(conn: sqlite3.Connection) -> None:
+    """Schema 1-3 -> 4: a ``namespace`` column (tenant scope, :mod:`ditto_worker.scope`) on
+    ``memories`` (keys unique per namespace) and ``executions``; existing rows are
+    unscoped (``''``). ``memories`` is rebuilt (its old inline ``key UNIQUE`` cannot be
+    dropped in place) keeping every ``seq`` and the AUTOINCREMENT high-water mark."""
+    if "namespace" not in _columns(conn, "memories"):
+        high = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'memories'").fetchone()
+        conn.execute(_MEMORIES.replace("IF NOT EXISTS memories", "memories_v4"))
+        conn.execute(
+            "INSERT INTO memories_v4 (seq, id, key, content, metadata, created_at, updated_at)"
+            " SELECT seq, id, key, content, metadata, created_at, updated_at FROM memories"
+        )
+        conn.execute("DROP TABLE memories")
+        conn.execute("ALTER TABLE memories_v4 RENAME TO memories")
+        if high is not None:
+            conn.execute(
+                "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'memories'", high
+            )
+    columns = _columns(conn, "executions")
+    if columns and "namespace" not in columns:
+        conn.execute("ALTER TABLE executions RENAME TO executions_v3")
+        conn.execute("DROP INDEX IF EXISTS executions_created_at")
+        for statement in EXECUTIONS_DDL:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO executions (execution_id, node, output, created_at)"
+            " SELECT execution_id, node, output, created_at FROM executions_v3"
+        )
+        conn.execute("DROP TABLE executions_v3")
 
 
 def _user_version(conn: sqlite3.Connection) -> int:

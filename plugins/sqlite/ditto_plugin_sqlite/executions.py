@@ -27,35 +27,51 @@ DEFAULT_RETENTION_S: Final = 24 * 3600.0
 
 DDL: Final = (
     """CREATE TABLE IF NOT EXISTS executions (
-        execution_id TEXT PRIMARY KEY,
+        namespace TEXT NOT NULL DEFAULT '',
+        execution_id TEXT NOT NULL,
         node TEXT NOT NULL,
         output TEXT NOT NULL,
-        created_at REAL NOT NULL
+        created_at REAL NOT NULL,
+        PRIMARY KEY (namespace, execution_id)
     )""",
     "CREATE INDEX IF NOT EXISTS executions_created_at ON executions (created_at)",
 )
 
 
-def claim_replay(conn: Any, execution_id: str | None, node: str) -> Any | None:
-    """The committed output of ``execution_id`` (JSON data) if it already ran, else ``None``.
+def claim_replay(
+    conn: Any, execution_id: str | None, node: str, namespace: str = ""
+) -> Any | None:
+    """The committed output of ``execution_id`` (JSON data) if it already ran in
+    ``namespace`` (the call's tenant scope), else ``None``.
 
-    Call inside the mutation's write transaction, before applying anything.
+    Call inside the mutation's write transaction, before applying anything. Ids are
+    remembered per namespace, so another tenant replaying an id never sees this output.
     """
     if not execution_id:
         return None
     row = conn.execute(
-        "SELECT output FROM executions WHERE execution_id = ? AND node = ?", (execution_id, node)
+        "SELECT output FROM executions WHERE namespace = ? AND execution_id = ? AND node = ?",
+        (namespace, execution_id, node),
     ).fetchone()
     return None if row is None else json.loads(row[0])
 
 
-def record(conn: Any, execution_id: str | None, node: str, output: Any, retention_s: float) -> None:
-    """Remember ``output`` (JSON data) for ``execution_id``, in the mutation's transaction."""
+def record(
+    conn: Any,
+    execution_id: str | None,
+    node: str,
+    output: Any,
+    retention_s: float,
+    namespace: str = "",
+) -> None:
+    """Remember ``output`` (JSON data) for ``execution_id`` in ``namespace``, in the
+    mutation's transaction."""
     if not execution_id:
         return
     now = time.time()
     conn.execute("DELETE FROM executions WHERE created_at < ?", (now - retention_s,))
     conn.execute(
-        "INSERT INTO executions (execution_id, node, output, created_at) VALUES (?, ?, ?, ?)",
-        (execution_id, node, json.dumps(output, separators=(",", ":")), now),
+        "INSERT INTO executions (namespace, execution_id, node, output, created_at)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (namespace, execution_id, node, json.dumps(output, separators=(",", ":")), now),
     )

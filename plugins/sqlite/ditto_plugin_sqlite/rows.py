@@ -52,8 +52,9 @@ def marks(values: Sequence[Any]) -> str:
     return ",".join("?" * len(values))
 
 
-def check_keys(conn: sqlite3.Connection, drafts: Sequence[MemoryDraft]) -> None:
-    """Raise CONFLICT for a key used twice in the batch or already stored (MEM-WRITE-3)."""
+def check_keys(conn: sqlite3.Connection, drafts: Sequence[MemoryDraft], namespace: str) -> None:
+    """Raise CONFLICT for a key used twice in the batch or already stored in ``namespace``
+    (MEM-WRITE-3; keys are unique per tenant scope)."""
     seen: dict[str, int] = {}
     for index, draft in enumerate(drafts):
         if draft.key is None:
@@ -65,7 +66,8 @@ def check_keys(conn: sqlite3.Connection, drafts: Sequence[MemoryDraft]) -> None:
         seen[draft.key] = index
     keys = list(seen)
     for chunk in chunks(keys):
-        row = conn.execute(f"SELECT key FROM memories WHERE key IN ({marks(chunk)})", chunk)
+        sql = f"SELECT key FROM memories WHERE namespace = ? AND key IN ({marks(chunk)})"
+        row = conn.execute(sql, [namespace, *chunk])
         taken = row.fetchone()
         if taken is not None:
             raise MemoryError(

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from ditto_plugin_sqlite.fts import match_expression
 from ditto_plugin_sqlite.rows import COLUMNS, row_item
-from ditto_plugin_sqlite.sql import Sql, compile_filter
+from ditto_plugin_sqlite.sql import Sql, compile_filter, in_namespace
 from ditto_plugin_sqlite.vectors import query_blob
 from ditto_worker.capabilities import StoreCapabilities
 from ditto_worker.contracts import MemorySearchInput, MemorySearchResult
@@ -32,6 +32,7 @@ from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.filters import parse_filter
 from ditto_worker.ports import MemoryCallOptions
 from ditto_worker.retrieval.embed import EmbeddingProvider
+from ditto_worker.scope import namespace_of
 
 __all__ = ["KEYWORD_CAPABILITIES", "VECTOR_CAPABILITIES", "SearchMixin"]
 
@@ -46,6 +47,7 @@ KEYWORD_CAPABILITIES: Final = StoreCapabilities(
     key_conflict="error",
     batch_atomic=True,
     cancel=True,
+    scope=True,
     extras=_EXTRAS,
 )
 """What a store without an embedding provider declares."""
@@ -59,6 +61,7 @@ VECTOR_CAPABILITIES: Final = StoreCapabilities(
     key_conflict="error",
     batch_atomic=True,
     cancel=True,
+    scope=True,
     extras=_EXTRAS | {"embed_on_write"},
 )
 """What a store with an embedding provider declares (``vector`` and ``hybrid`` added)."""
@@ -131,7 +134,7 @@ class SearchMixin:
         strategy = self._strategy(input)
         if strategy == "hybrid":
             return self._hybrid(input, options)
-        where = compile_filter(parse_filter(input.filter))
+        where = in_namespace(compile_filter(parse_filter(input.filter)), namespace_of(options))
         limit = input.limit or DEFAULT_SEARCH_LIMIT
         if strategy == "vector" and self._embedder is not None:
             self._check_identity()

@@ -32,7 +32,14 @@ from ditto_worker.filters import (
     SortTerm,
 )
 
-__all__ = ["Sql", "compile_filter", "keyset_condition", "order_clause", "sort_columns"]
+__all__ = [
+    "Sql",
+    "compile_filter",
+    "in_namespace",
+    "keyset_condition",
+    "order_clause",
+    "sort_columns",
+]
 
 _RESERVED_COLUMNS: Final = {
     "id": ("'text'", "m.id"),
@@ -131,6 +138,12 @@ def compile_filter(node: FilterNode | None) -> Sql:
         equal = _typed(node.field, "=", node.value)
         return Sql(f"(NOT {equal.text})", equal.params)
     return _typed(node.field, _SQL_OPS[node.op], node.value)
+
+
+def in_namespace(where: Sql, namespace: str) -> Sql:
+    """``where`` confined to one tenant namespace (exact ``=`` on a bound parameter, so
+    ``_``/``%`` are plain characters; :mod:`ditto_worker.scope`)."""
+    return Sql(f"(m.namespace = ? AND {where.text})", [namespace, *where.params])
 
 
 def sort_columns(terms: Sequence[SortTerm]) -> Sql:

@@ -36,6 +36,7 @@ from ditto_plugin_sqlite.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES
 from ditto_plugin_sqlite.sql import (
     Sql,
     compile_filter,
+    in_namespace,
     keyset_condition,
     order_clause,
     sort_columns,
@@ -63,6 +64,7 @@ from ditto_worker.filters import (
 )
 from ditto_worker.ports import MemoryCallOptions
 from ditto_worker.retrieval.embed import EMBEDDING_MISMATCH, EmbeddingProvider
+from ditto_worker.scope import namespace_of
 
 __all__ = ["SqliteMemoryStore"]
 
@@ -107,6 +109,9 @@ class SqliteMemoryStore(SearchMixin):
           with ``EMBEDDING_MISMATCH``; without one, a WRITE or content UPDATE to a
           database that keeps vectors does.
         * ``options.cancel`` interrupts the running statement (``MEMORY_CANCELLED``).
+        * Tenant scope: every operation is confined to ``options.scope``'s namespace (a
+          column compared with ``=``); keys are unique per namespace; ids of another
+          scope are not found (:mod:`ditto_worker.scope`).
 
     Errors: ``MemoryError`` with ``UNSUPPORTED_FILTER``, ``UNSUPPORTED_ORDER_BY``,
     ``INVALID_CURSOR``, ``CONFLICT``, ``NOT_FOUND``, ``UNSUPPORTED_STRATEGY``,
@@ -252,12 +257,13 @@ class SqliteMemoryStore(SearchMixin):
             ("key", list(dict.fromkeys(input.keys or ()))),
         )
         rows: dict[int, _Row] = {}
+        ns = namespace_of(options)
         with self._tx(options, write=False) as conn:
             for column, values in wanted:
                 for chunk in _chunks(values):
-                    where = f"m.{column} IN ({_marks(chunk)})"
+                    where = f"m.namespace = ? AND m.{column} IN ({_marks(chunk)})"
                     sql = f"SELECT {_COLUMNS} FROM memories AS m WHERE {where}"
-                    rows.update((row[0], row) for row in conn.execute(sql, chunk))
+                    rows.update((row[0], row) for row in conn.execute(sql, [ns, *chunk]))
         return [_item(rows[seq]) for seq in sorted(rows)]
 
     def query(
@@ -274,7 +280,8 @@ class SqliteMemoryStore(SearchMixin):
         fingerprint = query_fingerprint(input.filter, input.order_by)
         cursor = decode_cursor(input.cursor, fingerprint, len(terms)) if input.cursor else None
         limit = input.limit or _DEFAULT_QUERY_LIMIT
-        columns, where = sort_columns(terms), compile_filter(node)
+        columns = sort_columns(terms)
+        where = in_namespace(compile_filter(node), namespace_of(options))
         after = keyset_condition(terms, cursor) if cursor is not None else Sql("1")
         sql = (
             f"SELECT * FROM (SELECT m.seq AS seq, m.id, m.key, m.content, m.metadata"
@@ -313,19 +320,20 @@ class SqliteMemoryStore(SearchMixin):
         ids = [uuid.uuid4().hex for _ in drafts]
         blobs = self._embed([d.content for d in drafts])
         eid = options.execution_id if options is not None else None
+        ns = namespace_of(options)
         with self._tx(options, write=True) as conn:
-            replay = claim_replay(conn, eid, "MEMORY.WRITE")
+            replay = claim_replay(conn, eid, "MEMORY.WRITE", ns)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(item) for item in replay]
-            _check_keys(conn, drafts)
+            _check_keys(conn, drafts, ns)
             latest = conn.execute("SELECT MAX(created_at) FROM memories").fetchone()[0]
             now = timestamp_now(latest)
             seqs: list[int] = []
             for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True):
                 cur = conn.execute(
-                    "INSERT INTO memories (id, key, content, metadata, created_at, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (memory_id, draft.key, content, metadata, now, now),
+                    "INSERT INTO memories (namespace, id, key, content, metadata, created_at,"
+                    " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (ns, memory_id, draft.key, content, metadata, now, now),
                 )
                 seqs.append(int(cur.lastrowid or 0))
                 _index(conn, seqs[-1], draft.content)
@@ -334,7 +342,8 @@ class SqliteMemoryStore(SearchMixin):
                 _item((0, memory_id, draft.key, content, metadata))
                 for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True)
             ]
-            record(conn, eid, "MEMORY.WRITE", [to_wire(i) for i in items], self._retention_s)
+            output = [to_wire(i) for i in items]
+            record(conn, eid, "MEMORY.WRITE", output, self._retention_s, ns)
         return items
 
     def update(
@@ -362,13 +371,16 @@ class SqliteMemoryStore(SearchMixin):
         embedded = [entry for entry in entries if entry.has_content]
         blobs = iter(self._embed([entry.content for entry in embedded]) or ())
         eid = options.execution_id if options is not None else None
+        ns = namespace_of(options)
         with self._tx(options, write=True) as conn:
-            replay = claim_replay(conn, eid, "MEMORY.UPDATE")
+            replay = claim_replay(conn, eid, "MEMORY.UPDATE", ns)
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(item) for item in replay]
             now = timestamp_now()
             for i, (entry, (sets, params)) in enumerate(zip(entries, changes, strict=True)):
-                found = conn.execute("SELECT seq FROM memories WHERE id = ?", (entry.id,))
+                found = conn.execute(
+                    "SELECT seq FROM memories WHERE namespace = ? AND id = ?", (ns, entry.id)
+                )
                 seq_row = found.fetchone()
                 if seq_row is None:
                     raise MemoryError(ErrorCode.NOT_FOUND, f"memories[{i}]: no memory with this id")
@@ -381,7 +393,8 @@ class SqliteMemoryStore(SearchMixin):
                 select = f"SELECT {_COLUMNS} FROM memories AS m WHERE m.seq = ?"
                 rows.append(conn.execute(select, (seq_row[0],)).fetchone())
             items = [_item(row) for row in rows]
-            record(conn, eid, "MEMORY.UPDATE", [to_wire(i) for i in items], self._retention_s)
+            output = [to_wire(i) for i in items]
+            record(conn, eid, "MEMORY.UPDATE", output, self._retention_s, ns)
         return items
 
     def delete(
@@ -392,18 +405,20 @@ class SqliteMemoryStore(SearchMixin):
         ids = list(dict.fromkeys(input.ids))
         found: dict[str, int] = {}
         eid = options.execution_id if options is not None else None
+        ns = namespace_of(options)
         with self._tx(options, write=True) as conn:
-            replay = claim_replay(conn, eid, "MEMORY.DELETE")
+            replay = claim_replay(conn, eid, "MEMORY.DELETE", ns)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             for chunk in _chunks(ids):
-                sql = f"SELECT id, seq FROM memories WHERE id IN ({_marks(chunk)})"
-                found.update(conn.execute(sql, chunk).fetchall())
+                where = f"namespace = ? AND id IN ({_marks(chunk)})"
+                sql = f"SELECT id, seq FROM memories WHERE {where}"
+                found.update(conn.execute(sql, [ns, *chunk]).fetchall())
             seqs = list(found.values())
             for chunk in _chunks(seqs):
                 conn.execute(f"DELETE FROM memories_fts WHERE rowid IN ({_marks(chunk)})", chunk)
                 conn.execute(f"DELETE FROM memory_vectors WHERE seq IN ({_marks(chunk)})", chunk)
                 conn.execute(f"DELETE FROM memories WHERE seq IN ({_marks(chunk)})", chunk)
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])
-            record(conn, eid, "MEMORY.DELETE", to_wire(output), self._retention_s)
+            record(conn, eid, "MEMORY.DELETE", to_wire(output), self._retention_s, ns)
         return output

@@ -1,0 +1,157 @@
+"""Conformance: tenant scope on all six operations (:mod:`ditto_worker.scope`).
+
+Rules: MEM-TASK-2 ("scope is enforced on all six operations from the host's trusted
+identity; a model or a request filter cannot choose the namespace"), issue 7 item 6 (a
+scope value with ``_``, ``%``, ``-``, ``:`` or quotes never matches another scope).
+A store that does not declare ``capabilities.scope`` must have its scoped calls refused
+by the SDK with ``PERMISSION_DENIED``, writing nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ditto_worker.contracts import MemoryItem
+from ditto_worker.errors import ErrorCode
+from ditto_worker.scope import Scope
+from ditto_worker.testing._conformance_harness import Harness, label
+
+__all__ = [
+    "ODD_SCOPES",
+    "test_filter_cannot_widen_scope",
+    "test_odd_scope_values_never_collide",
+    "test_scope_confines_all_six_operations",
+    "test_undeclared_scope_is_refused",
+]
+
+ODD_SCOPES: tuple[Scope, ...] = (
+    Scope("a:b", "c"),
+    Scope("a", "b:c"),
+    Scope("a", "b"),
+    Scope("t_", "u"),
+    Scope("t%", "u"),
+    Scope("tx", "u"),
+    Scope("t", "u"),
+    Scope("a%3Ab", "c"),
+    Scope("o'brien", 'say "hi"'),
+    Scope("o", "brien"),
+    Scope("-", "-"),
+    Scope("--", "-"),
+    Scope("租户", "用户"),
+    Scope("acme", "u1:memory"),
+    Scope("acme:u1", "memory"),
+)
+"""Pairs whose naive joins, LIKE patterns or quoting would collide with each other."""
+
+
+def _require_scope(conformance: Harness) -> None:
+    if not conformance.caps.scope:
+        pytest.skip("scope not declared")
+
+
+def _search_ids(h: Harness, query: str) -> list[str] | None:
+    """Ids found by keyword SEARCH in ``h``'s scope, or ``None`` without keyword search."""
+    if h.caps.keyword_strategy is None:
+        return None
+    hits = h.ok("MEMORY.SEARCH", {"query": query, "limit": 50, "strategy": h.caps.keyword_strategy})
+    return [hit.memory.id for hit in hits]
+
+
+def _one(items: list[MemoryItem]) -> MemoryItem:
+    assert len(items) == 1, [label(i) for i in items]
+    return items[0]
+
+
+def test_undeclared_scope_is_refused(conformance: Harness) -> None:
+    # The SDK refuses a scoped call to a store that cannot isolate it; nothing is written
+    if conformance.caps.scope:
+        pytest.skip("scope declared")
+    scoped = conformance.scoped(Scope("acme", "alice"))
+    assert scoped.code("MEMORY.WRITE", {"memories": [{"content": "x"}]}) == (
+        ErrorCode.PERMISSION_DENIED
+    )
+    assert scoped.code("MEMORY.QUERY", {}) == ErrorCode.PERMISSION_DENIED
+    assert conformance.items() == []
+
+
+def test_scope_confines_all_six_operations(conformance: Harness) -> None:
+    _require_scope(conformance)
+    alice = conformance.scoped(Scope("acme", "alice"))
+    bob = conformance.scoped(Scope("acme", "bob"))
+    other = conformance.scoped(Scope("globex", "alice"))
+    plain = conformance.scoped(None)
+    # WRITE: the same key in every scope (keys are unique per scope, not globally)
+    everyone = [("alice", alice), ("bob", bob), ("other", other), ("plain", plain)]
+    mine = {name: _one(h.write([{"key": "pref", "content": f"{name} likes tea"}]))
+            for name, h in everyone}  # fmt: skip
+    assert len({item.id for item in mine.values()}) == 4
+    assert alice.code("MEMORY.WRITE", {"memories": [{"key": "pref", "content": "again"}]}) == (
+        ErrorCode.CONFLICT
+    )
+    for name, h in everyone:
+        # GET by key sees its own record; by another scope's id sees nothing
+        got = _one(h.ok("MEMORY.GET", {"keys": ["pref"]}))
+        assert got.id == mine[name].id
+        foreign = [item.id for n, item in mine.items() if n != name]
+        assert h.ok("MEMORY.GET", {"ids": foreign}) == []
+        # QUERY and SEARCH list only its own
+        assert [item.id for item in h.items()] == [mine[name].id]
+        assert _search_ids(h, "likes tea") in (None, [mine[name].id])
+    # UPDATE of another scope's id is NOT_FOUND and changes nothing
+    assert bob.code("MEMORY.UPDATE", {"memories": [{"id": mine["alice"].id, "content": "x"}]}) == (
+        ErrorCode.NOT_FOUND
+    )
+    assert _one(alice.ok("MEMORY.GET", {"ids": [mine["alice"].id]})).content == "alice likes tea"
+    # DELETE of another scope's id deletes nothing
+    assert bob.ok("MEMORY.DELETE", {"ids": [mine["alice"].id, mine["plain"].id]}).deleted == []
+    assert alice.ok("MEMORY.GET", {"ids": [mine["alice"].id]}) != []
+    assert plain.ok("MEMORY.GET", {"ids": [mine["plain"].id]}) != []
+    # the owner can update and delete; the others' copies are untouched
+    updated = alice.ok("MEMORY.UPDATE", {"memories": [{"id": mine["alice"].id, "content": "y"}]})
+    assert _one(updated).content == "y"
+    assert alice.ok("MEMORY.DELETE", {"ids": [mine["alice"].id]}).deleted == [mine["alice"].id]
+    assert alice.items() == []
+    assert _one(bob.items()).content == "bob likes tea"
+    # a deleted key is free again in its own scope only
+    alice.write([{"key": "pref", "content": "new"}])
+    assert bob.code("MEMORY.WRITE", {"memories": [{"key": "pref", "content": "z"}]}) == (
+        ErrorCode.CONFLICT
+    )
+
+
+def test_odd_scope_values_never_collide(conformance: Harness) -> None:
+    _require_scope(conformance)
+    assert len({scope.namespace for scope in ODD_SCOPES}) == len(ODD_SCOPES)
+    ids: dict[Scope, str] = {}
+    for scope in ODD_SCOPES:
+        item = _one(conformance.scoped(scope).write([{"key": "k", "content": "shared words"}]))
+        ids[scope] = item.id
+    for scope in ODD_SCOPES:
+        h = conformance.scoped(scope)
+        assert [item.id for item in h.items()] == [ids[scope]], scope
+        assert [item.id for item in h.ok("MEMORY.GET", {"keys": ["k"]})] == [ids[scope]], scope
+        assert _search_ids(h, "shared words") in (None, [ids[scope]]), scope
+    assert conformance.items() == []  # nothing leaked into the unscoped namespace
+
+
+def test_filter_cannot_widen_scope(conformance: Harness) -> None:
+    # Metadata that names a namespace or tenant is just metadata: a filter only narrows
+    _require_scope(conformance)
+    alice, bob = Scope("acme", "alice"), Scope("acme", "bob")
+    meta = {"namespace": bob.namespace, "tenant": "acme", "user": "bob", "scope": bob.namespace}
+    conformance.scoped(alice).write([{"content": "alice secret", "metadata": meta}])
+    widen = {
+        "$or": [
+            {"namespace": bob.namespace},
+            {"namespace": alice.namespace},
+            {"tenant": {"$exists": True}},
+            {"tenant": {"$exists": False}},
+        ]
+    }
+    as_bob = conformance.scoped(bob)
+    if conformance.supports_filter(widen):
+        assert as_bob.items(widen) == []
+    assert as_bob.items() == []
+    assert _search_ids(as_bob, "alice secret") in (None, [])
+    as_alice = conformance.scoped(alice)
+    assert len(as_alice.items(widen if conformance.supports_filter(widen) else None)) == 1

@@ -1,0 +1,93 @@
+"""Tenant scope rules that need no server (:mod:`ditto_worker.scope`, issue 7 item 6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ditto_worker import ConfigError, Scope, create_memory, create_memory_worker
+from ditto_worker.errors import MemoryError
+from ditto_worker.scope import UNSCOPED, namespace_of, parse_scope, resolve_scope
+from ditto_worker.testing import InMemoryMemoryStore
+from ditto_worker.worker import NodeContext
+from tests.unit._spies import Spy
+
+ODD = st.text(alphabet=st.sampled_from("ab_%-:'\"\\ 3A中"), min_size=1, max_size=6)
+
+
+@given(a=st.tuples(ODD, ODD), b=st.tuples(ODD, ODD))
+def test_namespace_is_injective(a: tuple[str, str], b: tuple[str, str]) -> None:
+    # two different scopes never share a namespace, whatever characters they hold
+    assert (Scope(*a).namespace == Scope(*b).namespace) == (a == b)
+    assert Scope(*a).namespace != UNSCOPED
+
+
+def test_namespace_follows_the_seed_layout() -> None:
+    assert Scope("acme", "alice").namespace == "acme:alice:memory"
+    assert Scope("a:b", "c%").namespace == "a%3Ab:c%25:memory"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"tenant": "", "user": "u"}, {"tenant": "t"}, {"tenant": "t", "user": 1},
+     {"tenant": "t", "user": "u", "extra": "x"}, {"tenant": "t\n", "user": "u"},
+     {"tenant": "t" * 257, "user": "u"}, ["t", "u"], "t:u"],
+)  # fmt: skip
+def test_malformed_scopes_are_permission_denied(value: Any) -> None:
+    with pytest.raises(MemoryError) as caught:
+        parse_scope(value)
+    assert caught.value.code == "PERMISSION_DENIED"
+
+
+def test_resolution_bound_sent_required() -> None:
+    a, b = Scope("t", "a"), Scope("t", "b")
+    assert resolve_scope(None, None, False) is None
+    assert resolve_scope(None, a, True) == a
+    assert resolve_scope(a, None, True) == a
+    assert resolve_scope(a, a, False) == a
+    for bound, sent, required in [(a, b, False), (None, None, True)]:
+        with pytest.raises(MemoryError) as caught:
+            resolve_scope(bound, sent, required)
+        assert caught.value.code == "PERMISSION_DENIED"
+    assert namespace_of(None) == UNSCOPED
+
+
+def test_a_store_that_does_not_declare_scope_is_never_called_scoped() -> None:
+    spy = Spy()
+    memory = create_memory(spy)
+    for node, input in [("MEMORY.WRITE", {"memories": [{"content": "x"}]}),
+                        ("MEMORY.QUERY", {}), ("MEMORY.GET", {"ids": ["a"]}),
+                        ("MEMORY.UPDATE", {"memories": [{"id": "a", "content": 1}]}),
+                        ("MEMORY.DELETE", {"ids": ["a"]})]:  # fmt: skip
+        result = memory.execute(node, input, scope=Scope("t", "u"))
+        assert result.error is not None and result.error.code == "PERMISSION_DENIED", node
+    assert spy.calls == []
+    assert memory.execute("MEMORY.QUERY", {}).status == "success"  # unscoped still works
+
+
+def test_worker_binds_and_requires_scope() -> None:
+    store = InMemoryMemoryStore()
+    bound = create_memory_worker(store, scope={"tenant": "t", "user": "u"})
+    ctx = NodeContext("e1")
+    written = bound.handle("MEMORY.WRITE", {"memories": [{"content": "x"}]}, ctx)
+    assert written.status == "success"
+    mine = create_memory(store).query({}, scope=Scope("t", "u")).output.items
+    assert mine == written.output
+    other = bound.handle("MEMORY.QUERY", {}, NodeContext("e2", scope=Scope("t", "v")))
+    assert other.error is not None and other.error.code == "PERMISSION_DENIED"
+    strict = create_memory_worker(store, require_scope=True)
+    refused = strict.handle("MEMORY.QUERY", {}, NodeContext("e3"))
+    assert refused.error is not None and refused.error.code == "PERMISSION_DENIED"
+    allowed = strict.handle("MEMORY.QUERY", {}, NodeContext("e4", scope=Scope("t", "u")))
+    assert allowed.output.items == written.output
+    with pytest.raises(ConfigError):
+        create_memory_worker(store, scope={"tenant": "", "user": "u"})
+
+
+def test_scope_is_not_an_input_field() -> None:
+    memory = create_memory(InMemoryMemoryStore())
+    result = memory.execute("MEMORY.QUERY", {"scope": {"tenant": "t", "user": "u"}})
+    assert result.error is not None and result.error.code == "INVALID_INPUT"
