@@ -91,3 +91,31 @@ def test_scope_is_not_an_input_field() -> None:
     memory = create_memory(InMemoryMemoryStore())
     result = memory.execute("MEMORY.QUERY", {"scope": {"tenant": "t", "user": "u"}})
     assert result.error is not None and result.error.code == "INVALID_INPUT"
+
+
+def test_worker_config_binds_the_scope() -> None:
+    from ditto_worker.config import load_runtime_config
+    from ditto_worker.tasks import FleetRuntime
+
+    data = {"workers": {"memory": {"store": "memory", "requireScope": True,
+                                   "scope": {"tenant": "acme", "user": "a:b"}}}}  # fmt: skip
+    worker = FleetRuntime(load_runtime_config(data, env={})).worker
+    assert (worker.scope, worker.require_scope) == (Scope("acme", "a:b"), True)
+    with pytest.raises(ConfigError):
+        load_runtime_config({"workers": {"memory": {"scope": {"tenant": "acme"}}}}, env={})
+
+
+@pytest.mark.parametrize("header", ["acme:alice", {"tenant": "acme"}, {"tenant": 1, "user": "u"}])
+def test_a_malformed_scope_header_never_reaches_the_store(header: Any) -> None:
+    # a raw producer (not DittoClient) sending a bad ditto_scope header is refused
+    from types import SimpleNamespace
+
+    from ditto_worker.config import load_runtime_config
+    from ditto_worker.tasks import FleetRuntime
+
+    spy = Spy()
+    runtime = FleetRuntime(load_runtime_config({}, env={}), lambda: create_memory_worker(spy))
+    request = SimpleNamespace(id="e1", headers={"ditto_scope": header})
+    reply = runtime.run(SimpleNamespace(request=request, app=None), "MEMORY.QUERY", {})  # type: ignore[arg-type]
+    assert reply["status"] == "failed" and reply["error"]["code"] == "PERMISSION_DENIED"
+    assert spy.calls == []
