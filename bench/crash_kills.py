@@ -370,8 +370,11 @@ def run_store(target: Target, args: argparse.Namespace, redis_url: str, folder: 
             if main:
                 worker.kill_all()
             else:
-                for pid in pool:
-                    os.kill(pid, signal.SIGKILL)
+                try:
+                    for pid in pool:
+                        os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:  # that pool process is gone already
+                    continue
             run.kills_sent += 1
             when = "commit" if target.committed(eid) else "mid"
             kind = f"{'main' if main else 'pool'}/{when}"
