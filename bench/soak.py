@@ -172,7 +172,8 @@ class Fleet:
                         raise SystemExit(
                             f"worker {group} exited: {self.logs[group].read_text()[-2000:]}"
                         )
-                replies = app.control.ping(timeout=1.0) or []
+                with app.connection_for_write() as conn:  # closed after: no leftover sockets
+                    replies = app.control.ping(timeout=1.0, connection=conn) or []
                 answered = {name for reply in replies for name in reply}
                 if set(self.names.values()) <= answered:
                     return
