@@ -5,7 +5,9 @@ One real ``ditto-worker worker --nodes writes --store <store>`` (prefork, one po
 process, ``fleet.visibilityTimeoutS`` from ``--visibility``) on a real Redis and a real
 database (a fresh SQLite file, or a fresh schema of ``--postgres-url``). A caller thread
 sends WRITE batches and, after each, an UPDATE of that batch's records (new content and
-metadata), every call with a fixed execution id (``bw-N`` / ``bu-N``). The main thread
+metadata), every call with a fixed execution id (``<run>w-N`` / ``<run>u-N``, unique to
+the run: ids shared with another fleet on the same Redis server could be cancelled by
+its client through the server-wide ``ditto:cancel`` channel). The main thread
 watches the worker's log and, for each call the worker receives, kills at a random point
 — after a random delay (usually mid-batch), or right after the call's COMMIT (polling
 the store's execution record; the kill then falls before the acknowledgement):
@@ -261,6 +263,7 @@ class Run:
     """What happened in one store's run."""
 
     store: str
+    prefix: str = ""  # of this run's execution ids: never shared with another run
     kills_sent: int = 0
     landed: Counter[str] = field(default_factory=Counter)  # "pool/mid" … "main/commit"
     writes: dict[int, Any] = field(default_factory=dict)
@@ -268,16 +271,19 @@ class Run:
     redelivery_s: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
     problems: Counter[str] = field(default_factory=Counter)
+    failures: list[Any] = field(default_factory=list)
     memories: int = 0
 
 
-def caller(client: Any, run: Run, batch: int, stop: threading.Event, timeout_s: float) -> None:
+def caller(
+    client: Any, run: Run, batch: int, stop: threading.Event, timeout_s: float, prefix: str
+) -> None:
     """WRITE batch n, then UPDATE its records, until ``stop`` is set."""
     n = 0
     while not stop.is_set():
         drafts = [{"content": f"c-{n}-{i}", "metadata": {"batch": n}} for i in range(batch)]
         written = client.invoke(
-            "MEMORY.WRITE", {"memories": drafts}, timeout=timeout_s, execution_id=f"bw-{n}"
+            "MEMORY.WRITE", {"memories": drafts}, timeout=timeout_s, execution_id=f"{prefix}w-{n}"
         )
         run.writes[n] = written
         if written.status == "success":
@@ -286,7 +292,10 @@ def caller(client: Any, run: Run, batch: int, stop: threading.Event, timeout_s: 
                 for m in written.output
             ]
             run.updates[n] = client.invoke(
-                "MEMORY.UPDATE", {"memories": changes}, timeout=timeout_s, execution_id=f"bu-{n}"
+                "MEMORY.UPDATE",
+                {"memories": changes},
+                timeout=timeout_s,
+                execution_id=f"{prefix}u-{n}",
             )
         n += 1
 
@@ -310,14 +319,23 @@ def resolve(worker: Worker, run: Run, pending: list[Kill]) -> None:
     for kill in list(pending):
         if received.count((kill.node, kill.eid)) > kill.received_before:
             pending.remove(kill)
+            note(worker.folder, f"landed: {kill.eid} delivered again")
             run.landed[kill.kind] += 1
             run.redelivery_s.append(time.monotonic() - kill.at)
+
+
+def note(folder: Path, text: str) -> None:
+    """One timestamped line in ``events.log`` beside the worker's log."""
+    with (folder / "events.log").open("a") as out:
+        out.write(f"{time.time():.3f} {text}\n")
 
 
 def restart_after_visibility(worker: Worker, broker: redis.Redis, visibility_s: float) -> None:
     """Start a fresh worker once every unacked message's visibility timeout has passed
     (a starting worker restores those; see the README on the running worker's sweep)."""
-    scores = [s for _, s in broker.zrange("unacked_index", 0, -1, withscores=True)]
+    unacked = broker.zrange("unacked_index", 0, -1, withscores=True)
+    note(worker.folder, f"unacked after the kill: {unacked}")
+    scores = [s for _, s in unacked]
     if scores:
         time.sleep(max(0.0, max(scores) + visibility_s + 0.3 - time.time()))
     worker.start()
@@ -327,7 +345,7 @@ def run_store(target: Target, args: argparse.Namespace, redis_url: str, folder: 
     from ditto_worker import DittoClient
     from ditto_worker.config import FleetSettings
 
-    run = Run(target.name)
+    run = Run(target.name, prefix=f"{target.name[:2]}{uuid.uuid4().hex[:6]}-")
     rng = random.Random(args.seed)
     broker = redis.Redis.from_url(redis_url)
     broker.flushdb()
@@ -336,7 +354,9 @@ def run_store(target: Target, args: argparse.Namespace, redis_url: str, folder: 
     client = DittoClient.from_fleet(FleetSettings(broker_url=redis_url))
     stop = threading.Event()
     thread = threading.Thread(
-        target=caller, args=(client, run, args.batch, stop, args.call_timeout), daemon=True
+        target=caller,
+        args=(client, run, args.batch, stop, args.call_timeout, run.prefix),
+        daemon=True,
     )
     started = time.monotonic()
     thread.start()
@@ -379,6 +399,7 @@ def run_store(target: Target, args: argparse.Namespace, redis_url: str, folder: 
             when = "commit" if target.committed(eid) else "mid"
             kind = f"{'main' if main else 'pool'}/{when}"
             pending.append(Kill(node, eid, kind, before, killed_at))
+            note(folder, f"kill {kind} while {eid} ran")
             if main:
                 restart_after_visibility(worker, broker, args.visibility)
         stop.set()
@@ -410,6 +431,7 @@ def verify(run: Run, target: Target, batch: int) -> None:
     for result in run.writes.values():
         if result.status != "success":
             p["failed calls"] += 1
+            run.failures.append(result)
             continue
         for item in result.output:
             if item.id not in by_id:
@@ -417,6 +439,7 @@ def verify(run: Run, target: Target, batch: int) -> None:
     for n, result in run.updates.items():
         if result.status != "success":
             p["failed calls"] += 1
+            run.failures.append(result)
             continue
         for item in result.output:
             content, metadata = by_id.get(item.id, (None, None))
@@ -438,6 +461,9 @@ def report(run: Run) -> None:
         print(f"  {name:<17} {run.problems[name]}")
     print(f"  kill→redelivery   median {median:.1f} s, max {delays[-1] if delays else 0:.1f} s")
     print(f"  elapsed           {run.elapsed_s:.0f} s")
+    for result in run.failures:
+        error = result.error
+        print(f"  failed: {result.execution_id} {result.status} {error.code}: {error.message}")
 
 
 def throwaway_redis() -> tuple[str, subprocess.Popen[bytes], str]:
@@ -507,7 +533,10 @@ def main() -> None:
                 target.close()
             report(run)
             bad += sum(run.problems.values())
-            shutil.rmtree(folder, ignore_errors=True)
+            if sum(run.problems.values()):
+                print(f"  worker log kept: {folder / 'worker.log'}")
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
     finally:
         if own is not None:
             own[0].terminate()
