@@ -28,6 +28,7 @@ This module never imports tasks or plugins.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
@@ -93,6 +94,8 @@ _RESULT_TYPES: dict[str, type[NodeResult[Any]]] = {
 }
 _CANCEL_POLL_S = 0.05
 _SLACK_S = 5.0  # how long past its deadline a call may take to report (slow broker)
+_FLAG_WAIT_S = 2.0  # how long a cancelled ainvoke waits for its cancel flag to be raised
+_MAX_PENDING_REVOKES = 256  # revoke broadcasts queued at most; more are skipped
 
 
 def _jsonable(input: Any) -> Any:
@@ -158,6 +161,11 @@ class DittoClient:
             else None
         )
         self._senders = ThreadPoolExecutor(send_threads, thread_name_prefix="ditto-send")
+        # revokes are best effort (the cancel flag and ``expires`` are what hold), so they
+        # get their own thread and never delay a send; past _MAX_PENDING_REVOKES they are
+        # skipped
+        self._revokers = ThreadPoolExecutor(1, thread_name_prefix="ditto-revoke")
+        self._pending_revokes = 0
         self._in_flight = 0
         self._idle = threading.Condition()
         self._closed = False
@@ -268,7 +276,15 @@ class DittoClient:
                     token.cancel()
                     raise
             coro = self._acall(node, _jsonable(input), eid, deadline, cancel, bound)
-            return await asyncio.wrap_future(self._listener.submit(coro))
+            try:
+                return await asyncio.wrap_future(self._listener.submit(coro))
+            except asyncio.CancelledError:
+                # the awaiting task is cancelled at once; raise the call's cancel flag before
+                # re-raising, so a caller that exits right away still leaves it cancelled
+                flag = self._listener.submit(self._acancel(eid, deadline))
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.wrap_future(flag), _FLAG_WAIT_S)
+                raise
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Drain calls already accepted (up to ``timeout_s``), then release connections.
@@ -282,6 +298,7 @@ class DittoClient:
         if self._listener is not None:
             self._listener.close()
         self._senders.shutdown(wait=True)
+        self._revokers.shutdown(wait=True)
         self.app.close()
 
     @property
@@ -360,6 +377,26 @@ class DittoClient:
         except Exception:  # a revoke that cannot be sent is covered by expires + cancel flag
             log.warning("could not broadcast revoke for %s", eid, exc_info=True)
 
+    def _revoke_later(self, eid: str) -> None:
+        """Broadcast the revoke of ``eid`` on the revoke thread, without waiting for it."""
+        with self._idle:
+            if self._pending_revokes >= _MAX_PENDING_REVOKES or self._closed:
+                return  # overloaded or closing: the cancel flag and expires still hold
+            self._pending_revokes += 1
+
+        def run() -> None:
+            try:
+                self._revoke(eid)
+            finally:
+                with self._idle:
+                    self._pending_revokes -= 1
+
+        try:
+            self._revokers.submit(run)
+        except RuntimeError:  # shut down meanwhile
+            with self._idle:
+                self._pending_revokes -= 1
+
     # --- Redis fleet: the listener path ---------------------------------------------------
 
     async def _acall(
@@ -378,9 +415,10 @@ class DittoClient:
         waiter: asyncio.Future[Any] | None = None
         try:
             result = await asyncio.wait_for(listener.subscribe(eid), deadline - time.time())
-            try:
-                await loop.run_in_executor(self._senders, self._send, node, payload, eid, deadline,
-                                           scope)  # fmt: skip
+            send = loop.run_in_executor(self._senders, self._send, node, payload, eid, deadline,
+                                        scope)  # fmt: skip
+            try:  # a send still queued at the deadline may go out later: it expires unrun
+                await asyncio.wait_for(send, max(0.0, deadline - time.time()))
             except (EncodeError, OperationalError) as exc:
                 return self._send_failure(exc, node, eid)
             await listener.read_stored(eid)
@@ -392,10 +430,16 @@ class DittoClient:
             )  # fmt: skip
             if result.done() and not result.cancelled():
                 return self._from_meta(result.result(), node, eid, cancelled.is_set())
-            await self._acancel(eid, deadline)
-            return _cancelled(eid, node) if cancelled.is_set() else _timed_out(eid, node)
+            if cancelled.is_set():
+                await self._acancel(eid, deadline)
+                return _cancelled(eid, node)
+            # past the deadline the worker stops the call itself (ditto_deadline header) and
+            # never starts it (expires): no flag needed, the revoke is a courtesy
+            self._revoke_later(eid)
+            return _timed_out(eid, node)
         except TimeoutError:
-            return _timed_out(eid, node, "the result backend did not answer in time")
+            self._revoke_later(eid)
+            return _timed_out(eid, node, "the fleet did not take the call in time")
         except RedisError:
             log.error("result backend unreachable during %s", node)
             return _failure(
@@ -426,7 +470,7 @@ class DittoClient:
             await listener.client.publish(CANCEL_CHANNEL, eid)
         except RedisError:
             log.warning("could not raise the cancel flag of %s", eid)
-        await asyncio.get_running_loop().run_in_executor(self._senders, self._revoke, eid)
+        self._revoke_later(eid)
 
     # --- in-process: the polling path ----------------------------------------------------
 
@@ -443,7 +487,7 @@ class DittoClient:
             remaining = deadline - time.time()
             if remaining <= 0 or (cancel is not None and cancel.cancelled):
                 local_registry().cancel(eid)
-                self._revoke(eid)
+                self._revoke_later(eid)
                 return _timed_out(eid, node) if remaining <= 0 else _cancelled(eid, node)
             wait_s = remaining if cancel is None else min(remaining, _CANCEL_POLL_S)
             try:

@@ -189,7 +189,7 @@ class ResultListener:
         if self._reader is not None:
             self._reader.cancel()
         await self._pubsub.aclose()
-        await self.client.aclose()
+        await self.client.aclose(close_connection_pool=True)  # the pool is ours to close
 
     def close(self) -> None:
         """Close the connections and stop the loop thread; idempotent."""

@@ -21,6 +21,7 @@ from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_plugin_sqlite.db import transaction
 from ditto_worker import CancelToken, create_memory, create_memory_worker, to_wire
 from ditto_worker.client import DittoClient
+from ditto_worker.config import FleetSettings
 from ditto_worker.results import RESULT_KEY_PREFIX
 from ditto_worker.worker import MemoryWorker
 
@@ -246,3 +247,54 @@ def test_close_drains_calls_in_flight(
     assert len(results) == 5 and all(r.status == "success" for r in results)
     assert late.status == "failed" and late.error.code == "MEMORY_BACKEND_ERROR"
     assert create_memory(store).query({}).status == "success"  # not closed by the client
+
+
+def test_every_call_ends_within_its_timeout_under_overload(
+    start_fleet_worker: Any, client: DittoClient, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    # Issue 7 item 3: 500 calls at once against one busy pool slot all time out, each
+    # within its own timeout (+ slack): the revokes of timed-out calls never hold a send
+    store = SlowSearchStore(tmp_path / "m.sqlite")
+    timeout_s, slack_s = 1.0, 1.5
+
+    async def one() -> tuple[Any, float]:
+        started = time.monotonic()
+        result = await client.ainvoke("MEMORY.SEARCH", {"query": "x"}, timeout=timeout_s)
+        return result, time.monotonic() - started
+
+    async def burst() -> list[tuple[Any, float]]:
+        return await asyncio.gather(*(one() for _ in range(500)))
+
+    with start_fleet_worker(lambda: create_memory_worker(store), pool="threads", concurrency=1):
+        ended = asyncio.run(burst())
+        worst = max(elapsed for _, elapsed in ended)
+        assert {r.error.code for r, _ in ended if r.error} == {"MEMORY_TIMEOUT"}
+        assert worst <= timeout_s + slack_s, worst
+        # and the fleet serves normally right after
+        after = client.invoke("MEMORY.GET", {"ids": ["none"]}, timeout=10)
+        assert after.status == "success"
+    print(f"\n500 calls timing out at once: slowest ended after {worst:.2f} s (timeout 1.0 s)")
+
+
+def test_close_releases_every_connection(
+    start_fleet_worker: Any, client: DittoClient, redis_client: redis.Redis, redis_url: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    store = SqliteMemoryStore(tmp_path / "m.sqlite")
+
+    def calls(c: DittoClient) -> None:
+        for _ in range(20):
+            assert c.invoke("MEMORY.GET", {"ids": ["x"]}, timeout=10).status == "success"
+        asyncio.run(c.ainvoke("MEMORY.GET", {"ids": ["x"]}, timeout=10))
+        assert c.invoke("MEMORY.GET", {"ids": ["x"]}, timeout=0.001).status == "timeout"
+
+    with start_fleet_worker(lambda: create_memory_worker(store), pool="threads", concurrency=1):
+        calls(client)  # the worker's own connections are open from here on
+        time.sleep(0.5)
+        base = clients(redis_client)
+        fleet = FleetSettings(broker_url=redis_url, result_backend=redis_url)
+        other = DittoClient.from_fleet(fleet)
+        calls(other)
+        assert clients(redis_client) > base
+        other.close()
+        assert clients(redis_client) <= base
