@@ -14,6 +14,11 @@ direct SDK (``create_memory``: validation included, no broker):
   ``eq`` via its cursor), ``and`` (``{user, kind, n < 500}``);
 * SEARCH: keyword, limit 10, 2-3 words of middle frequency per query.
 
+With ``--tenants 0,100`` each store is also loaded with the same memories spread over
+100 tenant scopes (:mod:`ditto_worker.scope`; batches round-robin) and measured as
+tenant ``t0`` (about ``n / 100`` records visible): a scoped call should cost what a store
+of one tenant's size costs, not what the whole table costs (the namespace index).
+
 Latencies are p50/p95 in ms for one caller. The PostgreSQL URL comes from
 ``DITTO_WORKER_MEMORY_POSTGRES_URL`` or ``DITTO_TEST_POSTGRES_URL`` (``bash
 scripts/postgres.sh start``); the bench works in a schema of its own, dropped at the end.
@@ -21,6 +26,7 @@ scripts/postgres.sh start``); the bench works in a schema of its own, dropped at
     python bench/store_scale.py                      # 100k, sqlite and postgres
     python bench/store_scale.py --million            # 1M (tens of minutes)
     python bench/store_scale.py --stores sqlite --n 20000
+    python bench/store_scale.py --tenants 0,100      # unscoped vs one of 100 tenants
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ditto_worker import create_memory
+from ditto_worker import Scope, create_memory
 
 REPO = Path(__file__).resolve().parent.parent
 KINDS = ("fact", "preference", "event", "task", "note")
@@ -132,25 +138,46 @@ def timed(call: Callable[[dict[str, Any]], Any], inputs: list[dict[str, Any]]) -
     return samples
 
 
-def load(memory: Any, n: int, seed: int, words: list[str], batch: int) -> float:
-    """WRITE ``n`` drafts in batches; returns memories/s."""
+class Scoped:
+    """The SDK calling in one tenant scope (``None``: unscoped)."""
+
+    def __init__(self, memory: Any, scope: Scope | None) -> None:
+        self.memory, self.scope = memory, scope
+
+    def write(self, input: Any, scope: Scope | None = None) -> Any:
+        return self.memory.write(input, scope=scope or self.scope)
+
+    def query(self, input: Any) -> Any:
+        return self.memory.query(input, scope=self.scope)
+
+    def search(self, input: Any) -> Any:
+        return self.memory.search(input, scope=self.scope)
+
+
+def tenant(index: int, tenants: int) -> Scope | None:
+    """The scope of batch ``index`` when spreading over ``tenants`` (0: unscoped)."""
+    return Scope("bench", f"t{index % tenants}") if tenants else None
+
+
+def load(memory: Any, n: int, seed: int, words: list[str], batch: int, tenants: int = 0) -> float:
+    """WRITE ``n`` drafts in batches (round-robin over ``tenants`` scopes); memories/s."""
     start = time.perf_counter()
     pending: list[dict[str, Any]] = []
     done = 0
     for draft in drafts(n, seed, words):
         pending.append(draft)
         if len(pending) == batch:
-            done += _write(memory, pending)
+            done += _write(memory, pending, tenant(done // batch, tenants))
             pending = []
             if done % (batch * 20) == 0:
                 print(f"  {done:>9,} written, {time.perf_counter() - start:7.1f} s", flush=True)
     if pending:
-        done += _write(memory, pending)
+        done += _write(memory, pending, tenant(done // batch, tenants))
     return done / (time.perf_counter() - start)
 
 
-def _write(memory: Any, batch: list[dict[str, Any]]) -> int:
-    result = memory.write({"memories": batch})
+def _write(memory: Any, batch: list[dict[str, Any]], scope: Scope | None = None) -> int:
+    result = memory.write({"memories": batch}, scope=scope)
     if result.status != "success":
         raise SystemExit(f"WRITE failed: {result.error}")
     return len(result.output)
@@ -208,13 +235,16 @@ def open_store(name: str) -> Iterator[Any]:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def run(name: str, args: argparse.Namespace, words: list[str], inputs: Any) -> dict[str, Any]:
-    """Load and measure one store; returns its figures."""
-    print(f"== {name}: writing {args.n:,} memories in batches of {args.batch:,}", flush=True)
+def run(
+    name: str, args: argparse.Namespace, words: list[str], inputs: Any, tenants: int = 0
+) -> dict[str, Any]:
+    """Load and measure one store (as tenant ``t0`` of ``tenants``); returns its figures."""
+    spread = f" over {tenants} tenants" if tenants else ""
+    print(f"== {name}: writing {args.n:,} memories{spread} in batches of {args.batch:,}")
     started = time.perf_counter()
     with open_store(name) as store:
-        memory = create_memory(store)
-        rate = load(memory, args.n, args.seed, words, args.batch)
+        memory = Scoped(create_memory(store), tenant(0, tenants))
+        rate = load(memory, args.n, args.seed, words, args.batch, tenants)
         loaded = time.perf_counter() - started
         print(f"  WRITE {rate:,.0f} memories/s ({loaded:.1f} s)", flush=True)
         rows = measure(memory, inputs)
@@ -229,12 +259,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=200, help="calls per query kind")
     parser.add_argument("--stores", default="sqlite,postgres", help="comma-separated")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--tenants", default="0", help="comma-separated tenant counts; 0 = unscoped, e.g. 0,100"
+    )
     args = parser.parse_args(argv)
     if args.million:
         args.n = 1_000_000
     words = vocabulary()
     inputs = query_inputs(args.queries, args.seed, words)
-    results = {name: run(name, args, words, inputs) for name in args.stores.split(",")}
+    results = {
+        name if not count else f"{name}/{count}t": run(name, args, words, inputs, count)
+        for name in args.stores.split(",")
+        for count in (int(c) for c in args.tenants.split(","))
+    }
     names = list(results)
     print(f"\n{args.n:,} memories; {args.queries} calls per query kind; latency p50 / p95 ms")
     print(f"{'':<16}" + "".join(f"{name:>22}" for name in names))

@@ -142,8 +142,15 @@ def compile_filter(node: FilterNode | None) -> Sql:
 
 def in_namespace(where: Sql, namespace: str) -> Sql:
     """``where`` confined to one tenant namespace (exact ``=`` on a bound parameter, so
-    ``_``/``%`` are plain characters; :mod:`ditto_worker.scope`)."""
-    return Sql(f"(m.namespace = ? AND {where.text})", [namespace, *where.params])
+    ``_``/``%`` are plain characters; :mod:`ditto_worker.scope`).
+
+    A scope's slice is found through the ``(namespace, seq)`` index. The unscoped
+    namespace is usually the whole table (single-tenant use), where that index only adds
+    a lookup per row, so its column is written ``+m.namespace`` (SQLite then does not
+    use the index; without ANALYZE statistics it would assume the index is selective).
+    """
+    column = "+m.namespace" if namespace == "" else "m.namespace"
+    return Sql(f"({column} = ? AND {where.text})", [namespace, *where.params])
 
 
 def sort_columns(terms: Sequence[SortTerm]) -> Sql:
