@@ -111,11 +111,11 @@ def main() -> None:
     from ditto_worker import DittoClient
     from ditto_worker.config import FleetSettings
 
-    redis_proc = None
-    redis_folder = None
+    server = None
     url = args.redis_url
     if url is None:
-        url, redis_proc, redis_folder = start_redis()
+        server = start_redis()
+        url = server.url + "/0"
     folder = Path(tempfile.mkdtemp(prefix="connections-"))
     env = {**os.environ, "DITTO_WORKER_MEMORY_SQLITE_PATH": str(folder / "conn.sqlite")}
     for var in ("DITTO_BROKER_URL", "DITTO_RESULT_BACKEND"):
@@ -148,10 +148,8 @@ def main() -> None:
             series.append((-1, measure(r)))  # after close: what the client released
         r.close()
         shutil.rmtree(folder, ignore_errors=True)
-        if redis_proc is not None:
-            redis_proc.terminate()
-            redis_proc.wait(10)
-            shutil.rmtree(redis_folder or "", ignore_errors=True)
+        if server is not None:
+            server.close()
 
     keys = list(series[0][1])
     print(f"\n{'calls':>8}" + "".join(f"{k:>18}" for k in keys))

@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+
+from ditto_worker.testing.servers import RedisServer
 
 NOOP = "bench.noop"
 
@@ -146,20 +147,11 @@ def concurrent_fleet(client: Any, callers: int, per_caller: int, record_id: str)
     return asyncio.run(run())
 
 
-def _start_redis() -> tuple[str, subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    folder = tempfile.mkdtemp(prefix="bench-redis-")
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server not found: pass --redis URL or install redis-server")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", folder],
-        stdout=subprocess.DEVNULL,
-    )
-    time.sleep(0.5)
-    return f"redis://127.0.0.1:{port}/0", proc, folder
+def _start_redis() -> RedisServer:
+    try:
+        return RedisServer().start()
+    except RuntimeError as exc:
+        raise SystemExit(f"{exc}: pass --redis URL or install redis-server") from None
 
 
 def _print_rows(rows: list[tuple[str, dict[str, float]]]) -> None:
@@ -238,18 +230,16 @@ def main() -> None:
     parser.add_argument("--pool", default="threads", choices=["solo", "threads", "prefork"])
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
-    proc = None
-    folder = None
+    server = None
     url = args.redis
     if url is None:
-        url, proc, folder = _start_redis()
+        server = _start_redis()
+        url = server.url + "/0"
     try:
         run(url, args.calls, args.pool, args.concurrency, args.per_caller)
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(10)
-            shutil.rmtree(folder or "", ignore_errors=True)
+        if server is not None:
+            server.close()
 
 
 if __name__ == "__main__":

@@ -18,13 +18,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from ditto_worker.testing.servers import RedisServer
 
 TOPICS = ["coffee", "hiking", "tax", "dance", "guitar", "garden", "python", "travel"]
 
@@ -87,18 +88,11 @@ def _direct(model: Any, texts: list[list[str]]) -> float:
     return time.perf_counter() - start
 
 
-def _start_redis() -> tuple[str, subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    folder = tempfile.mkdtemp(prefix="bench-redis-")
-    binary = shutil.which("redis-server") or "redis-server"
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", folder],
-        stdout=subprocess.DEVNULL,
-    )
-    time.sleep(0.5)
-    return f"redis://127.0.0.1:{port}/0", proc, folder
+def _start_redis() -> RedisServer:
+    try:
+        return RedisServer().start()
+    except RuntimeError as exc:
+        raise SystemExit(f"{exc}: pass --redis URL or install redis-server") from None
 
 
 def run(redis_url: str, callers_list: list[int], queries: int, concurrency: int) -> None:
@@ -151,17 +145,16 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=16, help="calls per caller")
     parser.add_argument("--concurrency", type=int, default=8, help="retrieval worker threads")
     args = parser.parse_args()
-    proc = folder = None
+    server = None
     url = args.redis
     if url is None:
-        url, proc, folder = _start_redis()
+        server = _start_redis()
+        url = server.url + "/0"
     try:
         run(url, args.callers, args.queries, args.concurrency)
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(10)
-            shutil.rmtree(folder or "", ignore_errors=True)
+        if server is not None:
+            server.close()
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ from typing import Any
 
 import redis
 
+from ditto_worker.testing.servers import RedisServer
+
 NODES = ("MEMORY.GET", "MEMORY.QUERY", "MEMORY.SEARCH", "MEMORY.WRITE", "MEMORY.UPDATE",
          "MEMORY.DELETE")  # fmt: skip
 MIX = (30, 15, 20, 15, 10, 10)
@@ -62,33 +64,12 @@ KINDS = ("preference", "fact", "event", "plan")
 # --- fleet and services ---------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_redis() -> tuple[str, subprocess.Popen[bytes], str]:
-    """A throwaway ``redis-server`` on a free loopback port: (url, process, folder)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server not found: pass --redis-url or install redis-server")
-    port = free_port()
-    folder = tempfile.mkdtemp(prefix="soak-redis-")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", folder],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    r = redis.Redis.from_url(url)
-    for _ in range(200):
-        try:
-            r.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    r.close()
-    return url, proc, folder
+def start_redis() -> RedisServer:
+    """A throwaway ``redis-server`` on a free loopback port (closed by the caller)."""
+    try:
+        return RedisServer().start()
+    except RuntimeError as exc:
+        raise SystemExit(f"{exc}: pass --redis-url or install redis-server") from None
 
 
 def process_tree_rss(pids: list[int]) -> int:
@@ -454,11 +435,11 @@ def main() -> None:
     from ditto_worker import DittoClient
     from ditto_worker.config import FleetSettings
 
-    redis_proc = None
-    redis_folder = None
+    server = None
     url = args.redis_url
     if url is None:
-        url, redis_proc, redis_folder = start_redis()
+        server = start_redis()
+        url = server.url + "/0"
     folder = Path(tempfile.mkdtemp(prefix="soak-"))
     env = {**os.environ, "DITTO_WORKER_MEMORY_SQLITE_PATH": str(folder / "soak.sqlite")}
     schema = f"soak_{os.getpid()}"
@@ -497,10 +478,8 @@ def main() -> None:
         if args.store == "postgres":
             _drop_schema(args.postgres_url, schema)
         shutil.rmtree(folder, ignore_errors=True)
-        if redis_proc is not None:
-            redis_proc.terminate()
-            redis_proc.wait(10)
-            shutil.rmtree(redis_folder or "", ignore_errors=True)
+        if server is not None:
+            server.close()
     raise SystemExit(0 if ok else 1)
 
 

@@ -137,7 +137,7 @@ class RedisCancelWatcher:
     """
 
     def __init__(self, url: str, registry: CancelRegistry | None = None) -> None:
-        self.registry = registry or local_registry()
+        self.registry = registry if registry is not None else local_registry()  # (len 0 is falsy)
         # one connection for flag reads (a lock-free pool would grow with the pool size)
         pool = redis.BlockingConnectionPool.from_url(
             url, max_connections=1, timeout=5, socket_timeout=5, health_check_interval=30
@@ -177,7 +177,10 @@ class RedisCancelWatcher:
                 if message is not None and message.get("type") == "message":
                     data = message["data"]
                     eid = data.decode() if isinstance(data, bytes) else str(data)
-                    self.registry.cancel(eid, ttl_s=60.0)
+                    # the channel is server-wide; the flag key lives in this fleet's
+                    # database: another fleet's cancel of the same id is ignored
+                    if self.is_flagged(eid):
+                        self.registry.cancel(eid, ttl_s=60.0)
                 self.registry.expire_deadlines()
         finally:
             pubsub.close()

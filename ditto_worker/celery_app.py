@@ -108,7 +108,13 @@ def create_celery_app(
     if fleet.in_process:
         conf["broker_transport_options"] = {"polling_interval": IN_PROCESS_POLL_S}
     else:
-        conf["broker_transport_options"] = {"visibility_timeout": fleet.visibility_timeout_s}
+        conf["broker_transport_options"] = {
+            "visibility_timeout": fleet.visibility_timeout_s,
+            # a running worker scans for a dead worker's unacked messages this often
+            # (kombu's default 10 s x throttle 10 = ~100 s after the timeout)
+            "unacked_restore_interval": max(1, min(10, int(fleet.visibility_timeout_s))),
+            "unacked_restore_throttle": 1,
+        }
     if not fleet.in_process and guarded_transport and broker.startswith(("redis://", "rediss://")):
         # kombu's Redis transport, guarded so a Redis restart never stops a worker
         conf["broker_transport"] = "ditto_worker.transport:Transport"

@@ -9,11 +9,6 @@ exists. A missing Redis skips integration tests locally and fails them when
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -26,15 +21,10 @@ from ditto_worker.client import DittoClient
 from ditto_worker.config import FleetSettings, RuntimeConfig, load_runtime_config
 from ditto_worker.contracts import NODE_QUEUES
 from ditto_worker.fleet import create_worker_app
+from ditto_worker.testing.servers import RedisServer
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_DB = 3  # integration tests use this Redis database, flushed before each test
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def missing_service(reason: str) -> None:
@@ -51,28 +41,14 @@ def redis_server_url() -> Iterator[str]:
     if url:
         yield url.rstrip("/")
         return
-    binary = shutil.which("redis-server")
-    if binary is None:
-        missing_service("no DITTO_TEST_REDIS_URL and no redis-server on PATH")
-    port = _free_port()
-    folder = tempfile.mkdtemp(prefix="ditto-redis-")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", folder],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}"
-    client = redis.Redis.from_url(url)
-    for _ in range(100):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    client.close()
-    yield url
-    proc.terminate()
-    proc.wait(10)
-    shutil.rmtree(folder, ignore_errors=True)
+    server = RedisServer()
+    try:
+        server.start()
+    except RuntimeError as exc:
+        server.close()
+        missing_service(f"no DITTO_TEST_REDIS_URL and {exc}")
+    yield server.url
+    server.close()
 
 
 @pytest.fixture

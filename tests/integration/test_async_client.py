@@ -298,3 +298,39 @@ def test_close_releases_every_connection(
         assert clients(redis_client) > base
         other.close()
         assert clients(redis_client) <= base
+
+
+def test_a_cancel_announced_for_another_database_is_ignored(redis_server_url: str) -> None:
+    # the cancel channel is server-wide; two fleets on databases 3 and 4 of one Redis
+    # server with the same execution id never cancel each other's call
+    from ditto_worker.cancellation import (
+        CANCEL_CHANNEL,
+        CancelRegistry,
+        RedisCancelWatcher,
+        cancel_key,
+    )
+
+    registry = CancelRegistry()
+    other = redis.Redis.from_url(f"{redis_server_url}/4")
+    mine = redis.Redis.from_url(f"{redis_server_url}/3")
+    listeners = int(mine.pubsub_numsub(CANCEL_CHANNEL)[0][1])
+    watcher = RedisCancelWatcher(f"{redis_server_url}/3", registry)
+    try:
+        deadline = time.monotonic() + 10
+        while int(mine.pubsub_numsub(CANCEL_CHANNEL)[0][1]) <= listeners:  # subscribed
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with registry.running("same-id", None) as token:
+            other.set(cancel_key("same-id"), b"1", ex=60)
+            for _ in range(5):
+                other.publish(CANCEL_CHANNEL, "same-id")
+                assert not token.wait(0.1)
+            mine.set(cancel_key("same-id"), b"1", ex=60)
+            mine.publish(CANCEL_CHANNEL, "same-id")
+            assert token.wait(5)
+    finally:
+        other.delete(cancel_key("same-id"))
+        mine.delete(cancel_key("same-id"))
+        other.close()
+        mine.close()
+        watcher.close()

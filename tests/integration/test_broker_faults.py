@@ -7,17 +7,12 @@ server here is the test's own (restarted on the same port), not the shared one.
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from celery.contrib.testing.worker import start_worker
 
 from ditto_plugin_sqlite import SqliteMemoryStore
@@ -25,6 +20,7 @@ from ditto_worker import DittoClient, create_memory_worker
 from ditto_worker.config import FleetSettings
 from ditto_worker.contracts import NODE_QUEUES
 from ditto_worker.fleet import create_worker_app
+from ditto_worker.testing.servers import RedisServer
 from tests.conftest import fleet_config, missing_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -32,56 +28,23 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ALLOWED_FAILURES = {"MEMORY_TIMEOUT", "MEMORY_BACKEND_ERROR"}
 
 
-class OwnRedis:
-    """A redis-server this test may stop and start again on the same port."""
-
-    def __init__(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            missing_service("redis-server not on PATH")  # scripts/test.sh installs it
-        self.binary = binary
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
-        self.folder = tempfile.mkdtemp(prefix="ditto-fault-redis-")
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.folder],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        client = redis.Redis.from_url(self.url)
-        for _ in range(100):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        client.close()
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(10)
-            self.proc = None
-
-
 @pytest.fixture
-def own_redis() -> Iterator[OwnRedis]:
-    server = OwnRedis()
-    server.start()
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server this test may stop and start again on the same port."""
+    server = RedisServer()
+    try:
+        server.start()
+    except RuntimeError as exc:  # scripts/test.sh installs redis-server
+        server.close()
+        missing_service(str(exc))
     yield server
-    server.stop()
-    shutil.rmtree(server.folder, ignore_errors=True)
+    server.close()
 
 
-def test_redis_restart_during_load(own_redis: OwnRedis, tmp_path: Path) -> None:
+def test_redis_restart_during_load(own_redis: RedisServer, tmp_path: Path) -> None:
     store = SqliteMemoryStore(tmp_path / "m.sqlite")
-    app = create_worker_app(fleet_config(own_redis.url), lambda: create_memory_worker(store))
-    client = DittoClient.from_fleet(FleetSettings(broker_url=own_redis.url))
+    app = create_worker_app(fleet_config(own_redis.url + "/0"), lambda: create_memory_worker(store))
+    client = DittoClient.from_fleet(FleetSettings(broker_url=own_redis.url + "/0"))
     outcomes: list[tuple[str, str | None, float]] = []
     stop = threading.Event()
     timeout_s = 3.0

@@ -20,6 +20,8 @@ import json
 import time
 from typing import Any, Final
 
+from ditto_worker.errors import ErrorCode, MemoryError
+
 __all__ = ["DEFAULT_RETENTION_S", "DDL", "claim_replay", "record"]
 
 DEFAULT_RETENTION_S: Final = 24 * 3600.0
@@ -46,14 +48,22 @@ def claim_replay(
 
     Call inside the mutation's write transaction, before applying anything. Ids are
     remembered per namespace, so another tenant replaying an id never sees this output.
+
+    Raises:
+        MemoryError: ``CONFLICT`` when the id was used by another node (nothing applied;
+            as the PostgreSQL store).
     """
     if not execution_id:
         return None
     row = conn.execute(
-        "SELECT output FROM executions WHERE namespace = ? AND execution_id = ? AND node = ?",
-        (namespace, execution_id, node),
+        "SELECT node, output FROM executions WHERE namespace = ? AND execution_id = ?",
+        (namespace, execution_id),
     ).fetchone()
-    return None if row is None else json.loads(row[0])
+    if row is None:
+        return None
+    if row[0] != node:
+        raise MemoryError(ErrorCode.CONFLICT, f"this execution id was used by {row[0]}")
+    return json.loads(row[1])
 
 
 def record(

@@ -49,3 +49,17 @@ def test_old_executions_are_pruned(tmp_path: Path) -> None:
     again = memory.write({"memories": [{"content": "a"}]}, execution_id="old")
     assert again.status == "success"
     assert len(memory.query({}).output.items) == 3  # past retention, an id counts as new
+
+
+def test_the_same_id_on_another_node_is_a_conflict_and_applies_nothing(tmp_path: Path) -> None:
+    memory = create_memory(SqliteMemoryStore(tmp_path / "m.sqlite"))
+    written = memory.write({"memories": [{"content": "a"}]}, execution_id="same")
+    a_id = written.output[0].id
+    update = memory.update({"memories": [{"id": a_id, "content": "b"}]}, execution_id="same")
+    delete = memory.delete({"ids": [a_id]}, execution_id="same")
+    for result in (update, delete):
+        assert result.status == "failed" and result.error.code == "CONFLICT"
+        assert "MEMORY.WRITE" in result.error.message
+    assert memory.get({"ids": [a_id]}).output[0].content == "a"
+    again = memory.write({"memories": [{"content": "a"}]}, execution_id="same")
+    assert to_wire(again)["output"] == to_wire(written)["output"]  # still the WRITE's

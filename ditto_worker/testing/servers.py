@@ -1,0 +1,92 @@
+"""Throwaway servers for tests and benchmarks: a ``redis-server`` on a loopback port.
+
+One implementation for the test fixtures, the broker-fault test (which stops and starts
+its server on the same port) and the ``bench/`` scripts. Nothing persists: no RDB, no
+AOF, a temporary folder removed by :meth:`RedisServer.close`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from types import TracebackType
+
+import redis
+
+__all__ = ["RedisServer", "free_port"]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A ``redis-server`` on ``127.0.0.1:port`` (a free port by default).
+
+    ``start()`` returns once the server answers PING (up to ``ready_s`` seconds);
+    ``stop()`` kills it, keeping the port for a later ``start()``; ``close()`` stops it
+    and removes its folder. Use as a context manager for start + close.
+
+    Raises:
+        RuntimeError: ``redis-server`` is not on PATH (``start``), or did not answer.
+    """
+
+    def __init__(self, port: int | None = None, ready_s: float = 10.0) -> None:
+        self.binary = shutil.which("redis-server")
+        self.port = port or free_port()
+        self.ready_s = ready_s
+        self.folder = tempfile.mkdtemp(prefix="ditto-redis-")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:PORT`` (no database number)."""
+        return f"redis://127.0.0.1:{self.port}"
+
+    def start(self) -> RedisServer:
+        if self.binary is None:
+            raise RuntimeError("redis-server not found on PATH")
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.folder],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        client = redis.Redis.from_url(self.url)
+        try:
+            deadline = time.monotonic() + self.ready_s
+            while True:
+                try:
+                    client.ping()
+                    return self
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline or self.proc.poll() is not None:
+                        raise RuntimeError("redis-server did not start") from None
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        """Kill the server (like a crash); the port and folder are kept."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+    def close(self) -> None:
+        """Stop the server and remove its folder; idempotent."""
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
