@@ -52,7 +52,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -66,6 +65,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+
+from ditto_worker.testing.servers import RedisServer
 
 RECEIVED = re.compile(r"Task (MEMORY\.\w+)\[([^\]]+)\] received")
 
@@ -476,28 +477,11 @@ def report(run: Run) -> None:
         print(f"  unanswered: {result.execution_id} {result.status} {error.code}: {error.message}")
 
 
-def throwaway_redis() -> tuple[str, subprocess.Popen[bytes], str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("no redis-server on PATH: pass --redis-url")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    folder = tempfile.mkdtemp(prefix="crash-redis-")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", folder],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    for _ in range(100):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    client.close()
-    return url, proc, folder
+def throwaway_redis() -> RedisServer:
+    try:
+        return RedisServer().start()
+    except RuntimeError as exc:
+        raise SystemExit(f"{exc}: pass --redis-url") from None
 
 
 def main() -> None:
@@ -528,8 +512,8 @@ def main() -> None:
     own = None
     redis_url = args.redis_url
     if not redis_url:
-        redis_url, proc, redis_dir = throwaway_redis()
-        own = (proc, redis_dir)
+        own = throwaway_redis()
+        redis_url = own.url + "/0"
     bad = 0
     try:
         for store in stores:
@@ -549,9 +533,7 @@ def main() -> None:
                 shutil.rmtree(folder, ignore_errors=True)
     finally:
         if own is not None:
-            own[0].terminate()
-            own[0].wait(10)
-            shutil.rmtree(own[1], ignore_errors=True)
+            own.close()
     sys.exit(1 if bad else 0)
 
 
