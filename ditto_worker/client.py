@@ -421,7 +421,6 @@ class DittoClient:
                 await asyncio.wait_for(send, max(0.0, deadline - time.time()))
             except (EncodeError, OperationalError) as exc:
                 return self._send_failure(exc, node, eid)
-            await listener.read_stored(eid)
             waiter = loop.create_task(cancelled.wait())
             pending: set[asyncio.Future[Any]] = {result, waiter}
             await asyncio.wait(
@@ -458,7 +457,7 @@ class DittoClient:
                 waiter.cancel()
             if unregister is not None:
                 unregister()
-            await listener.release(eid)
+            listener.release_soon(eid)  # the unsubscribe never delays the caller
 
     async def _acancel(self, eid: str, deadline: float) -> None:
         """Flag ``eid`` cancelled (stops it if running, prevents it if not) and revoke it."""

