@@ -66,6 +66,12 @@ from typing import Any
 
 import redis
 
+from ditto_worker.testing.effects import (
+    count_postgres_effects,
+    count_sqlite_effects,
+    effects_sql,
+    tally,
+)
 from ditto_worker.testing.servers import RedisServer
 
 RECEIVED = re.compile(r"Task (MEMORY\.\w+)\[([^\]]+)\] received")
@@ -105,13 +111,7 @@ class SqliteTarget(Target):
         self.path = folder / "crash.sqlite"
         SqliteMemoryStore(self.path).close()  # the schema
         with sqlite3.connect(self.path) as conn:
-            conn.executescript(
-                "CREATE TABLE effects (op TEXT NOT NULL, id TEXT NOT NULL);"
-                "CREATE TRIGGER effects_insert AFTER INSERT ON memories BEGIN "
-                "INSERT INTO effects VALUES ('INSERT', NEW.id); END;"
-                "CREATE TRIGGER effects_update AFTER UPDATE ON memories BEGIN "
-                "INSERT INTO effects VALUES ('UPDATE', NEW.id); END;"
-            )
+            count_sqlite_effects(conn)
         conn.close()
 
     def worker_env(self) -> dict[str, str]:
@@ -128,7 +128,7 @@ class SqliteTarget(Target):
         return bool(self._rows("SELECT 1 FROM executions WHERE execution_id = ?", (execution_id,)))
 
     def effects(self) -> Counter[tuple[str, str]]:
-        return Counter((str(op), str(i)) for op, i in self._rows("SELECT op, id FROM effects"))
+        return tally(self._rows(effects_sql()))
 
     def memories(self) -> list[tuple[str, Any, Any]]:
         import json
@@ -149,17 +149,8 @@ class PostgresTarget(Target):
         store = PostgresMemoryStore(url, schema=self.schema)
         store.migrate()
         store.close()
-        s = f'"{self.schema}"'
         self.conn = psycopg.connect(url, autocommit=True)
-        self.conn.execute(f"CREATE TABLE {s}.effects (op text NOT NULL, id text NOT NULL)")
-        self.conn.execute(
-            f"CREATE FUNCTION {s}.count_effect() RETURNS trigger LANGUAGE plpgsql AS "
-            f"$$ BEGIN INSERT INTO {s}.effects VALUES (TG_OP, NEW.id); RETURN NULL; END $$"
-        )
-        self.conn.execute(
-            f"CREATE TRIGGER count_effect AFTER INSERT OR UPDATE ON {s}.memories "
-            f"FOR EACH ROW EXECUTE FUNCTION {s}.count_effect()"
-        )
+        count_postgres_effects(self.conn, self.schema)
 
     def worker_env(self) -> dict[str, str]:
         return {
@@ -172,8 +163,7 @@ class PostgresTarget(Target):
         return self.conn.execute(sql, [execution_id]).fetchone() is not None
 
     def effects(self) -> Counter[tuple[str, str]]:
-        rows = self.conn.execute(f'SELECT op, id FROM "{self.schema}".effects').fetchall()
-        return Counter((str(op), str(i)) for op, i in rows)
+        return tally(self.conn.execute(effects_sql(self.schema)).fetchall())
 
     def memories(self) -> list[tuple[str, Any, Any]]:
         sql = f'SELECT id, content, metadata FROM "{self.schema}".memories'

@@ -211,15 +211,10 @@ class DittoClient:
             ``INVALID_BACKEND_OUTPUT`` for a malformed reply), ``timeout``
             (``MEMORY_TIMEOUT``) or ``cancelled`` (``MEMORY_CANCELLED``).
         """
-        eid = execution_id or str(uuid.uuid4())
-        early = self._refuse(node, eid, cancel)
-        if early is not None:
-            return early
-        try:
-            bound = self._scope if scope is None else parse_scope(scope)
-        except MemoryError as exc:
-            return _failure(eid, node, exc.code, exc.safe_message)
-        deadline = time.time() + (self.default_timeout_s if timeout is None else timeout)
+        start = self._start(node, execution_id, cancel, scope, timeout)
+        if isinstance(start, NodeResult):
+            return start
+        eid, bound, deadline = start
         with self._tracked() as accepted:
             if not accepted:
                 return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the client is closed")
@@ -252,15 +247,10 @@ class DittoClient:
             asyncio.CancelledError: when the awaiting task is cancelled; the call is
                 cancelled on the fleet first (revoke + cancel flag), MEM-PY-2.
         """
-        eid = execution_id or str(uuid.uuid4())
-        early = self._refuse(node, eid, cancel)
-        if early is not None:
-            return early
-        try:
-            bound = self._scope if scope is None else parse_scope(scope)
-        except MemoryError as exc:
-            return _failure(eid, node, exc.code, exc.safe_message)
-        deadline = time.time() + (self.default_timeout_s if timeout is None else timeout)
+        start = self._start(node, execution_id, cancel, scope, timeout)
+        if isinstance(start, NodeResult):
+            return start
+        eid, bound, deadline = start
         with self._tracked() as accepted:
             if not accepted:
                 return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the client is closed")
@@ -308,12 +298,26 @@ class DittoClient:
 
     # --- shared helpers -------------------------------------------------------------------
 
-    def _refuse(self, node: str, eid: str, cancel: CancelToken | None) -> NodeResult[Any] | None:
+    def _start(
+        self,
+        node: str,
+        execution_id: str | None,
+        cancel: CancelToken | None,
+        scope: Scope | Mapping[str, str] | None,
+        timeout: float | None,
+    ) -> tuple[str, Scope | None, float] | NodeResult[Any]:
+        """``(execution id, scope, deadline)`` of a call, or the NodeResult refusing it
+        before anything is sent (unknown node, already cancelled, malformed scope)."""
+        eid = execution_id or str(uuid.uuid4())
         if node not in FLEET_QUEUES:
             return _failure(eid, node, ErrorCode.UNKNOWN_NODE, f"unknown node {node!r}")
         if cancel is not None and cancel.cancelled:
             return _cancelled(eid, node, "cancelled before it was sent")
-        return None
+        try:
+            bound = self._scope if scope is None else parse_scope(scope)
+        except MemoryError as exc:
+            return _failure(eid, node, exc.code, exc.safe_message)
+        return eid, bound, time.time() + (self.default_timeout_s if timeout is None else timeout)
 
     @contextmanager
     def _tracked(self) -> Iterator[bool]:

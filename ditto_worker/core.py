@@ -123,7 +123,8 @@ class Memory:
         search: MemorySearchProvider | None = None,
         defaults: DefaultsArg = None,
     ) -> None:
-        self._explicit_search = search
+        self._store_scoped = _declares_scope(store)
+        self._search_scoped = _declares_scope(store if search is None else search)
         try:
             parsed = parse_defaults(defaults, "defaults")
         except MemoryError as exc:
@@ -292,16 +293,13 @@ class Memory:
         )
 
     def _isolates_scope(self, node: str) -> bool:
-        """True when the plugin serving ``node`` declares scope isolation: the store's
-        ``capabilities.scope`` (or ``supports_scope``), for SEARCH the explicit provider's
-        ``supports_scope``. A scoped call to a plugin that does not declare it is refused
-        (``PERMISSION_DENIED``) rather than run unconfined."""
-        plugin: object = self.store
-        if node == "MEMORY.SEARCH" and self._explicit_search is not None:
-            plugin = self._explicit_search
-        capabilities = getattr(plugin, "capabilities", None)
-        declared = getattr(plugin, "supports_scope", False) or getattr(capabilities, "scope", False)
-        return bool(declared)
+        """True when the plugin serving ``node`` declares scope isolation (see
+        :func:`_declares_scope`); for SEARCH with an explicit provider, that provider. A
+        scoped call to a plugin that does not declare it is refused (``PERMISSION_DENIED``)
+        rather than run unconfined."""
+        if node == "MEMORY.SEARCH":
+            return self._search_scoped
+        return self._store_scoped
 
     # --- per node: validate, apply policy, bind the plugin ------------------------------
 
@@ -371,6 +369,12 @@ class Memory:
             if candidate is not None:
                 return int(candidate)
         return builtin
+
+
+def _declares_scope(plugin: object) -> bool:
+    """``plugin.capabilities.scope`` or ``plugin.supports_scope`` (read once per SDK)."""
+    capabilities = getattr(plugin, "capabilities", None)
+    return bool(getattr(plugin, "supports_scope", False) or getattr(capabilities, "scope", False))
 
 
 def create_memory(

@@ -9,6 +9,8 @@ exists. A missing Redis skips integration tests locally and fails them when
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -32,6 +34,31 @@ def missing_service(reason: str) -> None:
     if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
         pytest.fail(f"required service missing: {reason}")
     pytest.skip(reason)
+
+
+def postgres_url() -> str:
+    """``DITTO_TEST_POSTGRES_URL`` of a server that answers (skip/fail without one)."""
+    url = os.environ.get("DITTO_TEST_POSTGRES_URL", "")
+    if not url:
+        missing_service('no DITTO_TEST_POSTGRES_URL (eval "$(bash scripts/postgres.sh start)")')
+    import psycopg
+
+    try:
+        psycopg.connect(url, connect_timeout=3).close()
+    except psycopg.Error:
+        missing_service("the PostgreSQL server of DITTO_TEST_POSTGRES_URL is not answering")
+    return url
+
+
+def stop_worker(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM a worker subprocess (warm shutdown) and wait; SIGKILL after 30 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 @pytest.fixture(scope="session")

@@ -40,7 +40,13 @@ from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_worker import DittoClient, create_memory
 from ditto_worker.config import FleetSettings
 from ditto_worker.core import Memory
-from tests.conftest import missing_service
+from ditto_worker.testing.effects import (
+    count_postgres_effects,
+    count_sqlite_effects,
+    effects_sql,
+    tally,
+)
+from tests.conftest import postgres_url, stop_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -126,19 +132,13 @@ class SqliteTarget(Target):
     def prepare(self) -> None:
         SqliteMemoryStore(self.path).close()  # the schema
         with sqlite3.connect(self.path) as conn:
-            conn.executescript(
-                "CREATE TABLE effects (op TEXT NOT NULL, id TEXT NOT NULL);"
-                "CREATE TRIGGER effects_insert AFTER INSERT ON memories BEGIN "
-                "INSERT INTO effects VALUES ('INSERT', NEW.id); END;"
-                "CREATE TRIGGER effects_update AFTER UPDATE ON memories BEGIN "
-                "INSERT INTO effects VALUES ('UPDATE', NEW.id); END;"
-            )
+            count_sqlite_effects(conn)
         conn.close()
 
     def effects(self) -> Counter[tuple[str, str]]:
         conn = sqlite3.connect(self.path)
         try:
-            return Counter(conn.execute("SELECT op, id FROM effects").fetchall())
+            return tally(conn.execute(effects_sql()).fetchall())
         finally:
             conn.close()
 
@@ -182,24 +182,14 @@ class PostgresTarget(Target):
         store = PostgresMemoryStore(self.url, schema=self.schema)
         store.migrate()
         store.close()
-        s = f'"{self.schema}"'
         with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(f"CREATE TABLE {s}.effects (op text NOT NULL, id text NOT NULL)")
-            conn.execute(
-                f"CREATE FUNCTION {s}.count_effect() RETURNS trigger LANGUAGE plpgsql AS "
-                f"$$ BEGIN INSERT INTO {s}.effects VALUES (TG_OP, NEW.id); RETURN NULL; END $$"
-            )
-            conn.execute(
-                f"CREATE TRIGGER count_effect AFTER INSERT OR UPDATE ON {s}.memories "
-                f"FOR EACH ROW EXECUTE FUNCTION {s}.count_effect()"
-            )
+            count_postgres_effects(conn, self.schema)
 
     def effects(self) -> Counter[tuple[str, str]]:
         import psycopg
 
         with psycopg.connect(self.url) as conn:
-            rows = conn.execute(f'SELECT op, id FROM "{self.schema}".effects').fetchall()
-        return Counter((str(op), str(i)) for op, i in rows)
+            return tally(conn.execute(effects_sql(self.schema)).fetchall())
 
     def memory(self) -> Memory:
         from ditto_plugin_postgres import PostgresMemoryStore
@@ -224,20 +214,6 @@ class PostgresTarget(Target):
             self._probe.close()
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
-
-
-def postgres_url() -> str:
-    """``DITTO_TEST_POSTGRES_URL`` of a server that answers (skip/fail without one)."""
-    url = os.environ.get("DITTO_TEST_POSTGRES_URL", "")
-    if not url:
-        missing_service('no DITTO_TEST_POSTGRES_URL (eval "$(bash scripts/postgres.sh start)")')
-    import psycopg
-
-    try:
-        psycopg.connect(url, connect_timeout=3).close()
-    except psycopg.Error:
-        missing_service("the PostgreSQL server of DITTO_TEST_POSTGRES_URL is not answering")
-    return url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -266,15 +242,6 @@ def start_worker(
             cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
             start_new_session=new_session,
         )  # fmt: skip
-
-
-def stop_worker(worker: subprocess.Popen[str]) -> None:
-    worker.send_signal(signal.SIGTERM)
-    try:
-        worker.wait(30)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        worker.wait(10)
 
 
 def redelivered(log: Path, node: str, eid: str, thread: threading.Thread) -> bool:

@@ -22,7 +22,6 @@ import os
 import pickle
 import re
 import shelve
-import signal
 import subprocess
 import sys
 import threading
@@ -42,6 +41,7 @@ from ditto_worker.celery_app import DEADLINE_HEADER, create_celery_app
 from ditto_worker.client import DittoClient
 from ditto_worker.config import FleetSettings
 from ditto_worker.results import RESULT_KEY_PREFIX
+from tests.conftest import stop_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -65,17 +65,6 @@ def start_worker(
         time.sleep(0.1)
     assert "ready." in log.read_text(), log.read_text()
     return proc
-
-
-def stop_worker(proc: subprocess.Popen[str]) -> None:
-    """SIGTERM (warm shutdown: the state file is saved at exit) and wait."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def stored_meta(r: redis.Redis, eid: str, wait_s: float = 30) -> dict[str, Any]:

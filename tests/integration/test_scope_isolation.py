@@ -32,7 +32,7 @@ from ditto_worker.config import FleetSettings
 from ditto_worker.contracts import FLEET_QUEUES
 from ditto_worker.delegation import RemoteRetrievalSearchProvider, create_retrieval_worker
 from ditto_worker.testing import InMemoryMemoryStore
-from tests.conftest import missing_service
+from tests.conftest import postgres_url
 
 pytestmark = pytest.mark.integration
 
@@ -165,9 +165,7 @@ def fresh_memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cal
         return
     from ditto_plugin_postgres import PostgresMemoryStore
 
-    url = os.environ.get("DITTO_TEST_POSTGRES_URL", "")
-    if not url:
-        missing_service("no DITTO_TEST_POSTGRES_URL")
+    url = postgres_url()
     schema = f"t_{uuid.uuid4().hex}"
     store = PostgresMemoryStore(url, schema=schema, pool_max_size=2)
 

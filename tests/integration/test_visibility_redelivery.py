@@ -45,14 +45,13 @@ import redis
 
 from ditto_worker import DittoClient
 from ditto_worker.config import FleetSettings
+from tests.conftest import postgres_url, stop_worker
 from tests.integration.test_crash_redelivery import (
     RECEIVED,
     PostgresTarget,
     SqliteTarget,
     Target,
-    postgres_url,
     start_worker,
-    stop_worker,
     wait_ready,
 )
 
