@@ -5,9 +5,14 @@ The public failure surface is a :class:`~ditto_worker.contracts.NodeResult` with
 exceptions rooted in one class::
 
     DittoError
-    ├── MemoryError        (code, safe_message) — raised by plugins and the SDK;
-    │                      its message is public (seed: "MemoryError 的 message 是公开错误")
+    ├── NodeError          (code, safe_message) — a classified node failure of any worker
+    │   │                  kind; its message is public and reaches NodeResult.error
+    │   └── MemoryError    raised by store plugins and the MEMORY SDK (the seed's name;
+    │                      seed: "MemoryError 的 message 是公开错误")
     └── ConfigError        a ditto.yaml / env problem found at start-up
+
+Every code any node of any kind answers with is a member of :class:`ErrorCode`
+(SPEC.md MEM-RT-4); plugins may still raise codes of their own, passed through unchanged.
 
 ``MemoryError`` deliberately shadows the builtin of the same name: the seed and
 SPEC.md name it so. Import it as ``from ditto_worker import MemoryError``.
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["ConfigError", "DittoError", "ErrorCode", "MemoryError"]
+__all__ = ["ConfigError", "DittoError", "ErrorCode", "MemoryError", "NodeError"]
 
 
 class ErrorCode(StrEnum):
@@ -46,21 +51,48 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_FILTER = "UNSUPPORTED_FILTER"
     UNSUPPORTED_ORDER_BY = "UNSUPPORTED_ORDER_BY"
     INVALID_CURSOR = "INVALID_CURSOR"
+    # Retrieval and embeddings (MEM-RET)
+    UNKNOWN_TARGET = "UNKNOWN_TARGET"
+    """RETRIEVAL.SEARCH names a target the retrieval worker does not serve."""
+    EMBEDDING_MISMATCH = "EMBEDDING_MISMATCH"
+    """A provider's identity or a vector's length differs from the collection's (MEM-RET-4)."""
+    EMBEDDING_UNAVAILABLE = "EMBEDDING_UNAVAILABLE"
+    """The embedding model or endpoint failed (MEM-TASK-5: fail, never switch)."""
+    # CONTEXT (MEM-CTX)
+    CONTEXT_UNAVAILABLE = "CONTEXT_UNAVAILABLE"
+    """The context cache (Redis) is unreachable or failed; no fallback store (MEM-CTX-3)."""
+    CONTEXT_CANCELLED = "CONTEXT_CANCELLED"
+    CONTEXT_TIMEOUT = "CONTEXT_TIMEOUT"
+    # INFER (MEM-INF)
+    INFER_UNAVAILABLE = "INFER_UNAVAILABLE"
+    """The model endpoint is down, refused the call or answered 5xx (MEM-INF-3)."""
+    INFER_INVALID_OUTPUT = "INFER_INVALID_OUTPUT"
+    """The reply does not validate against ``responseSchema`` or was cut off (MEM-INF-2)."""
+    INFER_CANCELLED = "INFER_CANCELLED"
+    INFER_TIMEOUT = "INFER_TIMEOUT"
+    # Graph and Loop (MEM-GRAPH)
+    GRAPH_BIND_FAILED = "GRAPH_BIND_FAILED"
+    """A node's ``bind`` raised; the node and its dependents did not run (MEM-GRAPH-2)."""
+    GRAPH_BUDGET_EXHAUSTED = "GRAPH_BUDGET_EXHAUSTED"
+    """A loop asked for more Graphs than its budget (1024 by default; MEM-GRAPH-4)."""
+    GRAPH_CANCELLED = "GRAPH_CANCELLED"
+    GRAPH_TIMEOUT = "GRAPH_TIMEOUT"
 
 
 class DittoError(Exception):
     """Root of every exception raised on purpose by ditto_worker."""
 
 
-class MemoryError(DittoError):  # noqa: A001 - the seed's name
-    """A classified failure whose message may be shown to the caller.
+class NodeError(DittoError):
+    """A classified node failure whose message may be shown to the caller.
+
+    A node handler of any worker kind raises it; the runtime answers a ``failed``
+    NodeResult with ``error = {code, message: safe_message}``.
 
     Args:
         code: an :class:`ErrorCode` value or a plugin-specific code (non-empty str).
-        safe_message: a message that carries no credentials, URLs, SQL or raw driver
-            text; it reaches the caller verbatim in ``NodeResult.error.message``.
-
-    Source: the seed's ``new MemoryError(code, safeMessage)``; SPEC.md MEM-ERR-3.
+        safe_message: a message that carries no credentials, URLs, SQL, raw driver text,
+            memory content or model text; it reaches the caller verbatim.
     """
 
     def __init__(self, code: str, safe_message: str) -> None:
@@ -69,7 +101,19 @@ class MemoryError(DittoError):  # noqa: A001 - the seed's name
         self.safe_message = safe_message
 
     def __repr__(self) -> str:
-        return f"MemoryError({self.code!r}, {self.safe_message!r})"
+        return f"{type(self).__name__}({self.code!r}, {self.safe_message!r})"
+
+
+class MemoryError(NodeError):  # noqa: A001 - the seed's name
+    """A classified MEMORY failure whose message may be shown to the caller.
+
+    Args:
+        code: an :class:`ErrorCode` value or a plugin-specific code (non-empty str).
+        safe_message: a message that carries no credentials, URLs, SQL or raw driver
+            text; it reaches the caller verbatim in ``NodeResult.error.message``.
+
+    Source: the seed's ``new MemoryError(code, safeMessage)``; SPEC.md MEM-ERR-3.
+    """
 
 
 class ConfigError(DittoError):
