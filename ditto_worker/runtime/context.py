@@ -1,0 +1,74 @@
+"""``NodeContext``: what the host knows about one node call (SPEC.md MEM-RT-3).
+
+Built by the runtime for every call, embedded or on the fleet, and handed to the node's
+handler. Nothing in it comes from the request body: the execution id, the deadline, the
+cancel token and the trusted scope are the host's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ditto_worker.ports import CancelToken
+
+if TYPE_CHECKING:
+    from ditto_worker.contracts import NodeResult
+    from ditto_worker.scope import Scope
+
+__all__ = ["NodeContext", "SubInvoke"]
+
+SubInvoke = Callable[..., "NodeResult[Any]"]
+"""``invoke(node, input, *, timeout=None) -> NodeResult``: a sub-call that inherits the
+calling node's deadline, cancellation and scope."""
+
+
+def _no_runtime(node: str, input: Any, **_: Any) -> NodeResult[Any]:
+    from ditto_worker.contracts import NodeResult
+    from ditto_worker.errors import ErrorCode
+
+    return NodeResult.failure(
+        "", node, ErrorCode.UNKNOWN_NODE, "this call has no runtime to invoke other nodes"
+    )
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """One call's host-side facts.
+
+    Attributes:
+        execution_id: the call id (the Celery task id on the fleet).
+        node: the node id being served (``CONTEXT.UPDATE`` …).
+        cancel: the call's cancel token; handlers pass it to their drivers
+            (``on_cancel``) or poll ``cancel.cancelled`` (MEM-PY-2).
+        deadline: absolute ``time.time()`` seconds after which the caller gave up, or
+            ``None``.
+        scope: the trusted tenant scope, resolved against the worker's own bound scope,
+            or ``None`` (unscoped).
+        invoke: ``ctx.invoke(node, input)`` — a sub-call through the same runtime that
+            inherits ``deadline``, ``cancel`` and ``scope`` (the seed's ``ctx.invoke``).
+        headers: tracing facts from the host (``run_id``, ``graph_node`` …), JSON-safe.
+        defaults: the runtime-YAML defaults layer of this kind, if any (MEMORY:
+            ``MemoryDefaults``; MEM-CONF-2).
+    """
+
+    execution_id: str
+    node: str = ""
+    cancel: CancelToken = field(default_factory=CancelToken)
+    deadline: float | None = None
+    scope: Scope | None = None
+    invoke: SubInvoke = _no_runtime
+    headers: Mapping[str, Any] = field(default_factory=dict)
+    defaults: Any = None
+
+    @property
+    def remaining_s(self) -> float | None:
+        """Seconds left before :attr:`deadline` (may be negative), or ``None``."""
+        return None if self.deadline is None else self.deadline - time.time()
+
+    @property
+    def expired(self) -> bool:
+        """True once the deadline has passed."""
+        return self.deadline is not None and time.time() >= self.deadline

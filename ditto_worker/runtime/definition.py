@@ -1,0 +1,163 @@
+"""Worker definitions as data (SPEC.md MEM-RT-1): a kind, its nodes and their handlers.
+
+A :class:`WorkerDefinition` says everything the runtime needs to serve a worker kind, so
+adding a kind (CONTEXT, INFER, a test kind such as ``ECHO``) adds no code to the fleet:
+
+* ``kind`` — ``"MEMORY"``, ``"RETRIEVAL"``, ``"CONTEXT"``, ``"INFER"`` …;
+* ``nodes`` — one :class:`NodeSpec` per node id (``CONTEXT.UPDATE`` …), each served on its
+  own queue, the lower-case node id (``context.update``; SPEC.md "Python mapping");
+* ``codes`` — the codes the runtime answers with when a call of this kind is cancelled,
+  runs past its deadline, or its handler raises something unclassified (MEM-RT-4).
+
+A handler is ``handler(input, ctx) -> output``: ``input`` is the node's JSON input (wire
+names), ``ctx`` a :class:`~ditto_worker.runtime.context.NodeContext`; it returns the raw
+output (JSON data or a pydantic model; the runtime wraps it once in a NodeResult), or a
+whole :class:`~ditto_worker.contracts.NodeResult` (a handler that owns every NodeResult
+rule itself, as the MEMORY SDK and the seed's ``.define`` overrides do). It raises
+:class:`~ditto_worker.errors.NodeError` (code, safe message) for a classified failure.
+
+Nothing here imports Celery or opens a connection (MEM-RT-5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from ditto_worker.errors import ConfigError, ErrorCode
+
+if TYPE_CHECKING:
+    from ditto_worker.runtime.context import NodeContext
+
+__all__ = ["Handler", "KindCodes", "NodeSpec", "WorkerDefinition", "queue_of"]
+
+Handler = Callable[[Any, "NodeContext"], Any]
+"""``handler(input, ctx) -> raw output | NodeResult``; raises ``NodeError`` when it fails."""
+
+
+def queue_of(node: str) -> str:
+    """The dedicated queue of a node id: its lower-case id (``CONTEXT.UPDATE`` ->
+    ``context.update``; SPEC.md "Python mapping", MEM-RT-2)."""
+    return node.lower()
+
+
+@dataclass(frozen=True)
+class KindCodes:
+    """The codes a kind's calls end with when the runtime, not the handler, decides.
+
+    Attributes:
+        cancelled: status ``cancelled`` (the caller cancelled; MEM-PY-2).
+        timeout: status ``timeout`` (the call's deadline passed).
+        failed: status ``failed`` when the handler raised an unclassified exception (the
+            exception is logged without input or output; the caller sees a generic
+            message).
+    """
+
+    cancelled: str
+    timeout: str
+    failed: str
+
+    @classmethod
+    def for_kind(cls, kind: str) -> KindCodes:
+        """``<KIND>_CANCELLED`` / ``<KIND>_TIMEOUT`` / ``<KIND>_UNAVAILABLE``; MEMORY and
+        RETRIEVAL use the MEMORY codes (MEM-ERR-3)."""
+        if kind in ("MEMORY", "RETRIEVAL"):
+            return cls(
+                ErrorCode.MEMORY_CANCELLED, ErrorCode.MEMORY_TIMEOUT, ErrorCode.MEMORY_BACKEND_ERROR
+            )
+        return cls(f"{kind}_CANCELLED", f"{kind}_TIMEOUT", f"{kind}_UNAVAILABLE")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of a worker kind.
+
+    Attributes:
+        id: the node id, ``KIND.NAME`` in upper case (``CONTEXT.UPDATE``).
+        handler: ``handler(input, ctx)``; see the module docstring.
+        mutation: the node changes durable state: on the fleet its message is acked late
+            and redelivered if its worker process dies, so the handler must apply a
+            redelivered execution id at most once.
+        output: the pydantic-validatable type of the raw output (e.g.
+            ``list[MemoryItem]``), which callers use to parse a success's ``output``;
+            ``None``: the output stays plain JSON data.
+    """
+
+    id: str
+    handler: Handler
+    mutation: bool = False
+    output: Any = None
+
+    @property
+    def queue(self) -> str:
+        """The node's own queue (:func:`queue_of`)."""
+        return queue_of(self.id)
+
+
+@dataclass(frozen=True)
+class WorkerDefinition:
+    """A worker kind as data (MEM-RT-1).
+
+    Attributes:
+        kind: ``MEMORY``, ``RETRIEVAL``, ``CONTEXT``, ``INFER`` or a kind of your own
+            (upper case letters, digits and ``_``).
+        nodes: node id -> :class:`NodeSpec`; every id starts with ``<kind>.``.
+        concurrency: concurrent entries this definition allows (MEM-RUN-1), or ``None``
+            for the host's default; it creates no connection pool.
+        codes: the runtime's codes for this kind (:meth:`KindCodes.for_kind` by default).
+        close: releases what the definition owns (called by ``Runtime.close``), or ``None``.
+            Application-owned plugin objects are never closed (MEM-RUN-3).
+
+    Raises:
+        ConfigError: a node id that does not belong to ``kind``, or a concurrency < 1.
+    """
+
+    kind: str
+    nodes: Mapping[str, NodeSpec]
+    concurrency: int | None = None
+    codes: KindCodes | None = None
+    close: Callable[[], None] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.kind or not self.kind.replace("_", "").isalnum() or not self.kind.isupper():
+            raise ConfigError(f"worker kind {self.kind!r} must be upper case (e.g. CONTEXT)")
+        for node_id, spec in self.nodes.items():
+            if node_id != spec.id or not node_id.startswith(f"{self.kind}."):
+                raise ConfigError(f"node {node_id!r} does not belong to worker kind {self.kind}")
+        if self.concurrency is not None and (
+            isinstance(self.concurrency, bool) or self.concurrency < 1
+        ):
+            raise ConfigError("concurrency must be an integer >= 1")
+        object.__setattr__(self, "nodes", MappingProxyType(dict(self.nodes)))
+        if self.codes is None:
+            object.__setattr__(self, "codes", KindCodes.for_kind(self.kind))
+
+    @classmethod
+    def of(
+        cls,
+        kind: str,
+        nodes: list[NodeSpec] | tuple[NodeSpec, ...],
+        *,
+        concurrency: int | None = None,
+        codes: KindCodes | None = None,
+        close: Callable[[], None] | None = None,
+    ) -> WorkerDefinition:
+        """Build a definition from a list of node specs (ids must be distinct).
+
+        Raises:
+            ConfigError: a node id given twice, or see the class.
+        """
+        table: dict[str, NodeSpec] = {}
+        for spec in nodes:
+            if spec.id in table:
+                raise ConfigError(f"node {spec.id!r} given twice")
+            table[spec.id] = spec
+        return cls(kind, table, concurrency, codes, close)
+
+    @property
+    def kind_codes(self) -> KindCodes:
+        """:attr:`codes`, never ``None`` after construction."""
+        assert self.codes is not None
+        return self.codes
