@@ -2,14 +2,15 @@
 
 One typed tree, validated at start-up and frozen (MEM-CONF-4: a snapshot, never re-read
 per request). The sections this project owns (``fleet``, ``workers.memory``,
-``workers.retrieval``) reject
+``workers.retrieval``, ``workers.context``) reject
 unknown keys; other workers' sections of a shared ``ditto.yaml`` and other top-level keys
 are left alone (MEM-PY-7). Plugin sections (``plugins.<name>``) belong to their plugin
 and are passed to it unchanged.
 
 String values may use ``${VAR}`` (an unset variable is a :class:`ConfigError`) and
 ``${VAR:-default}``. After expansion, ``DITTO_BROKER_URL`` and ``DITTO_RESULT_BACKEND``
-override ``fleet.brokerUrl`` / ``fleet.resultBackend`` (MEM-PY-7). Database URLs and
+override ``fleet.brokerUrl`` / ``fleet.resultBackend`` (MEM-PY-7), and
+``DITTO_WORKER_CONTEXT_REDIS_URL`` overrides ``workers.context.redisUrl``. Database URLs and
 credentials come only from the environment, read by the plugins (MEM-CONF-5).
 """
 
@@ -25,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from ditto_worker.context.settings import ContextWorkerSettings
 from ditto_worker.contracts import NODE_IDS, Limit, MemoryDefaults
 from ditto_worker.errors import ConfigError
 
@@ -191,6 +193,7 @@ class RuntimeConfig(BaseModel):
     fleet: FleetSettings = Field(default_factory=FleetSettings)
     memory_worker: MemoryWorkerSettings = Field(default_factory=MemoryWorkerSettings)
     retrieval_worker: RetrievalWorkerSettings = Field(default_factory=RetrievalWorkerSettings)
+    context_worker: ContextWorkerSettings = Field(default_factory=ContextWorkerSettings)
     plugins: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="plugins.<name>: settings owned by each plugin."
     )
@@ -260,6 +263,9 @@ def load_runtime_config(
             ),
             retrieval_worker=RetrievalWorkerSettings.model_validate(
                 _section(workers, "retrieval", "workers.")
+            ),
+            context_worker=ContextWorkerSettings.from_env(
+                _section(workers, "context", "workers."), env
             ),
             plugins={k: dict(v or {}) for k, v in _section(raw, "plugins", "").items()},
             source=source,

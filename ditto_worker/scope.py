@@ -36,6 +36,7 @@ __all__ = [
     "UNSCOPED",
     "Scope",
     "namespace_of",
+    "encode_key_part",
     "parse_scope",
     "resolve_scope",
 ]
@@ -48,6 +49,14 @@ UNSCOPED: Final = ""
 
 MAX_SCOPE_PART: Final = 256
 """Most characters in a tenant or user id."""
+
+
+def encode_key_part(part: str) -> str:
+    """One part of a scoped key, percent-encoded (``urllib.parse.quote``, no safe
+    characters): ``:`` becomes ``%3A`` and ``%`` becomes ``%25``, so distinct parts never
+    join into the same key. The one encoding of every scoped key (MEMORY namespaces,
+    CONTEXT cache keys)."""
+    return quote(part, safe="")
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,13 @@ class Scope:
     @property
     def namespace(self) -> str:
         """``<tenant>:<user>:memory`` with each part percent-encoded (never ``""``)."""
-        return f"{quote(self.tenant, safe='')}:{quote(self.user, safe='')}:memory"
+        return self.key("memory")
+
+    def key(self, kind: str, *parts: str) -> str:
+        """``<tenant>:<user>:<kind>[:<part>…]``, every element encoded with
+        :func:`encode_key_part` (``Scope("acme", "a:b").key("context", "plan")`` ->
+        ``acme:a%3Ab:context:plan``; the seed's key layout, memory-capabilities "Policy")."""
+        return ":".join(encode_key_part(p) for p in (self.tenant, self.user, kind, *parts))
 
     def to_header(self) -> dict[str, str]:
         """The JSON value of the :data:`SCOPE_HEADER` header."""

@@ -1,0 +1,299 @@
+"""The Redis context cache: one key per context, one Lua script per update (MEM-CTX-2).
+
+Key: ``<tenant>:<user>:context:<name>`` (built by the worker, :meth:`Scope.key`). The
+key is a Redis hash::
+
+    v        version (HINCRBY per update)
+    n        number of items
+    b        bytes of all items (UTF-8 bytes of their JSON texts)
+    i:<id>   position of the item with that id (0-based)
+    p:<pos>  the JSON text of the item at that position
+
+so an update costs O(ingress) reads and writes whatever the context's size (plus the
+O(items) reply), and no JSON is decoded in Lua (Redis' cjson would turn ``[]`` into
+``{}`` and round numbers to 14 digits).
+
+Why a Lua script, not WATCH/MULTI: the script is one round trip and cannot lose a race,
+so 8 writers on one key make 8 round trips, not 8 rounds of optimistic retries of 3
+round trips each (``bench/context.py`` measures both). The script reads everything and
+checks the limits before its first write, so a limit refusal writes nothing; it carries
+the ``#!lua`` shebang (Redis >= 7), so a Redis out of memory refuses it before it starts
+instead of failing between two writes.
+
+Deadlines: each call takes its own connection from a small idle list and sets that
+connection's connect and read/write socket timeouts to the call's ``timeout_s`` (the
+time left before the call's deadline, capped by ``workers.context.timeoutS``); redis-py's
+retries are off (a retry could outlive the deadline). A Redis that is down fails at once
+(``CONTEXT_UNAVAILABLE``), one that does not answer fails after ``timeout_s``. Never a
+fallback store (MEM-CTX-3). Creating the cache connects to nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from redis.exceptions import NoScriptError
+
+from ditto_worker.context.cache import CachedContext
+from ditto_worker.context.merge import over_limit
+from ditto_worker.context.settings import ContextLimits
+from ditto_worker.errors import ErrorCode, NodeError
+from ditto_worker.ports import CancelToken
+
+__all__ = ["LOAD_SCRIPT", "UPDATE_SCRIPT", "RedisContextCache"]
+
+logger = logging.getLogger(__name__)
+
+UPDATE_SCRIPT = """#!lua
+-- KEYS[1] the context; ARGV: ttl_ms, max_items, max_bytes, then id, json pairs
+-- (ids distinct). Reads and checks first, then writes: a refusal writes nothing.
+local key = KEYS[1]
+local n = tonumber(redis.call('HGET', key, 'n') or '0')
+local bytes = tonumber(redis.call('HGET', key, 'b') or '0')
+local count = n
+local found = {}
+for i = 4, #ARGV, 2 do
+  local at = redis.call('HGET', key, 'i:' .. ARGV[i])
+  if at then
+    bytes = bytes - redis.call('HSTRLEN', key, 'p:' .. at) + #ARGV[i + 1]
+    found[i] = at
+  else
+    bytes = bytes + #ARGV[i + 1]
+    count = count + 1
+  end
+end
+if count > tonumber(ARGV[2]) then return {0, 'maxItems', count} end
+if bytes > tonumber(ARGV[3]) then return {0, 'maxContextBytes', bytes} end
+for i = 4, #ARGV, 2 do
+  local at = found[i]
+  if not at then
+    at = n
+    n = n + 1
+    redis.call('HSET', key, 'i:' .. ARGV[i], at)
+  end
+  redis.call('HSET', key, 'p:' .. at, ARGV[i + 1])
+end
+local version = redis.call('HINCRBY', key, 'v', 1)
+redis.call('HSET', key, 'n', n, 'b', bytes)
+redis.call('PEXPIRE', key, ARGV[1])
+local out = {1, version}
+for k = 0, n - 1 do out[k + 3] = redis.call('HGET', key, 'p:' .. k) end
+return out
+"""
+"""Merge collapsed ingress into one context; returns ``{1, version, json…}`` or
+``{0, limit, value}`` when the merged context would break ``limit``."""
+
+LOAD_SCRIPT = """#!lua flags=no-writes
+-- KEYS[1] the context; returns {0} when missing, else {1, version, json...}
+local n = redis.call('HGET', KEYS[1], 'n')
+if not n then return {0} end
+local out = {1, tonumber(redis.call('HGET', KEYS[1], 'v'))}
+for k = 0, tonumber(n) - 1 do out[k + 3] = redis.call('HGET', KEYS[1], 'p:' .. k) end
+return out
+"""
+"""Read one context in order, atomically; leaves its TTL alone."""
+
+_SHA = {
+    script: hashlib.sha1(script.encode()).hexdigest() for script in (UPDATE_SCRIPT, LOAD_SCRIPT)
+}
+
+
+def _unavailable(message: str) -> NodeError:
+    return NodeError(ErrorCode.CONTEXT_UNAVAILABLE, f"The context cache {message}")
+
+
+class RedisContextCache:
+    """:class:`~ditto_worker.context.cache.ContextCache` on one Redis database.
+
+    Args:
+        url: ``redis://[user:password@]host:port/db``, ``rediss://…`` or ``unix://…``
+            (``workers.context.redisUrl`` / env ``DITTO_WORKER_CONTEXT_REDIS_URL``). It
+            never appears in an error message or a log line.
+        max_idle: connections kept open between calls (the worker's concurrency).
+
+    Raises:
+        ValueError: ``url`` is not a Redis URL (raised by redis-py when parsing).
+    """
+
+    def __init__(self, url: str, *, max_idle: int = 8) -> None:
+        parsed = redis.ConnectionPool.from_url(url)  # parses the URL; connects to nothing
+        self._connection_class: Any = parsed.connection_class
+        self._kwargs = dict(parsed.connection_kwargs)
+        self._max_idle = max_idle
+        self._idle: deque[Any] = deque()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    # --- connections ------------------------------------------------------------------
+
+    def _checkout(self) -> Any:
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's sockets are not ours
+                self._idle.clear()
+                self._pid = os.getpid()
+            if self._idle:
+                return self._idle.pop()
+        return self._connection_class(**self._kwargs)
+
+    def _checkin(self, conn: Any) -> None:
+        with self._lock:
+            if len(self._idle) < self._max_idle and self._pid == os.getpid():
+                self._idle.append(conn)
+                return
+        conn.disconnect()
+
+    def _run(
+        self,
+        script: str,
+        key: str,
+        args: Sequence[Any],
+        timeout_s: float,
+        cancel: CancelToken | None,
+    ) -> Any:
+        """EVALSHA ``script`` (EVAL when Redis does not know it yet) within ``timeout_s``.
+
+        A cancel while waiting shuts the connection down, which ends the wait at once.
+
+        Raises:
+            NodeError: ``CONTEXT_CANCELLED`` when ``cancel`` fired; ``CONTEXT_UNAVAILABLE``
+                when Redis is unreachable, does not answer within ``timeout_s``, or
+                answers an error.
+        """
+        conn = self._checkout()
+        guard = threading.Lock()
+        live = [True]
+
+        def cut() -> None:  # runs in the cancelling thread
+            with guard:
+                if live[0]:
+                    conn.disconnect()
+
+        unregister = cancel.on_cancel(cut) if cancel is not None else None
+        try:
+            reply = _round_trip(conn, script, key, args, timeout_s)
+        except BaseException as exc:
+            error = self._failure(exc, conn, timeout_s, cancel)
+            if error is None:
+                raise
+            raise error from None
+        finally:
+            with guard:
+                live[0] = False
+            if unregister is not None:
+                unregister()
+        self._checkin(conn)
+        return reply
+
+    def _failure(
+        self, exc: BaseException, conn: Any, timeout_s: float, cancel: CancelToken | None
+    ) -> NodeError | None:
+        """The NodeError for a failed round trip (``None``: re-raise ``exc`` as is)."""
+        if isinstance(exc, redis.ResponseError):
+            self._checkin(conn)  # an error reply: the connection itself is fine
+            logger.warning("context cache: Redis answered %s", str(exc).split(" ", 1)[0][:32])
+            return _unavailable("(Redis) refused the call")
+        conn.disconnect()
+        if not isinstance(exc, Exception):
+            return None  # KeyboardInterrupt, SystemExit …
+        if cancel is not None and cancel.cancelled:
+            return NodeError(ErrorCode.CONTEXT_CANCELLED, "the context call was cancelled")
+        if isinstance(exc, redis.TimeoutError):
+            logger.warning("context cache: no answer from Redis within %.3f s", timeout_s)
+            return _unavailable(f"(Redis) did not answer within {timeout_s:.3f} s")
+        if isinstance(exc, redis.RedisError | OSError):
+            logger.warning("context cache: Redis unreachable (%s)", type(exc).__name__)
+            return _unavailable("(Redis) is unreachable")
+        return None
+
+    # --- ContextCache -----------------------------------------------------------------
+
+    def update(
+        self,
+        key: str,
+        entries: Sequence[tuple[str, str]],
+        *,
+        ttl_s: float,
+        limits: ContextLimits,
+        timeout_s: float,
+        cancel: CancelToken | None = None,
+    ) -> CachedContext:
+        """See :meth:`~ditto_worker.context.cache.ContextCache.update` (one EVALSHA).
+
+        Raises:
+            NodeError: ``INVALID_INPUT`` naming ``maxItems`` / ``maxContextBytes``
+                (nothing written); ``CONTEXT_UNAVAILABLE`` / ``CONTEXT_CANCELLED`` (see
+                :meth:`_run`), or ``CONTEXT_UNAVAILABLE`` for a reply
+                that is not the script's).
+        """
+        args: list[Any] = [
+            max(1, round(ttl_s * 1000)),
+            limits.max_items,
+            limits.max_context_bytes,
+        ]
+        for item_id, text in entries:
+            args += (item_id, text)
+        reply = self._run(UPDATE_SCRIPT, key, args, timeout_s, cancel)
+        if isinstance(reply, list) and reply[:1] == [0] and len(reply) == 3:
+            limit = reply[1].decode()
+            bound = limits.max_items if limit == "maxItems" else limits.max_context_bytes
+            unit = "items" if limit == "maxItems" else "bytes"
+            raise over_limit(limit, f"the merged context would have {reply[2]} {unit}", bound)
+        return _context(reply)
+
+    def load(
+        self, key: str, *, timeout_s: float, cancel: CancelToken | None = None
+    ) -> CachedContext | None:
+        """See :meth:`~ditto_worker.context.cache.ContextCache.load` (one EVALSHA).
+
+        Raises:
+            NodeError: ``CONTEXT_UNAVAILABLE`` / ``CONTEXT_CANCELLED`` (see :meth:`_run`).
+        """
+        reply = self._run(LOAD_SCRIPT, key, (), timeout_s, cancel)
+        if reply == [0]:
+            return None
+        return _context(reply)
+
+    def close(self) -> None:
+        """Close the idle connections; later calls open new ones."""
+        with self._lock:
+            idle, self._idle = list(self._idle), deque()
+        for conn in idle:
+            conn.disconnect()
+
+
+def _round_trip(conn: Any, script: str, key: str, args: Sequence[Any], timeout_s: float) -> Any:
+    """One EVALSHA on ``conn`` with every socket wait bounded by ``timeout_s``."""
+    conn.socket_connect_timeout = timeout_s
+    conn.socket_timeout = timeout_s
+    conn.connect()  # no-op when already connected
+    conn.update_current_socket_timeout(timeout_s)
+    try:
+        conn.send_command("EVALSHA", _SHA[script], 1, key, *args)
+        return conn.read_response()
+    except NoScriptError:
+        conn.send_command("EVAL", script, 1, key, *args)
+        return conn.read_response()
+
+
+def _context(reply: Any) -> CachedContext:
+    """``{1, version, json…}`` -> :class:`CachedContext`.
+
+    Raises:
+        NodeError: ``CONTEXT_UNAVAILABLE`` for anything else (a damaged entry).
+    """
+    if (
+        not isinstance(reply, list)
+        or len(reply) < 2
+        or reply[0] != 1
+        or not isinstance(reply[1], int)
+        or not all(isinstance(text, bytes) for text in reply[2:])
+    ):
+        raise _unavailable("(Redis) holds a damaged context entry")
+    return CachedContext(reply[1], [text.decode() for text in reply[2:]])

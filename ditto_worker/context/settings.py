@@ -1,0 +1,106 @@
+"""``workers.context`` settings: where the cache lives, TTLs and limits (SPEC.md MEM-CTX-2).
+
+``redisUrl`` comes from ``ditto.yaml`` (normally ``${DITTO_WORKER_CONTEXT_REDIS_URL:-}``)
+or the environment variable ``DITTO_WORKER_CONTEXT_REDIS_URL``, which overrides it; empty
+means no Redis: the embedded in-process cache, same semantics (MEM-CTX-2). The defaults
+below are the ones ``ditto.yaml`` and the README document.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = ["REDIS_URL_ENV", "ContextLimits", "ContextWorkerSettings"]
+
+REDIS_URL_ENV: Final = "DITTO_WORKER_CONTEXT_REDIS_URL"
+"""Environment variable of the context cache's Redis URL (the seed's name)."""
+
+
+@dataclass(frozen=True)
+class ContextLimits:
+    """The size limits every context obeys, cached or pure (bytes are UTF-8 bytes of an
+    item's compact wire JSON; see :class:`~ditto_worker.context.contracts.ContextItem`).
+
+    Attributes:
+        max_items: most items in one context.
+        max_item_bytes: largest item, bytes.
+        max_context_bytes: most bytes of all items of one context together.
+    """
+
+    max_items: int
+    max_item_bytes: int
+    max_context_bytes: int
+
+
+class ContextWorkerSettings(BaseModel):
+    """``workers.context:`` — the CONTEXT worker (``CONTEXT.UPDATE``, ``CONTEXT.LOAD``)."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, alias_generator=to_camel
+    )
+
+    redis_url: str = Field(
+        default="",
+        description="Redis of the context cache (redis:// or rediss://; may carry a "
+        "password, so set it through the env DITTO_WORKER_CONTEXT_REDIS_URL). Empty: the "
+        "in-process cache of the embedded runtime.",
+    )
+    ttl_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Seconds a cached context lives after its last update (an update "
+        "without ttlS).",
+    )
+    max_ttl_s: float = Field(
+        default=86400.0, gt=0, description="Largest ttlS a call may ask for, seconds."
+    )
+    max_items: int = Field(default=1000, ge=1, description="Most items in one context.")
+    max_item_bytes: int = Field(
+        default=65536, ge=64, description="Largest item, bytes of its compact JSON."
+    )
+    max_context_bytes: int = Field(
+        default=1048576, ge=64, description="Most bytes of one context's items together."
+    )
+    timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Longest wait for Redis (connect, and each reply) of a call without a "
+        "deadline; a call with a deadline waits at most until its deadline.",
+    )
+    concurrency: int = Field(
+        default=8, ge=1, description="Concurrent CONTEXT calls one worker process serves."
+    )
+
+    @property
+    def limits(self) -> ContextLimits:
+        """The size limits as one value."""
+        return ContextLimits(self.max_items, self.max_item_bytes, self.max_context_bytes)
+
+    def model_post_init(self, __context: object) -> None:
+        if self.ttl_s > self.max_ttl_s:
+            raise ValueError("workers.context.ttlS must not exceed maxTtlS")
+        if self.max_item_bytes > self.max_context_bytes:
+            raise ValueError("workers.context.maxItemBytes must not exceed maxContextBytes")
+
+    @classmethod
+    def from_env(
+        cls, data: Mapping[str, object] | None = None, env: Mapping[str, str] | None = None
+    ) -> ContextWorkerSettings:
+        """The settings of a ``workers.context`` mapping (``None``: all defaults) with
+        ``DITTO_WORKER_CONTEXT_REDIS_URL`` (from ``env``, default ``os.environ``) over
+        ``redisUrl`` when set and non-empty.
+
+        Raises:
+            pydantic.ValidationError: an unknown key or a bad value.
+        """
+        env = os.environ if env is None else env
+        raw = dict(data or {})
+        if env.get(REDIS_URL_ENV):
+            raw["redisUrl"] = env[REDIS_URL_ENV]
+        return cls.model_validate(raw)
