@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from ditto_worker.context.merge import over_limit
+from ditto_worker.context.merge import merged_over_limit
 from ditto_worker.context.settings import ContextLimits
 from ditto_worker.ports import CancelToken
 
@@ -37,11 +37,11 @@ class CachedContext:
 
     Attributes:
         version: updates applied since the context was created (>= 1).
-        items: the items' wire JSON texts, in context order.
+        items: the items' wire JSON texts (UTF-8), in context order.
     """
 
     version: int
-    items: list[str]
+    items: list[bytes]
 
 
 @runtime_checkable
@@ -96,7 +96,7 @@ class ContextCache(Protocol):
 @dataclass
 class _Entry:
     version: int = 0
-    items: list[str] = field(default_factory=list)
+    items: list[bytes] = field(default_factory=list)
     index: dict[str, int] = field(default_factory=dict)
     sizes: list[int] = field(default_factory=list)
     total: int = 0
@@ -142,33 +142,29 @@ class InProcessContextCache:
         with self._lock:
             now = self._clock()
             entry = self._live(key, now) or _Entry()
-            count, total, changes = len(entry.items), entry.total, []
+            count, total = len(entry.items), entry.total
+            changes: list[tuple[str, bytes, int, int | None]] = []
             for item_id, text in entries:
-                size = len(text.encode())
+                data = text.encode()
+                size = len(data)
                 at = entry.index.get(item_id)
                 if at is None:
                     count += 1
                     total += size
                 else:
                     total += size - entry.sizes[at]
-                changes.append((item_id, text, size, at))
+                changes.append((item_id, data, size, at))
             if count > limits.max_items:
-                raise over_limit(
-                    "maxItems", f"the merged context would have {count} items", limits.max_items
-                )
+                raise merged_over_limit("maxItems", count, limits)
             if total > limits.max_context_bytes:
-                raise over_limit(
-                    "maxContextBytes",
-                    f"the merged context would be {total} bytes",
-                    limits.max_context_bytes,
-                )
-            for item_id, text, size, at in changes:
+                raise merged_over_limit("maxContextBytes", total, limits)
+            for item_id, data, size, at in changes:
                 if at is None:
                     entry.index[item_id] = len(entry.items)
-                    entry.items.append(text)
+                    entry.items.append(data)
                     entry.sizes.append(size)
                 else:
-                    entry.items[at], entry.sizes[at] = text, size
+                    entry.items[at], entry.sizes[at] = data, size
             entry.total, entry.version = total, entry.version + 1
             entry.expires_at = now + ttl_s
             self._entries[key] = entry

@@ -30,6 +30,7 @@ __all__ = [
     "invalid_input",
     "item_json",
     "merge_items",
+    "merged_over_limit",
     "over_limit",
 ]
 
@@ -42,6 +43,15 @@ def invalid_input(message: str) -> NodeError:
 def over_limit(limit: str, what: str, bound: int) -> NodeError:
     """``INVALID_INPUT`` for a context over ``workers.context.<limit>`` (``bound``)."""
     return invalid_input(f"{what}, over the limit workers.context.{limit} ({bound})")
+
+
+def merged_over_limit(limit: str, value: int, limits: ContextLimits) -> NodeError:
+    """``INVALID_INPUT`` for a cached context that the update would take over ``limit``
+    (``maxItems``: ``value`` items; ``maxContextBytes``: ``value`` bytes). The one message
+    of both caches."""
+    if limit == "maxItems":
+        return over_limit(limit, f"the merged context would have {value} items", limits.max_items)
+    return over_limit(limit, f"the merged context would be {value} bytes", limits.max_context_bytes)
 
 
 def item_json(item: ContextItem) -> str:

@@ -42,7 +42,7 @@ import redis
 from redis.exceptions import NoScriptError
 
 from ditto_worker.context.cache import CachedContext
-from ditto_worker.context.merge import over_limit
+from ditto_worker.context.merge import merged_over_limit
 from ditto_worker.context.settings import ContextLimits
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.ports import CancelToken
@@ -241,10 +241,7 @@ class RedisContextCache:
             args += (item_id, text)
         reply = self._run(UPDATE_SCRIPT, key, args, timeout_s, cancel)
         if isinstance(reply, list) and reply[:1] == [0] and len(reply) == 3:
-            limit = reply[1].decode()
-            bound = limits.max_items if limit == "maxItems" else limits.max_context_bytes
-            unit = "items" if limit == "maxItems" else "bytes"
-            raise over_limit(limit, f"the merged context would have {reply[2]} {unit}", bound)
+            raise merged_over_limit(reply[1].decode(), reply[2], limits)
         return _context(reply)
 
     def load(
@@ -296,4 +293,4 @@ def _context(reply: Any) -> CachedContext:
         or not all(isinstance(text, bytes) for text in reply[2:])
     ):
         raise _unavailable("(Redis) holds a damaged context entry")
-    return CachedContext(reply[1], [text.decode() for text in reply[2:]])
+    return CachedContext(reply[1], reply[2:])

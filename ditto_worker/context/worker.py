@@ -23,7 +23,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ditto_worker._core_checks import describe
 from ditto_worker.context.cache import CachedContext, ContextCache, InProcessContextCache
@@ -59,9 +59,17 @@ def _parse(model: type[ModelT], raw: Any) -> ModelT:
         raise invalid_input(describe(exc)) from None
 
 
-def _parse_items(texts: list[str]) -> list[ContextItem]:
+_ITEMS = TypeAdapter(list[ContextItem])
+
+
+def _parse_items(texts: list[bytes]) -> list[ContextItem]:
+    """The items of a cached context (parsed as one JSON array).
+
+    Raises:
+        NodeError: ``CONTEXT_UNAVAILABLE`` when an entry is not a valid item.
+    """
     try:
-        return [ContextItem.model_validate_json(text) for text in texts]
+        return _ITEMS.validate_json(b"[" + b",".join(texts) + b"]")
     except ValidationError:
         raise NodeError(
             ErrorCode.CONTEXT_UNAVAILABLE, "The context cache holds a damaged context entry"
