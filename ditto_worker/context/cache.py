@@ -37,11 +37,11 @@ class CachedContext:
 
     Attributes:
         version: updates applied since the context was created (>= 1).
-        items: the items' wire JSON texts (UTF-8), in context order.
+        items_json: the items as one JSON array (UTF-8), in context order.
     """
 
     version: int
-    items: list[bytes]
+    items_json: bytes
 
 
 @runtime_checkable
@@ -101,6 +101,10 @@ class _Entry:
     sizes: list[int] = field(default_factory=list)
     total: int = 0
     expires_at: float = 0.0
+
+
+def _cached(entry: _Entry) -> CachedContext:
+    return CachedContext(entry.version, b"[" + b",".join(entry.items) + b"]")
 
 
 class InProcessContextCache:
@@ -171,7 +175,7 @@ class InProcessContextCache:
             self._updates += 1
             if self._updates % self._sweep_every == 0:
                 self._sweep(now)
-            return CachedContext(entry.version, list(entry.items))
+            return _cached(entry)
 
     def load(
         self, key: str, *, timeout_s: float, cancel: CancelToken | None = None
@@ -179,7 +183,7 @@ class InProcessContextCache:
         """See :meth:`ContextCache.load`."""
         with self._lock:
             entry = self._live(key, self._clock())
-            return None if entry is None else CachedContext(entry.version, list(entry.items))
+            return None if entry is None else _cached(entry)
 
     def _sweep(self, now: float) -> None:
         for key in [k for k, e in self._entries.items() if e.expires_at <= now]:

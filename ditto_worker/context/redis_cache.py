@@ -10,7 +10,8 @@ key is a Redis hash::
     p:<pos>  the JSON text of the item at that position
 
 so an update costs O(ingress) reads and writes whatever the context's size (plus the
-O(items) reply), and no JSON is decoded in Lua (Redis' cjson would turn ``[]`` into
+O(items) reply: the items' texts joined with ``,`` into one string, which Python parses
+as one JSON array), and no JSON is decoded in Lua (Redis' cjson would turn ``[]`` into
 ``{}`` and round numbers to 14 digits).
 
 Why a Lua script, not WATCH/MULTI: the script is one round trip and cannot lose a race,
@@ -51,9 +52,27 @@ __all__ = ["LOAD_SCRIPT", "UPDATE_SCRIPT", "RedisContextCache"]
 
 logger = logging.getLogger(__name__)
 
-UPDATE_SCRIPT = """#!lua
+_JOINED = """
+-- The texts of items 0..n-1 joined with ',' (HMGET in chunks: one call per 512 items).
+local function joined(key, n)
+  local out = {}
+  for first = 0, n - 1, 512 do
+    local fields = {}
+    for k = first, math.min(first + 511, n - 1) do fields[#fields + 1] = 'p:' .. k end
+    local texts = redis.call('HMGET', key, unpack(fields))
+    for j = 1, #texts do out[first + j] = texts[j] end
+  end
+  return table.concat(out, ',')
+end
+"""
+
+UPDATE_SCRIPT = (
+    """#!lua
 -- KEYS[1] the context; ARGV: ttl_ms, max_items, max_bytes, then id, json pairs
 -- (ids distinct). Reads and checks first, then writes: a refusal writes nothing.
+"""
+    + _JOINED
+    + """
 local key = KEYS[1]
 local n = tonumber(redis.call('HGET', key, 'n') or '0')
 local bytes = tonumber(redis.call('HGET', key, 'b') or '0')
@@ -83,21 +102,23 @@ end
 local version = redis.call('HINCRBY', key, 'v', 1)
 redis.call('HSET', key, 'n', n, 'b', bytes)
 redis.call('PEXPIRE', key, ARGV[1])
-local out = {1, version}
-for k = 0, n - 1 do out[k + 3] = redis.call('HGET', key, 'p:' .. k) end
-return out
+return {1, version, joined(key, n)}
 """
-"""Merge collapsed ingress into one context; returns ``{1, version, json…}`` or
+)
+"""Merge collapsed ingress into one context; returns ``{1, version, "json,json,…"}`` or
 ``{0, limit, value}`` when the merged context would break ``limit``."""
 
-LOAD_SCRIPT = """#!lua flags=no-writes
--- KEYS[1] the context; returns {0} when missing, else {1, version, json...}
+LOAD_SCRIPT = (
+    """#!lua flags=no-writes
+-- KEYS[1] the context; returns {0} when missing, else {1, version, "json,json,..."}
+"""
+    + _JOINED
+    + """
 local n = redis.call('HGET', KEYS[1], 'n')
 if not n then return {0} end
-local out = {1, tonumber(redis.call('HGET', KEYS[1], 'v'))}
-for k = 0, tonumber(n) - 1 do out[k + 3] = redis.call('HGET', KEYS[1], 'p:' .. k) end
-return out
+return {1, tonumber(redis.call('HGET', KEYS[1], 'v')), joined(KEYS[1], tonumber(n))}
 """
+)
 """Read one context in order, atomically; leaves its TTL alone."""
 
 _SHA = {
@@ -280,17 +301,17 @@ def _round_trip(conn: Any, script: str, key: str, args: Sequence[Any], timeout_s
 
 
 def _context(reply: Any) -> CachedContext:
-    """``{1, version, json…}`` -> :class:`CachedContext`.
+    """``{1, version, "json,json,…"}`` -> :class:`CachedContext`.
 
     Raises:
         NodeError: ``CONTEXT_UNAVAILABLE`` for anything else (a damaged entry).
     """
     if (
         not isinstance(reply, list)
-        or len(reply) < 2
+        or len(reply) != 3
         or reply[0] != 1
         or not isinstance(reply[1], int)
-        or not all(isinstance(text, bytes) for text in reply[2:])
+        or not isinstance(reply[2], bytes)
     ):
         raise _unavailable("(Redis) holds a damaged context entry")
-    return CachedContext(reply[1], reply[2:])
+    return CachedContext(reply[1], b"[" + reply[2] + b"]")

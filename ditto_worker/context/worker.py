@@ -62,14 +62,14 @@ def _parse(model: type[ModelT], raw: Any) -> ModelT:
 _ITEMS = TypeAdapter(list[ContextItem])
 
 
-def _parse_items(texts: list[bytes]) -> list[ContextItem]:
-    """The items of a cached context (parsed as one JSON array).
+def _parse_items(items_json: bytes) -> list[ContextItem]:
+    """The items of a cached context (one JSON array).
 
     Raises:
-        NodeError: ``CONTEXT_UNAVAILABLE`` when an entry is not a valid item.
+        NodeError: ``CONTEXT_UNAVAILABLE`` when it is not an array of valid items.
     """
     try:
-        return _ITEMS.validate_json(b"[" + b",".join(texts) + b"]")
+        return _ITEMS.validate_json(items_json)
     except ValidationError:
         raise NodeError(
             ErrorCode.CONTEXT_UNAVAILABLE, "The context cache holds a damaged context entry"
@@ -174,7 +174,7 @@ class ContextNodes:
             )
         except NodeError as err:
             raise self._deadline_error(ctx, err) from None
-        return ContextCacheUpdateOutput(items=_parse_items(state.items), version=state.version)
+        return ContextCacheUpdateOutput(items=_parse_items(state.items_json), version=state.version)
 
     def load(self, input: Any, ctx: NodeContext) -> ContextLoadOutput:
         """``CONTEXT.LOAD``: the cached context ``name`` of the trusted scope.
@@ -201,7 +201,9 @@ class ContextNodes:
             raise self._deadline_error(ctx, err) from None
         if state is None:
             return ContextLoadOutput.missing()
-        return ContextLoadOutput(found=True, items=_parse_items(state.items), version=state.version)
+        return ContextLoadOutput(
+            found=True, items=_parse_items(state.items_json), version=state.version
+        )
 
 
 def create_context_worker(
