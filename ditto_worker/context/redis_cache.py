@@ -198,6 +198,8 @@ class RedisContextCache:
 
         unregister = cancel.on_cancel(cut) if cancel is not None else None
         try:
+            if cancel is not None and cancel.cancelled:  # before connect() opens a socket
+                raise NodeError(ErrorCode.CONTEXT_CANCELLED, "the context call was cancelled")
             reply = _round_trip(conn, script, key, args, timeout_s)
         except BaseException as exc:
             error = self._failure(exc, conn, timeout_s, cancel)
@@ -216,6 +218,9 @@ class RedisContextCache:
         self, exc: BaseException, conn: Any, timeout_s: float, cancel: CancelToken | None
     ) -> NodeError | None:
         """The NodeError for a failed round trip (``None``: re-raise ``exc`` as is)."""
+        if isinstance(exc, NodeError):
+            self._checkin(conn)  # refused before any I/O
+            return exc
         if isinstance(exc, redis.ResponseError):
             self._checkin(conn)  # an error reply: the connection itself is fine
             logger.warning("context cache: Redis answered %s", str(exc).split(" ", 1)[0][:32])

@@ -49,10 +49,10 @@ logger = logging.getLogger(__name__)
 CONTEXT_UPDATE = "CONTEXT.UPDATE"
 CONTEXT_LOAD = "CONTEXT.LOAD"
 
-ModelT = TypeVar("ModelT", bound=BaseModel)
+_ModelT = TypeVar("_ModelT", bound=BaseModel)
 
 
-def _parse(model: type[ModelT], raw: Any) -> ModelT:
+def _parse(model: type[_ModelT], raw: Any) -> _ModelT:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:

@@ -9,7 +9,12 @@ without the optional ``lupa`` package.
 
 from __future__ import annotations
 
+import ast
+import importlib
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -414,3 +419,36 @@ def test_no_redis_url_means_the_in_process_cache(monkeypatch: pytest.MonkeyPatch
     assert update({"name": "n", "ingress": [item("a")]}, ctx()).version == 1
     assert definition.close is not None
     definition.close()
+
+
+# --- module surface -----------------------------------------------------------------------
+
+
+def _public_names(path: str) -> set[str]:
+    tree = ast.parse(Path(path).read_text())
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return {n for n in names if not n.startswith("_") and n != "logger"}
+
+
+@pytest.mark.parametrize(
+    "name", ["cache", "contracts", "merge", "redis_cache", "settings", "worker"]
+)
+def test_module_all_lists_its_public_names(name: str) -> None:  # STYLE.md
+    module = importlib.import_module(f"ditto_worker.context.{name}")
+    assert sorted(module.__all__) == sorted(_public_names(str(module.__file__)))
+    package = importlib.import_module("ditto_worker.context")
+    assert all(hasattr(package, n) for n in package.__all__)
+
+
+def test_importing_the_package_loads_no_redis_cache() -> None:  # MEM-RT-5
+    code = (
+        "import sys, ditto_worker.context; print('ditto_worker.context.redis_cache' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
