@@ -36,6 +36,7 @@ from ditto_worker.ports import CancelToken
 from ditto_worker.runtime import NodeContext, WorkerDefinition
 from ditto_worker.scope import Scope
 from ditto_worker.testing.servers import RedisServer, free_port
+from tests.conftest import missing_service
 from tests.unit.test_scope import ODD
 
 pytestmark = pytest.mark.integration
@@ -103,7 +104,7 @@ def server() -> Iterator[RedisServer]:
         srv.start()
     except RuntimeError as exc:
         srv.close()
-        pytest.skip(f"no redis-server: {exc}")
+        missing_service(f"no redis-server: {exc}")
     yield srv
     if srv.proc is not None:
         srv.proc.send_signal(signal.SIGCONT)
