@@ -108,8 +108,8 @@ def main() -> None:
     parser.add_argument("--seed-rng", type=int, default=11)
     args = parser.parse_args()
 
-    from ditto_worker import DittoClient
     from ditto_worker.config import FleetSettings
+    from ditto_worker.fleet import DittoClient
 
     server = None
     url = args.redis_url

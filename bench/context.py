@@ -35,7 +35,7 @@ import redis
 
 from ditto_worker.context import ContextWorkerSettings, create_context_worker
 from ditto_worker.runtime import NodeContext
-from ditto_worker.scope import Scope
+from ditto_worker.memory.scope import Scope
 from ditto_worker.testing.servers import RedisServer
 
 Call = Callable[[int], Any]

@@ -342,8 +342,8 @@ def restart_after_visibility(worker: Worker, broker: redis.Redis, visibility_s: 
 
 
 def run_store(target: Target, args: argparse.Namespace, redis_url: str, folder: Path) -> Run:
-    from ditto_worker import DittoClient
     from ditto_worker.config import FleetSettings
+    from ditto_worker.fleet import DittoClient
 
     run = Run(target.name, prefix=f"{target.name[:2]}{uuid.uuid4().hex[:6]}-")
     rng = random.Random(args.seed)

@@ -72,7 +72,7 @@ def worker_app(redis_url: str, db_path: str) -> Any:
     from ditto_plugin_sqlite import SqliteMemoryStore
     from ditto_worker import create_memory_worker
     from ditto_worker.config import load_runtime_config
-    from ditto_worker.fleet import create_worker_app
+    from ditto_worker.fleet.launch import create_worker_app
 
     config = load_runtime_config({"fleet": {"brokerUrl": redis_url}}, env={})
     app = create_worker_app(config, lambda: create_memory_worker(SqliteMemoryStore(db_path)))
@@ -162,8 +162,9 @@ def _print_rows(rows: list[tuple[str, dict[str, float]]]) -> None:
 
 def run(redis_url: str, calls: int, pool: str, concurrency: int, per_caller: int) -> None:
     from ditto_plugin_sqlite import SqliteMemoryStore
-    from ditto_worker import DittoClient, create_memory
+    from ditto_worker import create_memory
     from ditto_worker.config import FleetSettings
+    from ditto_worker.fleet import DittoClient
 
     folder = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     db_path = str(folder / "bench.sqlite")

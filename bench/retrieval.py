@@ -77,8 +77,10 @@ def bench_embedding(callers: int, queries: int) -> None:
     direct = time.perf_counter() - start
     batcher.close()
     print(f"embedding: {callers} callers x {queries} single-text queries ({total} texts)")
-    print(f"  micro-batched      {total / batched:8.1f} texts/s  "
-          f"({batcher.stats.batches} batches, mean {size}, largest {batcher.stats.largest})")
+    print(
+        f"  micro-batched      {total / batched:8.1f} texts/s  "
+        f"({batcher.stats.batches} batches, mean {size}, largest {batcher.stats.largest})"
+    )
     print(f"  one at a time      {total / single:8.1f} texts/s")
     print(f"  direct encode({size:>2}) {total / direct:8.1f} texts/s")
     print(f"  batched / one-at-a-time {single / batched:.2f}x; "

@@ -33,13 +33,13 @@ TOPICS = ["coffee", "hiking", "tax", "dance", "guitar", "garden", "python", "tra
 def _worker_app(redis_url: str, db_path: str) -> Any:
     from ditto_plugin_sqlite import SqliteMemoryStore
     from ditto_worker.config import load_runtime_config
-    from ditto_worker.delegation import create_retrieval_worker
-    from ditto_worker.fleet import create_worker_app
+    from ditto_worker.fleet.launch import create_worker_app
     from ditto_worker.retrieval import (
         LocalEmbeddingProvider,
         MicroBatchingEmbedder,
         create_retrieval_memory_search_provider,
     )
+    from ditto_worker.retrieval.delegation import create_retrieval_worker
 
     def retrieval() -> Any:
         embedder = MicroBatchingEmbedder(LocalEmbeddingProvider(), max_batch_size=64)
@@ -97,9 +97,9 @@ def _start_redis() -> RedisServer:
 
 def run(redis_url: str, callers_list: list[int], queries: int, concurrency: int) -> None:
     from ditto_plugin_sqlite import SqliteMemoryStore
-    from ditto_worker import DittoClient
     from ditto_worker.config import FleetSettings
     from ditto_worker.contracts import MemoryDraft, MemoryWriteInput
+    from ditto_worker.fleet import DittoClient
     from ditto_worker.retrieval import LocalEmbeddingProvider
 
     folder = Path(tempfile.mkdtemp(prefix="bench-retrieval-queue-"))

@@ -141,8 +141,8 @@ class Fleet:
 
     def wait_ready(self, timeout_s: float = 90) -> None:
         """Until every worker answers a control ping."""
-        from ditto_worker.celery_app import create_celery_app
         from ditto_worker.config import FleetSettings
+        from ditto_worker.fleet.celery_app import create_celery_app
 
         app = create_celery_app(FleetSettings(broker_url=self.redis_url), results=False)
         deadline = time.monotonic() + timeout_s
@@ -432,8 +432,8 @@ def main() -> None:
     if args.store == "postgres" and not args.postgres_url:
         parser.error("--store postgres needs --postgres-url")
 
-    from ditto_worker import DittoClient
     from ditto_worker.config import FleetSettings
+    from ditto_worker.fleet import DittoClient
 
     server = None
     url = args.redis_url

@@ -15,7 +15,7 @@ direct SDK (``create_memory``: validation included, no broker):
 * SEARCH: keyword, limit 10, 2-3 words of middle frequency per query.
 
 With ``--tenants 0,100`` each store is also loaded with the same memories spread over
-100 tenant scopes (:mod:`ditto_worker.scope`; batches round-robin) and measured as
+100 tenant scopes (:mod:`ditto_worker.memory.scope`; batches round-robin) and measured as
 tenant ``t0`` (about ``n / 100`` records visible): a scoped call should cost what a store
 of one tenant's size costs, not what the whole table costs (the namespace index).
 

@@ -1,13 +1,22 @@
 """ditto_worker: long-term memory for LLM agents as a Celery worker fleet.
 
-The public API (SPEC.md "Python mapping"). The SDK (:func:`create_memory`) and the worker
-definition (:func:`create_memory_worker`) are transport-free; :class:`DittoClient` sends
-node calls through Celery; the Celery app and tasks live in their own modules.
+The public API of the SDK (SPEC.md "Python mapping"): contracts, error codes, config,
+the validating MEMORY SDK (:func:`create_memory`), the worker definitions
+(:func:`create_memory_worker`) and the runtime's data types. Importing it loads no
+Celery, no broker client and no model library, and connects to nothing (MEM-RT-5).
+
+The layers, each a package:
+
+* :mod:`ditto_worker.memory` — the SDK: core, checks, ports, scope, filters, text;
+* :mod:`ditto_worker.runtime` — worker definitions, ``NodeContext``, plugin registry;
+* :mod:`ditto_worker.retrieval` — embeddings, the search pipeline, RETRIEVAL.SEARCH;
+* :mod:`ditto_worker.fleet` — Celery: app, tasks, :class:`~ditto_worker.fleet.DittoClient`;
+* :mod:`ditto_worker.cli` — the ``ditto-worker`` command, demo and evaluation;
+* :mod:`ditto_worker.testing` — in-memory store, test embedder, conformance suite.
 """
 
 from __future__ import annotations
 
-from ditto_worker.client import DittoClient  # imports Celery (the invoke client)
 from ditto_worker.config import RuntimeConfig, load_runtime_config_file
 from ditto_worker.contracts import (
     MAX_LIMIT,
@@ -35,22 +44,22 @@ from ditto_worker.contracts import (
     OrderBy,
     to_wire,
 )
-from ditto_worker.core import (
+from ditto_worker.errors import ConfigError, DittoError, ErrorCode, MemoryError, NodeError
+from ditto_worker.memory.core import (
     BUILTIN_QUERY_LIMIT,
     BUILTIN_SEARCH_LIMIT,
     Memory,
     MemoryResources,
     create_memory,
 )
-from ditto_worker.errors import ConfigError, DittoError, ErrorCode, MemoryError
-from ditto_worker.ports import (
+from ditto_worker.memory.ports import (
     CancelToken,
     MemoryCallOptions,
     MemorySearchProvider,
     MemoryStore,
 )
-from ditto_worker.scope import Scope
-from ditto_worker.worker import (
+from ditto_worker.memory.scope import Scope
+from ditto_worker.memory.worker import (
     MEMORY_WORKER_TYPE,
     MemoryNode,
     MemoryWorker,
@@ -97,6 +106,7 @@ __all__ = [
     "DittoError",
     "ErrorCode",
     "MemoryError",
+    "NodeError",
     # ports
     "CancelToken",
     "MemoryCallOptions",
@@ -123,8 +133,7 @@ __all__ = [
     "memory_search_node",
     "memory_update_node",
     "memory_write_node",
-    # client / config
-    "DittoClient",
+    # config
     "RuntimeConfig",
     "load_runtime_config_file",
 ]

@@ -47,7 +47,11 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 class _Section(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, alias_generator=to_camel
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        alias_generator=to_camel,
+        defer_build=True,  # built when a config is first loaded, not at import
     )
 
 
@@ -98,7 +102,7 @@ def _default_groups() -> dict[str, NodeGroup]:
 
 
 class ScopeSettings(_Section):
-    """``workers.memory.scope:`` — a trusted tenant scope (:mod:`ditto_worker.scope`)."""
+    """``workers.memory.scope:`` — a trusted tenant scope (:mod:`ditto_worker.memory.scope`)."""
 
     tenant: str = Field(min_length=1, max_length=256, description="Tenant id.")
     user: str = Field(min_length=1, max_length=256, description="User id within the tenant.")
@@ -188,7 +192,7 @@ class RetrievalWorkerSettings(_Section):
 class RuntimeConfig(BaseModel):
     """The whole validated config. ``memory`` is the seed's ``config.memory`` defaults."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     fleet: FleetSettings = Field(default_factory=FleetSettings)
     memory_worker: MemoryWorkerSettings = Field(default_factory=MemoryWorkerSettings)

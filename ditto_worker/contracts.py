@@ -145,6 +145,8 @@ class _Wire(BaseModel):
         extra="forbid",
         populate_by_name=True,
         alias_generator=to_camel,
+        # schemas are built on first use, not at import (MEM-RT-5: a light SDK import)
+        defer_build=True,
     )
 
     @model_serializer(mode="wrap")
@@ -290,9 +292,7 @@ class MemoryUpdateEntry(_Wire):
     """One partial update by id (MEM-UPDATE-1). Presence, not truthiness, decides."""
 
     id: Identifier = Field(description="Target record id; must exist (MEM-UPDATE-2).")
-    content: JsonData = Field(
-        default=None, description="New content if present (``null`` counts)."
-    )
+    content: JsonData = Field(default=None, description="New content if present (``null`` counts).")
     metadata: JsonObject | None = Field(
         default=None, description="Replaces the whole metadata object if present; ``{}`` clears."
     )

@@ -43,7 +43,7 @@ class ErrorCode(StrEnum):
     MEMORY_TIMEOUT = "MEMORY_TIMEOUT"
     PERMISSION_DENIED = "PERMISSION_DENIED"
     """The call's trusted scope is missing, malformed, not served by this worker, or
-    the store cannot isolate scopes (:mod:`ditto_worker.scope`)."""
+    the store cannot isolate scopes (:mod:`ditto_worker.memory.scope`)."""
     # Plugin codes (MEM-PY-5)
     NOT_FOUND = "NOT_FOUND"
     CONFLICT = "CONFLICT"

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import redis
 
-from ditto_worker.client import DittoClient
 from ditto_worker.config import FleetSettings, RuntimeConfig, load_runtime_config
 from ditto_worker.contracts import NODE_QUEUES
-from ditto_worker.fleet import create_worker_app
+from ditto_worker.fleet.client import DittoClient
+from ditto_worker.fleet.launch import create_worker_app
 from ditto_worker.testing.servers import RedisServer
 
 REPO = Path(__file__).resolve().parent.parent

@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 
 from ditto_worker.context.merge import merged_over_limit
 from ditto_worker.context.settings import ContextLimits
-from ditto_worker.ports import CancelToken
+from ditto_worker.runtime.cancel import CancelToken
 
 __all__ = ["CachedContext", "ContextCache", "InProcessContextCache"]
 

@@ -46,7 +46,7 @@ from ditto_worker.context.cache import CachedContext
 from ditto_worker.context.merge import merged_over_limit
 from ditto_worker.context.settings import ContextLimits
 from ditto_worker.errors import ErrorCode, NodeError
-from ditto_worker.ports import CancelToken
+from ditto_worker.runtime.cancel import CancelToken
 
 __all__ = ["LOAD_SCRIPT", "UPDATE_SCRIPT", "RedisContextCache"]
 

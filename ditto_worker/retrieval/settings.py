@@ -3,7 +3,7 @@
 Source: ``workers.retrieval.targets.<name>.pipeline`` (the RETRIEVAL worker) or
 ``plugins.sqlite.hybrid`` (the SQLite store's native ``hybrid``) in ``ditto.yaml``; unknown
 keys are errors. Every default is general (no dataset names a field); the LoCoMo
-measurements of :mod:`ditto_worker.retrieval.eval` show what each option does.
+measurements of :mod:`ditto_worker.cli.eval` show what each option does.
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ditto_worker.ports import CancelToken
+from ditto_worker.runtime.cancel import CancelToken
 
 if TYPE_CHECKING:
     from ditto_worker.contracts import NodeResult
-    from ditto_worker.scope import Scope
+    from ditto_worker.memory.scope import Scope
 
 __all__ = ["NodeContext", "SubInvoke"]
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from ditto_worker.capabilities import StoreCapabilities
 from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemoryDraft,
@@ -18,7 +17,8 @@ from ditto_worker.contracts import (
     MemoryWriteInput,
 )
 from ditto_worker.errors import MemoryError
-from ditto_worker.ports import CancelToken, MemoryCallOptions, MemoryStore
+from ditto_worker.memory.capabilities import StoreCapabilities
+from ditto_worker.memory.ports import CancelToken, MemoryCallOptions, MemoryStore
 from ditto_worker.testing._conformance_harness import Harness, label
 
 __all__ = [

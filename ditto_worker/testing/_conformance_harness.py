@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from ditto_worker.capabilities import METADATA_FIELDS, StoreCapabilities
 from ditto_worker.contracts import MemoryItem, NodeResult
-from ditto_worker.core import Memory, create_memory
-from ditto_worker.ports import CancelToken
-from ditto_worker.scope import Scope
+from ditto_worker.memory.capabilities import METADATA_FIELDS, StoreCapabilities
+from ditto_worker.memory.core import Memory, create_memory
+from ditto_worker.memory.ports import CancelToken
+from ditto_worker.memory.scope import Scope
 
 __all__ = [
     "Harness",
@@ -211,7 +211,8 @@ def conformance_capabilities(conformance_store: Any, conformance_search: Any) ->
     caps = getattr(conformance_store, "capabilities", None)
     if not isinstance(caps, StoreCapabilities):
         pytest.fail(
-            "the store must declare `capabilities: StoreCapabilities` (ditto_worker.capabilities)"
+            "the store must declare `capabilities: StoreCapabilities`"
+            " (ditto_worker.memory.capabilities)"
         )
     provided = getattr(conformance_search, "capabilities", None)
     if isinstance(provided, StoreCapabilities):

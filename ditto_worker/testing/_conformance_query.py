@@ -1,15 +1,15 @@
 """Conformance: the shared filter language, typed order, keyset paging and cursors.
 
 Rules: MEM-QUERY-2/3/4, MEM-PY-5/6. Expected results are checked against the pure
-evaluator of :mod:`ditto_worker.filters` as well, so every store agrees with the oracle.
+evaluator of :mod:`ditto_worker.memory.filters` as well, so every store agrees with the oracle.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ditto_worker.capabilities import ALL_FILTER_OPERATORS, METADATA_FIELDS, RESERVED_FIELDS
-from ditto_worker.filters import matches, parse_filter
+from ditto_worker.memory.capabilities import ALL_FILTER_OPERATORS, METADATA_FIELDS, RESERVED_FIELDS
+from ditto_worker.memory.filters import matches, parse_filter
 from ditto_worker.testing._conformance_harness import Harness
 
 __all__ = [

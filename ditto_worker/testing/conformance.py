@@ -30,7 +30,7 @@ Use it from a plugin's own repository (``pip install ditto-worker[dev]`` for pyt
     #     return MySearchProvider(conformance_store)
 
 The store declares what it supports as a class attribute
-``capabilities: ClassVar[StoreCapabilities]`` (:mod:`ditto_worker.capabilities`: filter
+``capabilities: ClassVar[StoreCapabilities]`` (:mod:`ditto_worker.memory.capabilities`: filter
 operators and fields, orderBy fields, search strategies and which one is keyword search,
 key-conflict policy, batch atomicity, max batch size, cancellation, tenant scope). The suite
 tests what is declared and checks that what is not declared fails explicitly

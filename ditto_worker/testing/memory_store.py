@@ -2,7 +2,7 @@
 
 Instance state only (no class-level dict), thread-safe (one lock), no I/O. It follows the
 same rules as the SQLite plugin and serves as the oracle of the shared filter language
-(:mod:`ditto_worker.filters`): MEM-GET-2/5, MEM-QUERY-2/3/4, MEM-WRITE-2/3,
+(:mod:`ditto_worker.memory.filters`): MEM-GET-2/5, MEM-QUERY-2/3/4, MEM-WRITE-2/3,
 MEM-UPDATE-1/2/4, MEM-DELETE-2/3, MEM-SEARCH-1/2, MEM-PY-5/6/11/12.
 """
 
@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from ditto_worker.capabilities import StoreCapabilities
 from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemoryDeleteOutput,
@@ -30,7 +29,8 @@ from ditto_worker.contracts import (
     MemoryWriteInput,
 )
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
-from ditto_worker.filters import (
+from ditto_worker.memory.capabilities import StoreCapabilities
+from ditto_worker.memory.filters import (
     SortTerm,
     SortValue,
     compare_rows,
@@ -44,9 +44,9 @@ from ditto_worker.filters import (
     sort_key,
     timestamp_now,
 )
-from ditto_worker.ports import MemoryCallOptions
-from ditto_worker.scope import namespace_of
-from ditto_worker.text import TOKENS, cjk_grams, content_text
+from ditto_worker.memory.ports import MemoryCallOptions
+from ditto_worker.memory.scope import namespace_of
+from ditto_worker.memory.text import TOKENS, cjk_grams, content_text
 
 __all__ = ["InMemoryMemoryStore", "create_store"]
 
@@ -125,7 +125,7 @@ class InMemoryMemoryStore:
     content's text (lower-cased words; CJK runs as bigrams), a float >= 1 where **higher
     is better**; ties in sequence order; records without any query term are not returned.
 
-    Scope (:mod:`ditto_worker.scope`): every operation sees only the records of
+    Scope (:mod:`ditto_worker.memory.scope`): every operation sees only the records of
     ``options.scope``'s namespace; keys are unique per namespace.
     """
 
@@ -168,7 +168,7 @@ class InMemoryMemoryStore:
         self, input: MemoryQueryInput, options: MemoryCallOptions | None = None
     ) -> MemoryQueryOutput:
         """One page of at most ``limit`` records (``UNSUPPORTED_FILTER``,
-        ``UNSUPPORTED_ORDER_BY``, ``INVALID_CURSOR`` as in :mod:`ditto_worker.filters`)."""
+        ``UNSUPPORTED_ORDER_BY``, ``INVALID_CURSOR`` as in :mod:`ditto_worker.memory.filters`)."""
         _check_cancel(options)
         node = parse_filter(input.filter)
         terms = parse_order_by(input.order_by)
@@ -218,14 +218,11 @@ class InMemoryMemoryStore:
                     seen.add(key)
             now = self._latest = timestamp_now(self._latest)
             created = [
-                self._insert(ns, key, content, metadata, now)
-                for key, content, metadata in drafts
+                self._insert(ns, key, content, metadata, now) for key, content, metadata in drafts
             ]
             return [record.item() for record in created]
 
-    def _insert(
-        self, ns: str, key: str | None, content: Any, metadata: Any, now: str
-    ) -> _Record:
+    def _insert(self, ns: str, key: str | None, content: Any, metadata: Any, now: str) -> _Record:
         self._seq += 1
         record = _Record(self._seq, ns, uuid.uuid4().hex, key, content, metadata, now, now)
         self._records[record.seq] = record

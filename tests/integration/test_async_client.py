@@ -20,10 +20,10 @@ import redis
 from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_plugin_sqlite.db import transaction
 from ditto_worker import CancelToken, create_memory, create_memory_worker, to_wire
-from ditto_worker.client import DittoClient
 from ditto_worker.config import FleetSettings
-from ditto_worker.results import RESULT_KEY_PREFIX
-from ditto_worker.worker import MemoryWorker
+from ditto_worker.fleet.client import DittoClient
+from ditto_worker.fleet.results import RESULT_KEY_PREFIX
+from ditto_worker.memory.worker import MemoryWorker
 
 pytestmark = pytest.mark.integration
 
@@ -101,9 +101,7 @@ def test_thousand_concurrent_ainvoke_bounded_threads_and_connections(
         assert len({r.execution_id for r in results}) == 1000
         time.sleep(0.3)
         after_clients = clients(redis_client)
-        new = [
-            (c["cmd"], c["db"]) for c in redis_client.client_list() if c["id"] not in base_list
-        ]
+        new = [(c["cmd"], c["db"]) for c in redis_client.client_list() if c["id"] not in base_list]
         assert result_channels(redis_client) == []  # no channel outlives its call
     print(
         f"\n1000 concurrent ainvoke: {1000 / elapsed:.0f} calls/s; threads {base_threads} -> "
@@ -303,7 +301,7 @@ def test_close_releases_every_connection(
 def test_a_cancel_announced_for_another_database_is_ignored(redis_server_url: str) -> None:
     # the cancel channel is server-wide; two fleets on databases 3 and 4 of one Redis
     # server with the same execution id never cancel each other's call
-    from ditto_worker.cancellation import (
+    from ditto_worker.fleet.cancellation import (
         CANCEL_CHANNEL,
         CancelRegistry,
         RedisCancelWatcher,

@@ -16,10 +16,11 @@ import pytest
 from celery.contrib.testing.worker import start_worker
 
 from ditto_plugin_sqlite import SqliteMemoryStore
-from ditto_worker import DittoClient, create_memory_worker
+from ditto_worker import create_memory_worker
 from ditto_worker.config import FleetSettings
 from ditto_worker.contracts import NODE_QUEUES
-from ditto_worker.fleet import create_worker_app
+from ditto_worker.fleet import DittoClient
+from ditto_worker.fleet.launch import create_worker_app
 from ditto_worker.testing.servers import RedisServer
 from tests.conftest import fleet_config, missing_service
 

@@ -37,9 +37,10 @@ from typing import Any
 import pytest
 
 from ditto_plugin_sqlite import SqliteMemoryStore
-from ditto_worker import DittoClient, create_memory
+from ditto_worker import create_memory
 from ditto_worker.config import FleetSettings
-from ditto_worker.core import Memory
+from ditto_worker.fleet import DittoClient
+from ditto_worker.memory.core import Memory
 from ditto_worker.testing.effects import (
     count_postgres_effects,
     count_sqlite_effects,

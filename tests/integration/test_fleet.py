@@ -14,11 +14,11 @@ import redis
 
 from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_worker import CancelToken, create_memory, create_memory_worker, to_wire
-from ditto_worker.celery_app import create_celery_app
-from ditto_worker.client import DittoClient
 from ditto_worker.config import FleetSettings
 from ditto_worker.contracts import NODE_QUEUES
-from ditto_worker.worker import MemoryWorker
+from ditto_worker.fleet.celery_app import create_celery_app
+from ditto_worker.fleet.client import DittoClient
+from ditto_worker.memory.worker import MemoryWorker
 
 pytestmark = pytest.mark.integration
 

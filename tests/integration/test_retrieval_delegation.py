@@ -19,10 +19,10 @@ import redis
 from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_plugin_sqlite.db import transaction
 from ditto_worker import CancelToken, create_memory, create_memory_worker, to_wire
-from ditto_worker.client import DittoClient
 from ditto_worker.contracts import FLEET_QUEUES
-from ditto_worker.delegation import RemoteRetrievalSearchProvider, create_retrieval_worker
-from ditto_worker.results import RESULT_KEY_PREFIX
+from ditto_worker.fleet.client import DittoClient
+from ditto_worker.fleet.results import RESULT_KEY_PREFIX
+from ditto_worker.retrieval.delegation import RemoteRetrievalSearchProvider, create_retrieval_worker
 
 pytestmark = pytest.mark.integration
 

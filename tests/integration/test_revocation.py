@@ -36,11 +36,11 @@ import redis
 
 from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_worker import CancelToken, create_memory
-from ditto_worker.cancellation import cancel_key
-from ditto_worker.celery_app import DEADLINE_HEADER, create_celery_app
-from ditto_worker.client import DittoClient
 from ditto_worker.config import FleetSettings
-from ditto_worker.results import RESULT_KEY_PREFIX
+from ditto_worker.fleet.cancellation import cancel_key
+from ditto_worker.fleet.celery_app import DEADLINE_HEADER, create_celery_app
+from ditto_worker.fleet.client import DittoClient
+from ditto_worker.fleet.results import RESULT_KEY_PREFIX
 from tests.conftest import stop_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

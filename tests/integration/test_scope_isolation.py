@@ -1,4 +1,4 @@
-"""Tenant scope, end to end (issue 7 item 6; SPEC.md MEM-TASK-2; :mod:`ditto_worker.scope`).
+"""Tenant scope, end to end (issue 7 item 6; SPEC.md MEM-TASK-2; :mod:`ditto_worker.memory.scope`).
 
 1. A property-based test (hypothesis) over the in-memory, SQLite and PostgreSQL stores:
    two to four tenants whose ids are drawn from ``_ % - : ' "`` and letters, random
@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 
 from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_worker import Scope, create_memory, create_memory_worker
-from ditto_worker.client import DittoClient
 from ditto_worker.config import FleetSettings
 from ditto_worker.contracts import FLEET_QUEUES
-from ditto_worker.delegation import RemoteRetrievalSearchProvider, create_retrieval_worker
+from ditto_worker.fleet.client import DittoClient
+from ditto_worker.retrieval.delegation import RemoteRetrievalSearchProvider, create_retrieval_worker
 from ditto_worker.testing import InMemoryMemoryStore
 from tests.conftest import postgres_url
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import redis
 
-from ditto_worker.celery_app import create_celery_app
 from ditto_worker.config import FleetSettings
-from ditto_worker.status import collect_status
+from ditto_worker.fleet.celery_app import create_celery_app
+from ditto_worker.fleet.status import collect_status
+from ditto_worker.memory.worker import create_memory_worker
 from ditto_worker.testing import create_store
-from ditto_worker.worker import create_memory_worker
 
 pytestmark = pytest.mark.integration
 

@@ -47,7 +47,7 @@ import pytest
 from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_worker import MemoryError, create_memory, create_memory_worker
 from ditto_worker.contracts import NodeResult
-from ditto_worker.core import Memory
+from ditto_worker.memory.core import Memory
 from tests.conftest import REPO, missing_service
 
 pytestmark = pytest.mark.integration

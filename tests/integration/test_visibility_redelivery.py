@@ -43,8 +43,8 @@ from typing import Any
 import pytest
 import redis
 
-from ditto_worker import DittoClient
 from ditto_worker.config import FleetSettings
+from ditto_worker.fleet import DittoClient
 from tests.conftest import postgres_url, stop_worker
 from tests.integration.test_crash_redelivery import (
     RECEIVED,

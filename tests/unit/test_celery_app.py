@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ditto_worker.celery_app import create_celery_app
 from ditto_worker.config import FleetSettings
 from ditto_worker.contracts import FLEET_QUEUES, NODE_QUEUES
+from ditto_worker.fleet.celery_app import create_celery_app
 
 
 def test_one_queue_per_node_and_routes_by_task_name() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ditto_worker.cli import resolve_nodes
+from ditto_worker.cli.commands import resolve_nodes
 from ditto_worker.config import load_runtime_config, load_runtime_config_file
 from ditto_worker.errors import ConfigError
 

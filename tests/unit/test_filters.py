@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from ditto_worker import filters
 from ditto_worker.contracts import OrderBy
 from ditto_worker.errors import MemoryError
-from ditto_worker.filters import (
+from ditto_worker.memory import filters
+from ditto_worker.memory.filters import (
     MISSING,
     And,
     Compare,

@@ -20,7 +20,12 @@ from ditto_worker.contracts import (
     OrderBy,
 )
 from ditto_worker.errors import ConfigError, MemoryError
-from ditto_worker.ports import CancelToken, MemoryCallOptions, MemorySearchProvider, MemoryStore
+from ditto_worker.memory.ports import (
+    CancelToken,
+    MemoryCallOptions,
+    MemorySearchProvider,
+    MemoryStore,
+)
 from ditto_worker.testing import InMemoryMemoryStore, create_store
 
 

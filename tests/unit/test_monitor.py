@@ -12,9 +12,9 @@ import pytest
 import tornado.web
 from typer.testing import CliRunner
 
-from ditto_worker.cli import app
+from ditto_worker.cli.commands import app
 from ditto_worker.errors import ConfigError
-from ditto_worker.monitor import basic_auth_from_env, flower_argv, require_auth_on_metrics
+from ditto_worker.fleet.monitor import basic_auth_from_env, flower_argv, require_auth_on_metrics
 
 
 def test_basic_auth_pairs_from_env() -> None:

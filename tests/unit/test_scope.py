@@ -1,4 +1,4 @@
-"""Tenant scope rules that need no server (:mod:`ditto_worker.scope`, issue 7 item 6)."""
+"""Tenant scope rules that need no server (:mod:`ditto_worker.memory.scope`, issue 7 item 6)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from ditto_worker import ConfigError, Scope, create_memory, create_memory_worker
 from ditto_worker.errors import MemoryError
-from ditto_worker.scope import UNSCOPED, namespace_of, parse_scope, resolve_scope
+from ditto_worker.memory.scope import UNSCOPED, namespace_of, parse_scope, resolve_scope
+from ditto_worker.memory.worker import NodeContext
 from ditto_worker.testing import InMemoryMemoryStore
-from ditto_worker.worker import NodeContext
 from tests.unit._spies import Spy
 
 ODD = st.text(alphabet=st.sampled_from("ab_%-:'\"\\ 3A中"), min_size=1, max_size=6)
@@ -95,7 +95,7 @@ def test_scope_is_not_an_input_field() -> None:
 
 def test_worker_config_binds_the_scope() -> None:
     from ditto_worker.config import load_runtime_config
-    from ditto_worker.tasks import FleetRuntime
+    from ditto_worker.fleet.tasks import FleetRuntime
 
     data = {"workers": {"memory": {"store": "memory", "requireScope": True,
                                    "scope": {"tenant": "acme", "user": "a:b"}}}}  # fmt: skip
@@ -111,7 +111,7 @@ def test_a_malformed_scope_header_never_reaches_the_store(header: Any) -> None:
     from types import SimpleNamespace
 
     from ditto_worker.config import load_runtime_config
-    from ditto_worker.tasks import FleetRuntime
+    from ditto_worker.fleet.tasks import FleetRuntime
 
     spy = Spy()
     runtime = FleetRuntime(load_runtime_config({}, env={}), lambda: create_memory_worker(spy))

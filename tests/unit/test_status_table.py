@@ -9,10 +9,10 @@ from types import ModuleType
 import pytest
 from typer.testing import CliRunner
 
-from ditto_worker import monitor, status
-from ditto_worker.cli import app
+from ditto_worker.cli.commands import app
 from ditto_worker.contracts import FLEET_QUEUES
-from ditto_worker.status import (
+from ditto_worker.fleet import monitor, status
+from ditto_worker.fleet.status import (
     QueueStatus,
     build_rows,
     queue_consumers,

@@ -39,7 +39,7 @@ import psycopg
 import psycopg_pool
 
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.ports import CancelToken, MemoryCallOptions
+from ditto_worker.memory.ports import CancelToken, MemoryCallOptions
 
 __all__ = [
     "cancelled_error",

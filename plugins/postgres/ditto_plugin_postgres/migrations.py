@@ -14,7 +14,7 @@ Version 1 (``memories``)::
     key        text COLLATE "C" unique NULL
     content    json                          -- any JSON, 'null' included; text kept as written
     metadata   jsonb NULL                    -- GIN (jsonb_path_ops) for @> equality
-    created_at, updated_at text COLLATE "C"  -- ditto_worker.filters timestamps
+    created_at, updated_at text COLLATE "C"  -- ditto_worker.memory.filters timestamps
     tsv        tsvector                      -- english words + CJK bigrams; GIN
 
 Version 2 (``vectors``): ``store_settings(name text primary key, value text)`` and
@@ -87,7 +87,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (
         4,
         "scope",
-        (  # tenant scope (ditto_worker.scope): keys unique per namespace; rows so far unscoped
+        (  # tenant scope (ditto_worker.memory.scope): keys unique per namespace; old rows unscoped
             "ALTER TABLE {s}.memories ADD COLUMN namespace text COLLATE \"C\" NOT NULL DEFAULT ''",
             "ALTER TABLE {s}.memories DROP CONSTRAINT memories_key_key",
             "CREATE UNIQUE INDEX memories_namespace_key ON {s}.memories (namespace, key)",

@@ -1,4 +1,4 @@
-"""Compile the shared filter language (:mod:`ditto_worker.filters`) to PostgreSQL SQL.
+"""Compile the shared filter language (:mod:`ditto_worker.memory.filters`) to PostgreSQL SQL.
 
 Every value and every metadata path is a bound parameter (``%s``); nothing from a request
 is formatted into the SQL text. Records are the table aliased ``m``; a metadata field is
@@ -16,7 +16,7 @@ Typed semantics (MEM-PY-5), every predicate ``true``/``false``, never ``NULL``:
 * ``$ne``/``$nin`` are the exact negations of ``$eq``/``$in``.
 
 Sort terms select three columns each: ``r{i}`` (type rank of
-:func:`ditto_worker.filters.sort_key`), ``n{i}`` (numbers; booleans as 0/1) and ``t{i}``
+:func:`ditto_worker.memory.filters.sort_key`), ``n{i}`` (numbers; booleans as 0/1) and ``t{i}``
 (strings, ``COLLATE "C"``). :func:`keyset_condition` continues after a cursor, the
 sequence breaking ties.
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
-from ditto_worker.filters import (
+from ditto_worker.memory.filters import (
     And,
     Compare,
     Cursor,
@@ -69,7 +69,7 @@ class Sql:
 
 def in_namespace(where: Sql, namespace: str) -> Sql:
     """``where`` confined to one tenant namespace (exact ``=`` on a bound parameter, so
-    ``_``/``%`` are plain characters; :mod:`ditto_worker.scope`)."""
+    ``_``/``%`` are plain characters; :mod:`ditto_worker.memory.scope`)."""
     return Sql(f"(m.namespace = %s AND {where.text})", [namespace, *where.params])
 
 

@@ -44,7 +44,6 @@ from ditto_plugin_postgres.sql import (
     sort_columns,
 )
 from ditto_plugin_postgres.text import content_text, grams_vector
-from ditto_worker.capabilities import StoreCapabilities
 from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemoryDeleteOutput,
@@ -57,7 +56,8 @@ from ditto_worker.contracts import (
     to_wire,
 )
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.filters import (
+from ditto_worker.memory.capabilities import StoreCapabilities
+from ditto_worker.memory.filters import (
     decode_cursor,
     encode_cursor,
     parse_filter,
@@ -65,9 +65,8 @@ from ditto_worker.filters import (
     query_fingerprint,
     timestamp_now,
 )
-from ditto_worker.ports import MemoryCallOptions
-from ditto_worker.retrieval.embed import EMBEDDING_MISMATCH, EmbeddingProvider
-from ditto_worker.scope import namespace_of
+from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
+from ditto_worker.memory.scope import namespace_of
 
 __all__ = ["PostgresMemoryStore"]
 
@@ -105,7 +104,7 @@ class PostgresMemoryStore(SearchMixin):
     better**, ties in creation order. With an embedder also ``vector`` (cosine similarity,
     ``min(limit, matches)`` results) and ``hybrid`` (:mod:`ditto_plugin_postgres.search`).
     With an embedder whose identity differs from the schema's, every call fails with
-    ``EMBEDDING_MISMATCH``; without one, a WRITE or content UPDATE to a schema that keeps
+    ``ErrorCode.EMBEDDING_MISMATCH``; without one, a WRITE or content UPDATE to a schema that keeps
     vectors does. Metadata strings and keys cannot hold NUL characters (``INVALID_INPUT``).
     WRITE, UPDATE and DELETE claim the call's execution id first, in their transaction: a
     redelivered or re-sent call with the same id applies nothing and returns the committed
@@ -220,7 +219,7 @@ class PostgresMemoryStore(SearchMixin):
     def _check_identity(self) -> None:
         """``EMBEDDING_MISMATCH`` when the embedder differs from the schema's (MEM-RET-4)."""
         if self._mismatch is not None:
-            raise MemoryError(EMBEDDING_MISMATCH, self._mismatch)
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
 
     def _embed(self, contents: Sequence[Any]) -> list[str | None] | None:
         """Vector literals of ``contents`` (before the write transaction), or ``None``."""
@@ -361,8 +360,7 @@ class PostgresMemoryStore(SearchMixin):
         if not wanted:
             return
         row = conn.execute(
-            f"SELECT key FROM {self._table} WHERE namespace = %s AND key = ANY(%s::text[]) "
-            "LIMIT 1",
+            f"SELECT key FROM {self._table} WHERE namespace = %s AND key = ANY(%s::text[]) LIMIT 1",
             [ns, wanted],
         ).fetchone()
         if row is not None:

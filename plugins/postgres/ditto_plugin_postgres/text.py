@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ditto_worker.text import MAX_QUERY_TERMS, STOPWORDS, TOKENS, cjk_grams
-from ditto_worker.text import content_text as shared_content_text
+from ditto_worker.memory.text import MAX_QUERY_TERMS, STOPWORDS, TOKENS, cjk_grams
+from ditto_worker.memory.text import content_text as shared_content_text
 
 __all__ = [
     "MAX_BODY_CHARS",

@@ -33,7 +33,6 @@ approximate (its recall); the count is exact.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -42,13 +41,8 @@ import psycopg
 from ditto_plugin_postgres.sql import Sql
 from ditto_plugin_postgres.text import content_text
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.retrieval.embed import (
-    EMBEDDING_MISMATCH,
-    EmbeddingIdentity,
-    EmbeddingProvider,
-    check_vectors,
-    l2_normalize,
-)
+from ditto_worker.memory import vectors as kit
+from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider
 
 __all__ = [
     "HNSW_MAX_DIMS",
@@ -130,11 +124,8 @@ def iterative_scans(conn: psycopg.Connection) -> bool:
 
 def mismatch_message(provider: EmbeddingIdentity | None, stored: EmbeddingIdentity) -> str:
     """The safe message of ``EMBEDDING_MISMATCH`` (identities only, no URL or schema)."""
-    have = provider.describe() if provider else "no embedding provider"
-    return (
-        f"this PostgreSQL memory store keeps vectors of {stored.describe()}, but the store "
-        f"is configured with {have}; configure that provider (plugins.postgres.embedding), "
-        "or use a new schema"
+    return kit.mismatch_message(
+        "PostgreSQL memory store", "plugins.postgres.embedding", provider, stored
     )
 
 
@@ -146,54 +137,28 @@ def forbid_unembedded_write(conn: psycopg.Connection, schema: str) -> None:
     """
     stored = stored_identity(conn, schema)
     if stored is not None:
-        raise MemoryError(EMBEDDING_MISMATCH, mismatch_message(None, stored))
+        raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, mismatch_message(None, stored))
 
 
 def embed_contents(embedder: EmbeddingProvider, contents: Sequence[Any]) -> list[str | None]:
-    """One vector literal per content (``None`` for content without text), one batch.
+    """One vector literal per content (``None`` for content without text), one batch
+    (:func:`ditto_worker.memory.vectors.content_vectors`).
 
     Raises:
         MemoryError: the provider's ``EMBEDDING_UNAVAILABLE`` / ``EMBEDDING_MISMATCH``.
     """
-    texts = [content_text(content) for content in contents]
-    wanted = [i for i, text in enumerate(texts) if text.strip()]
-    vectors = embedder.embed([texts[i] for i in wanted]) if wanted else []
-    check_vectors(vectors, len(wanted), embedder.identity.dims)
-    literals: list[str | None] = [None] * len(texts)
-    for index, vector in zip(wanted, vectors, strict=True):
-        literals[index] = to_literal(vector)
-    return literals
+    vectors = kit.content_vectors(embedder, contents, content_text)
+    return [None if vector is None else to_literal(vector) for vector in vectors]
 
 
 def query_vector(embedder: EmbeddingProvider, query: Any) -> str:
-    """The query vector literal: a text is embedded; a list of ``dims`` numbers is used as
-    given (scaled to unit length, which cosine distance ignores anyway).
+    """The query vector literal (:func:`ditto_worker.memory.vectors.query_values`).
 
     Raises:
         MemoryError: ``INVALID_INPUT`` for another query type, an empty text or a
             non-finite/zero vector; ``EMBEDDING_MISMATCH`` for a vector of another length.
     """
-    dims = embedder.identity.dims
-    if isinstance(query, str):
-        if not query.strip():
-            raise MemoryError(ErrorCode.INVALID_INPUT, "vector search needs a non-empty query")
-        vectors = embedder.embed([query])
-        check_vectors(vectors, 1, dims)
-        return to_literal(vectors[0])
-    numbers = isinstance(query, list) and all(
-        isinstance(x, int | float) and not isinstance(x, bool) for x in query
-    )
-    if not numbers or not query:
-        raise MemoryError(
-            ErrorCode.INVALID_INPUT, "vector search needs a text or a list of numbers"
-        )
-    if len(query) != dims:
-        raise MemoryError(
-            EMBEDDING_MISMATCH, f"the query vector has {len(query)} dims; the store uses {dims}"
-        )
-    if not all(math.isfinite(x) for x in query) or not any(query):
-        raise MemoryError(ErrorCode.INVALID_INPUT, "the query vector must be finite and non-zero")
-    return to_literal(l2_normalize(query))
+    return to_literal(kit.query_values(embedder, query))
 
 
 def vector_search(

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-from ditto_worker.cli import app
+from ditto_worker.cli.commands import app
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -22,9 +22,9 @@ from ditto_plugin_postgres.db import transaction
 from ditto_plugin_postgres.executions import claim_replay, record
 from ditto_plugin_postgres.migrations import lock_key
 from ditto_worker import create_memory, to_wire
-from ditto_worker.core import Memory
 from ditto_worker.errors import ConfigError, MemoryError
-from ditto_worker.ports import CancelToken, MemoryCallOptions
+from ditto_worker.memory.core import Memory
+from ditto_worker.memory.ports import CancelToken, MemoryCallOptions
 
 ENV = "DITTO_WORKER_MEMORY_POSTGRES_URL"
 

@@ -20,9 +20,14 @@ from ditto_worker import create_memory
 from ditto_worker.config import load_runtime_config, load_runtime_config_file
 from ditto_worker.contracts import MemoryDraft, MemoryQueryInput, MemoryWriteInput
 from ditto_worker.errors import ConfigError, MemoryError
-from ditto_worker.filters import parse_filter, parse_order_by
-from ditto_worker.ports import CancelToken, MemoryCallOptions, MemorySearchProvider, MemoryStore
-from ditto_worker.registry import build_store
+from ditto_worker.memory.filters import parse_filter, parse_order_by
+from ditto_worker.memory.ports import (
+    CancelToken,
+    MemoryCallOptions,
+    MemorySearchProvider,
+    MemoryStore,
+)
+from ditto_worker.runtime.registry import build_store
 
 ENV = "DITTO_WORKER_MEMORY_POSTGRES_URL"
 

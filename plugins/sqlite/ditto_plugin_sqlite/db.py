@@ -11,7 +11,7 @@ idempotently on open)::
              namespace TEXT,                           -- tenant scope (version 4)
              id TEXT UNIQUE, key TEXT NULL,            -- UNIQUE (namespace, key)
              content TEXT  -- JSON text, metadata TEXT NULL -- JSON object text,
-             created_at TEXT, updated_at TEXT)          -- see ditto_worker.filters
+             created_at TEXT, updated_at TEXT)          -- see ditto_worker.memory.filters
     memories_fts USING fts5(body, grams)               -- rowid = memories.seq;
                                                        -- porter unicode61 tokenizer
     memory_vectors(seq INTEGER PRIMARY KEY,            -- = memories.seq (version 2)
@@ -47,7 +47,7 @@ from typing import Any, Final
 
 from ditto_plugin_sqlite.executions import DDL as EXECUTIONS_DDL
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.ports import MemoryCallOptions
+from ditto_worker.memory.ports import MemoryCallOptions
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -283,7 +283,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
 
 
 def _add_namespaces(conn: sqlite3.Connection) -> None:
-    """Schema 1-3 -> 4: a ``namespace`` column (tenant scope, :mod:`ditto_worker.scope`) on
+    """Schema 1-3 -> 4: a ``namespace`` column (tenant scope, :mod:`ditto_worker.memory.scope`) on
     ``memories`` (keys unique per namespace) and ``executions``; existing rows are
     unscoped (``''``). ``memories`` is rebuilt (its old inline ``key UNIQUE`` cannot be
     dropped in place) keeping every ``seq`` and the AUTOINCREMENT high-water mark."""

@@ -40,9 +40,7 @@ DDL: Final = (
 )
 
 
-def claim_replay(
-    conn: Any, execution_id: str | None, node: str, namespace: str = ""
-) -> Any | None:
+def claim_replay(conn: Any, execution_id: str | None, node: str, namespace: str = "") -> Any | None:
     """The committed output of ``execution_id`` (JSON data) if it already ran in
     ``namespace`` (the call's tenant scope), else ``None``.
 

@@ -22,7 +22,7 @@ porter stemming 0.62, porter + stopwords 0.67.
 
 from __future__ import annotations
 
-from ditto_worker.text import MAX_QUERY_TERMS, STOPWORDS, TOKENS, cjk_grams, content_text
+from ditto_worker.memory.text import MAX_QUERY_TERMS, STOPWORDS, TOKENS, cjk_grams, content_text
 
 __all__ = ["MAX_QUERY_TERMS", "content_text", "index_columns", "match_expression"]
 

@@ -1,4 +1,4 @@
-"""Compile the shared filter language (:mod:`ditto_worker.filters`) to SQLite SQL.
+"""Compile the shared filter language (:mod:`ditto_worker.memory.filters`) to SQLite SQL.
 
 Every value and every field path is a bound parameter; nothing from a request is
 formatted into the SQL text. A metadata field is read from the ``metadata`` JSON column of
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ditto_worker.filters import (
+from ditto_worker.memory.filters import (
     And,
     Cursor,
     Exists,
@@ -142,7 +142,7 @@ def compile_filter(node: FilterNode | None) -> Sql:
 
 def in_namespace(where: Sql, namespace: str) -> Sql:
     """``where`` confined to one tenant namespace (exact ``=`` on a bound parameter, so
-    ``_``/``%`` are plain characters; :mod:`ditto_worker.scope`).
+    ``_``/``%`` are plain characters; :mod:`ditto_worker.memory.scope`).
 
     A scope's slice is found through the ``(namespace, seq)`` index. The unscoped
     namespace is usually the whole table (single-tenant use), where that index only adds
@@ -155,7 +155,7 @@ def in_namespace(where: Sql, namespace: str) -> Sql:
 
 def sort_columns(terms: Sequence[SortTerm]) -> Sql:
     """Select-list items ``rank_i AS r{i}, value_i AS v{i}`` for each term (typed order of
-    :func:`ditto_worker.filters.sort_key`), with a leading comma; empty for no terms."""
+    :func:`ditto_worker.memory.filters.sort_key`), with a leading comma; empty for no terms."""
     parts: list[Sql] = []
     for index, term in enumerate(terms):
         type_sql, value_sql = _field_sql(term.field)

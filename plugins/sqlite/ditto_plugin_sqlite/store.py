@@ -41,7 +41,6 @@ from ditto_plugin_sqlite.sql import (
     order_clause,
     sort_columns,
 )
-from ditto_worker.capabilities import StoreCapabilities
 from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemoryDeleteOutput,
@@ -54,7 +53,8 @@ from ditto_worker.contracts import (
     to_wire,
 )
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.filters import (
+from ditto_worker.memory.capabilities import StoreCapabilities
+from ditto_worker.memory.filters import (
     decode_cursor,
     encode_cursor,
     parse_filter,
@@ -62,9 +62,8 @@ from ditto_worker.filters import (
     query_fingerprint,
     timestamp_now,
 )
-from ditto_worker.ports import MemoryCallOptions
-from ditto_worker.retrieval.embed import EMBEDDING_MISMATCH, EmbeddingProvider
-from ditto_worker.scope import namespace_of
+from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
+from ditto_worker.memory.scope import namespace_of
 
 __all__ = ["SqliteMemoryStore"]
 
@@ -106,22 +105,21 @@ class SqliteMemoryStore(SearchMixin):
           retrieval pipeline over both; score documented in
           :mod:`ditto_worker.retrieval.fusion`).
         * With an embedder whose identity differs from the database's, every call fails
-          with ``EMBEDDING_MISMATCH``; without one, a WRITE or content UPDATE to a
+          with ``ErrorCode.EMBEDDING_MISMATCH``; without one, a WRITE or content UPDATE to a
           database that keeps vectors does.
         * ``options.cancel`` interrupts the running statement (``MEMORY_CANCELLED``).
         * Tenant scope: every operation is confined to ``options.scope``'s namespace (a
           column compared with ``=``); keys are unique per namespace; ids of another
-          scope are not found (:mod:`ditto_worker.scope`).
+          scope are not found (:mod:`ditto_worker.memory.scope`).
 
     Errors: ``MemoryError`` with ``UNSUPPORTED_FILTER``, ``UNSUPPORTED_ORDER_BY``,
     ``INVALID_CURSOR``, ``CONFLICT``, ``NOT_FOUND``, ``UNSUPPORTED_STRATEGY``,
-    ``INVALID_INPUT``, ``MEMORY_CANCELLED``, ``EMBEDDING_MISMATCH``,
+    ``INVALID_INPUT``, ``MEMORY_CANCELLED``, ``ErrorCode.EMBEDDING_MISMATCH``,
     ``EMBEDDING_UNAVAILABLE`` or ``MEMORY_BACKEND_ERROR`` (driver errors, with a safe
     message).
     """
 
     capabilities: StoreCapabilities = KEYWORD_CAPABILITIES
-    search_strategies: tuple[str, ...] = KEYWORD_CAPABILITIES.search_strategies
 
     def __init__(
         self,
@@ -147,7 +145,6 @@ class SqliteMemoryStore(SearchMixin):
         self._hybrid_settings = hybrid
         if embedder is not None:
             self.capabilities = VECTOR_CAPABILITIES
-            self.search_strategies = VECTOR_CAPABILITIES.search_strategies
         with transaction(self._conn(), None, write=embedder is not None) as conn:
             if embedder is not None:
                 stored = vec.claim_identity(conn, embedder.identity)
@@ -167,7 +164,7 @@ class SqliteMemoryStore(SearchMixin):
             The number of records embedded (0 without an embedder).
 
         Raises:
-            MemoryError: ``EMBEDDING_MISMATCH`` / ``EMBEDDING_UNAVAILABLE``.
+            MemoryError: ``ErrorCode.EMBEDDING_MISMATCH`` / ``EMBEDDING_UNAVAILABLE``.
         """
         done, after = 0, 0
         while self._embedder is not None:
@@ -224,7 +221,7 @@ class SqliteMemoryStore(SearchMixin):
     def _check_identity(self) -> None:
         """``EMBEDDING_MISMATCH`` when the embedder differs from the database's (MEM-RET-4)."""
         if self._mismatch is not None:
-            raise MemoryError(EMBEDDING_MISMATCH, self._mismatch)
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
 
     def _embed(self, contents: Sequence[Any]) -> list[bytes | None] | None:
         """Vector BLOBs of ``contents`` (before the write transaction), or ``None``."""
@@ -307,7 +304,7 @@ class SqliteMemoryStore(SearchMixin):
         Raises:
             MemoryError: ``CONFLICT`` (nothing written) for a taken or repeated key;
                 ``INVALID_INPUT`` for content/metadata that is not JSON;
-                ``EMBEDDING_UNAVAILABLE`` / ``EMBEDDING_MISMATCH`` (nothing written).
+                ``EMBEDDING_UNAVAILABLE`` / ``ErrorCode.EMBEDDING_MISMATCH`` (nothing written).
         """
         drafts = input.memories
         encoded = [
@@ -354,7 +351,7 @@ class SqliteMemoryStore(SearchMixin):
 
         Raises:
             MemoryError: ``NOT_FOUND`` (nothing applied) when an id does not exist;
-                ``EMBEDDING_UNAVAILABLE`` / ``EMBEDDING_MISMATCH`` (nothing applied).
+                ``EMBEDDING_UNAVAILABLE`` / ``ErrorCode.EMBEDDING_MISMATCH`` (nothing applied).
         """
         entries = input.memories
         changes: list[tuple[list[str], list[Any]]] = []

@@ -26,7 +26,6 @@ for the 10 % filter); see ``bench/retrieval.py``.
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import struct
 from collections.abc import Sequence
@@ -34,13 +33,8 @@ from typing import Any, Final
 
 from ditto_plugin_sqlite.fts import content_text
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.retrieval.embed import (
-    EMBEDDING_MISMATCH,
-    EmbeddingIdentity,
-    EmbeddingProvider,
-    check_vectors,
-    l2_normalize,
-)
+from ditto_worker.memory import vectors as kit
+from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider
 
 __all__ = [
     "IDENTITY_SETTING",
@@ -86,12 +80,7 @@ def claim_identity(conn: sqlite3.Connection, identity: EmbeddingIdentity) -> Emb
 
 def mismatch_message(provider: EmbeddingIdentity | None, stored: EmbeddingIdentity) -> str:
     """The safe message of ``EMBEDDING_MISMATCH`` (identities only, no paths or URLs)."""
-    have = provider.describe() if provider else "no embedding provider"
-    return (
-        f"this SQLite memory store keeps vectors of {stored.describe()}, but the store is "
-        f"configured with {have}; configure that provider (plugins.sqlite.embedding), or "
-        "use a new database and reindex"
-    )
+    return kit.mismatch_message("SQLite memory store", "plugins.sqlite.embedding", provider, stored)
 
 
 def forbid_unembedded_write(conn: sqlite3.Connection) -> None:
@@ -102,23 +91,18 @@ def forbid_unembedded_write(conn: sqlite3.Connection) -> None:
     """
     stored = stored_identity(conn)
     if stored is not None:
-        raise MemoryError(EMBEDDING_MISMATCH, mismatch_message(None, stored))
+        raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, mismatch_message(None, stored))
 
 
 def embed_contents(embedder: EmbeddingProvider, contents: Sequence[Any]) -> list[bytes | None]:
-    """One vector BLOB per content (``None`` for content without text), one model batch.
+    """One vector BLOB per content (``None`` for content without text), one model batch
+    (:func:`ditto_worker.memory.vectors.content_vectors`).
 
     Raises:
         MemoryError: the provider's ``EMBEDDING_UNAVAILABLE`` / ``EMBEDDING_MISMATCH``.
     """
-    texts = [content_text(content) for content in contents]
-    wanted = [i for i, text in enumerate(texts) if text.strip()]
-    vectors = embedder.embed([texts[i] for i in wanted]) if wanted else []
-    check_vectors(vectors, len(wanted), embedder.identity.dims)
-    blobs: list[bytes | None] = [None] * len(texts)
-    for index, vector in zip(wanted, vectors, strict=True):
-        blobs[index] = to_blob(vector)
-    return blobs
+    vectors = kit.content_vectors(embedder, contents, content_text)
+    return [None if vector is None else to_blob(vector) for vector in vectors]
 
 
 def put_vector(conn: sqlite3.Connection, seq: int, blob: bytes | None) -> None:
@@ -141,35 +125,11 @@ def unembedded(conn: sqlite3.Connection, after: int, limit: int) -> list[tuple[i
     return [(int(seq), str(content)) for seq, content in rows]
 
 
-def _number_list(query: Any) -> bool:
-    return isinstance(query, list) and all(
-        isinstance(x, int | float) and not isinstance(x, bool) for x in query
-    )
-
-
 def query_blob(embedder: EmbeddingProvider, query: Any) -> bytes:
-    """The query vector: a text is embedded; a list of ``dims`` numbers is used as given
-    (scaled to unit length, which cosine distance ignores anyway).
+    """The query vector as a BLOB (:func:`ditto_worker.memory.vectors.query_values`).
 
     Raises:
         MemoryError: ``INVALID_INPUT`` for another query type, an empty text or a
             non-finite/zero vector; ``EMBEDDING_MISMATCH`` for a vector of another length.
     """
-    dims = embedder.identity.dims
-    if isinstance(query, str):
-        if not query.strip():
-            raise MemoryError(ErrorCode.INVALID_INPUT, "vector search needs a non-empty query")
-        vectors = embedder.embed([query])
-        check_vectors(vectors, 1, dims)
-        return to_blob(vectors[0])
-    if not _number_list(query) or not query:
-        raise MemoryError(
-            ErrorCode.INVALID_INPUT, "vector search needs a text or a list of numbers"
-        )
-    if len(query) != dims:
-        raise MemoryError(
-            EMBEDDING_MISMATCH, f"the query vector has {len(query)} dims; the store uses {dims}"
-        )
-    if not all(math.isfinite(x) for x in query) or not any(query):
-        raise MemoryError(ErrorCode.INVALID_INPUT, "the query vector must be finite and non-zero")
-    return to_blob(l2_normalize(query))
+    return to_blob(kit.query_values(embedder, query))

@@ -26,8 +26,13 @@ from ditto_worker.contracts import (
     OrderBy,
 )
 from ditto_worker.errors import ConfigError, MemoryError
-from ditto_worker.filters import parse_filter, parse_order_by
-from ditto_worker.ports import CancelToken, MemoryCallOptions, MemorySearchProvider, MemoryStore
+from ditto_worker.memory.filters import parse_filter, parse_order_by
+from ditto_worker.memory.ports import (
+    CancelToken,
+    MemoryCallOptions,
+    MemorySearchProvider,
+    MemoryStore,
+)
 
 SLOW_SQL = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
 
@@ -188,9 +193,7 @@ def test_match_expression_quotes_every_term() -> None:
         'body : "s" OR body : "job" OR body : "near"'
     )
     # function words are dropped unless nothing else is left
-    assert match_expression("What did the") == (
-        'body : "what" OR body : "did" OR body : "the"'
-    )
+    assert match_expression("What did the") == ('body : "what" OR body : "did" OR body : "the"')
     assert match_expression("中文 ok") == 'grams : "中文" OR body : "ok"'
     assert match_expression("猫") == 'grams : "猫"'
     assert match_expression("?!") is None

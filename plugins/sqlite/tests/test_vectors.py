@@ -214,7 +214,7 @@ def test_cancel_interrupts_the_vector_driver(tmp_path: Path) -> None:
     import threading
 
     from ditto_plugin_sqlite.db import open_connection, transaction
-    from ditto_worker.ports import CancelToken, MemoryCallOptions
+    from ditto_worker.memory.ports import CancelToken, MemoryCallOptions
 
     conn = open_connection(str(tmp_path / "c.sqlite"), 1000, vectors=True)
     assert type(conn).__module__.startswith("pysqlite3")

@@ -10,12 +10,12 @@ re-raises ``asyncio.CancelledError``.
 Every message carries ``expires`` (= the deadline) and the ``ditto_deadline`` header
 (MEM-PY-3): a worker never starts a call whose caller has given up, and stops a running one
 at its deadline. On timeout or cancel the client revokes the task and raises the call's
-cancel flag (:mod:`ditto_worker.cancellation`), which interrupts a running call in the
+cancel flag (:mod:`ditto_worker.fleet.cancellation`), which interrupts a running call in the
 plugin's driver. A committed write is never rolled back by a cancel (MEM-RUN-2).
 
 Two ways of awaiting results:
 
-* Redis result backend (the fleet): one :class:`~ditto_worker.results.ResultListener` per
+* Redis result backend (the fleet): one :class:`~ditto_worker.fleet.results.ResultListener` per
   client — one pub/sub connection and one event loop thread for all calls, sync and async
   — plus a small pool of sender threads (``send_threads``) for kombu's blocking publish.
   Threads and Redis connections stay bounded however many calls are in flight.
@@ -48,14 +48,6 @@ from kombu.exceptions import EncodeError, OperationalError
 from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
 
-from ditto_worker.cancellation import CANCEL_CHANNEL, cancel_key, local_registry
-from ditto_worker.celery_app import (
-    DEADLINE_HEADER,
-    IN_PROCESS_POLL_S,
-    create_celery_app,
-    queue_for,
-    result_backend_url,
-)
 from ditto_worker.config import FleetSettings
 from ditto_worker.contracts import (
     FLEET_QUEUES,
@@ -69,9 +61,17 @@ from ditto_worker.contracts import (
     to_wire,
 )
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
-from ditto_worker.ports import CancelToken
-from ditto_worker.results import ResultListener
-from ditto_worker.scope import SCOPE_HEADER, Scope, parse_scope
+from ditto_worker.fleet.cancellation import CANCEL_CHANNEL, cancel_key, local_registry
+from ditto_worker.fleet.celery_app import (
+    DEADLINE_HEADER,
+    IN_PROCESS_POLL_S,
+    create_celery_app,
+    queue_for,
+    result_backend_url,
+)
+from ditto_worker.fleet.results import ResultListener
+from ditto_worker.memory.ports import CancelToken
+from ditto_worker.memory.scope import SCOPE_HEADER, Scope, parse_scope
 
 __all__ = ["OUTPUT_TYPES", "DittoClient"]
 
@@ -124,15 +124,15 @@ class DittoClient:
     """Sends node calls to the fleet and turns replies into NodeResults.
 
     Args:
-        app: a Celery app from :func:`~ditto_worker.celery_app.create_celery_app`; the
+        app: a Celery app from :func:`~ditto_worker.fleet.celery_app.create_celery_app`; the
             client only sends by task name. For a Redis fleet prefer :meth:`from_fleet`.
         default_timeout_s: timeout of a call when none is given, seconds
             (``fleet.callTimeoutS`` in ``ditto.yaml``).
         result_backend: a Redis URL to read results from with one
-            :class:`~ditto_worker.results.ResultListener`; ``None`` polls ``app``'s backend.
+            :class:`~ditto_worker.fleet.results.ResultListener`; ``None`` polls ``app``'s backend.
         send_threads: threads publishing messages (kombu's publish blocks).
         scope: the trusted tenant scope of every call that names none (a
-            :class:`~ditto_worker.scope.Scope` or ``{"tenant", "user"}``); ``None``:
+            :class:`~ditto_worker.memory.scope.Scope` or ``{"tenant", "user"}``); ``None``:
             calls are unscoped unless they pass ``scope=``.
 
     Raises:
@@ -198,10 +198,10 @@ class DittoClient:
             timeout: seconds to wait; default ``default_timeout_s``.
             cancel: a token; cancelling it cancels the call (revoke + cancel flag).
             execution_id: the call's id (the Celery task id); a new uuid4 when omitted.
-            scope: the tenant scope the call acts for (a :class:`~ditto_worker.scope.Scope`
+            scope: the tenant scope the call acts for (a :class:`~ditto_worker.memory.scope.Scope`
                 or ``{"tenant", "user"}``), sent in the ``ditto_scope`` header; default:
                 the client's ``scope``. The service sets it from its authenticated
-                identity, never from model output (:mod:`ditto_worker.scope`).
+                identity, never from model output (:mod:`ditto_worker.memory.scope`).
 
         Returns:
             The worker's NodeResult, or one with status ``failed`` (``UNKNOWN_NODE``;
@@ -453,9 +453,7 @@ class DittoClient:
             raise
         except Exception:  # never let a driver surprise escape as an exception
             log.exception("unexpected error while awaiting %s", node)
-            return _failure(
-                eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the result backend failed"
-            )
+            return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the result backend failed")
         finally:
             if waiter is not None:
                 waiter.cancel()

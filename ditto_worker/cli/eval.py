@@ -9,7 +9,7 @@ recall@k (Maharana et al., ACL 2024): the share of a question's evidence dia_ids
 top k results, averaged over questions; per category too (1 multi-hop, 2 temporal, 3
 open-domain, 4 single-hop, 5 adversarial). Latency: each search call, ms.
 
-Run: ``python -m ditto_worker.retrieval.eval /work/shared/data/locomo/30.json …``.
+Run: ``python -m ditto_worker.cli.eval /work/shared/data/locomo/30.json …``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from ditto_worker.cli.demo import Conversation, evidence_recall, load_conversation
 from ditto_worker.contracts import NodeResult
-from ditto_worker.core import create_memory
-from ditto_worker.demo import Conversation, evidence_recall, load_conversation
 from ditto_worker.errors import DittoError
+from ditto_worker.memory.core import create_memory
 from ditto_worker.retrieval.embed import EmbeddingProvider
 from ditto_worker.retrieval.search import create_retrieval_memory_search_provider
 from ditto_worker.retrieval.settings import RetrievalConfig
@@ -165,8 +165,11 @@ def evaluate_strategy(
         recall_at_5=statistics.fmean(r5 for r5, _ in every) if every else 0.0,
         recall_at_10=statistics.fmean(r10 for _, r10 in every) if every else 0.0,
         per_category={
-            category: (len(pairs), statistics.fmean(a for a, _ in pairs),
-                       statistics.fmean(b for _, b in pairs))
+            category: (
+                len(pairs),
+                statistics.fmean(a for a, _ in pairs),
+                statistics.fmean(b for _, b in pairs),
+            )
             for category, pairs in sorted(recalls.items())
         },  # fmt: skip
         latency_p50_ms=statistics.median(latencies) if latencies else 0.0,
@@ -232,12 +235,12 @@ def format_reports(reports: Sequence[EvalReport]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ditto_worker.retrieval.eval PATH…`` with the local model; prints the table."""
+    """``python -m ditto_worker.cli.eval PATH…`` with the local model; prints the table."""
     from ditto_worker.retrieval.embed import LocalEmbeddingProvider
 
     paths = list(sys.argv[1:] if argv is None else argv)
     if not paths:
-        print("usage: python -m ditto_worker.retrieval.eval LOCOMO.json ...", file=sys.stderr)
+        print("usage: python -m ditto_worker.cli.eval LOCOMO.json ...", file=sys.stderr)
         return 2
     embedder = LocalEmbeddingProvider()
     reports = [evaluate_conversation(path, embedder) for path in paths]

@@ -1,9 +1,9 @@
 """``ditto-worker eval locomo``: the LoCoMo evaluation through the fleet.
 
-Same measurement as :mod:`ditto_worker.retrieval.eval` (evidence recall@5/@10 overall and
+Same measurement as :mod:`ditto_worker.cli.eval` (evidence recall@5/@10 overall and
 per category, search latency p50/p95), but every write and every search is a node call:
 MEMORY.WRITE batches on ``memory.write`` and MEMORY.SEARCH per strategy on
-``memory.search``, through a :class:`~ditto_worker.client.DittoClient` and a real Celery
+``memory.search``, through a :class:`~ditto_worker.fleet.client.DittoClient` and a real Celery
 worker (the in-process one: kombu's ``memory://`` transport, the same tasks, routing and
 JSON serialization as a Redis fleet). The worker's store is a fresh SQLite file per
 conversation with the local embedding model (one process-wide instance, micro-batched);
@@ -19,22 +19,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ditto_worker.client import DittoClient
-from ditto_worker.config import RuntimeConfig, load_runtime_config
-from ditto_worker.contracts import NodeResult
-from ditto_worker.demo import load_conversation
-from ditto_worker.fleet import open_fleet
-from ditto_worker.retrieval.embed import EmbeddingProvider
-from ditto_worker.retrieval.eval import (
+from ditto_worker.cli.demo import load_conversation
+from ditto_worker.cli.eval import (
     CONVERSATION_PIPELINE,
     STRATEGIES,
     EvalReport,
     evaluate_strategy,
     ingest,
 )
+from ditto_worker.config import RuntimeConfig, load_runtime_config
+from ditto_worker.contracts import NodeResult
+from ditto_worker.fleet.client import DittoClient
+from ditto_worker.fleet.launch import open_fleet
+from ditto_worker.memory.worker import MemoryWorker, create_memory_worker
+from ditto_worker.retrieval.embed import EmbeddingProvider
 from ditto_worker.retrieval.search import create_retrieval_memory_search_provider
 from ditto_worker.retrieval.settings import RetrievalConfig
-from ditto_worker.worker import MemoryWorker, create_memory_worker
 
 __all__ = ["FleetMemory", "evaluate_on_fleet"]
 

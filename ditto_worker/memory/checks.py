@@ -1,4 +1,4 @@
-"""Input rules and output checks of the six MEMORY nodes, used by :mod:`ditto_worker.core`.
+"""Input rules and output checks of the six MEMORY nodes, used by :mod:`ditto_worker.memory.core`.
 
 Pure functions over contract models, no I/O. Every violation raises
 :class:`~ditto_worker.errors.MemoryError`: ``INVALID_INPUT`` before the plugin

@@ -25,9 +25,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ditto_worker.client import DittoClient
 from ditto_worker.contracts import NodeResult
 from ditto_worker.errors import DittoError
+from ditto_worker.fleet.client import DittoClient
 
 __all__ = [
     "Conversation",

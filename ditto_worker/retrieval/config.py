@@ -12,9 +12,9 @@ from typing import Any
 
 from ditto_worker.config import RuntimeConfig
 from ditto_worker.contracts import MemoryDefaults
-from ditto_worker.delegation import RetrievalWorker, create_retrieval_worker
 from ditto_worker.errors import ConfigError
-from ditto_worker.ports import MemorySearchProvider
+from ditto_worker.memory.ports import MemorySearchProvider
+from ditto_worker.retrieval.delegation import RetrievalWorker, create_retrieval_worker
 
 __all__ = ["build_retrieval_worker", "native_search"]
 
@@ -28,7 +28,7 @@ def native_search(store: Any) -> MemorySearchProvider:
 
 
 def _provider(config: RuntimeConfig, store_name: str, pipeline: dict[str, Any]) -> Any:
-    from ditto_worker.registry import build_store
+    from ditto_worker.runtime.registry import build_store
 
     store = build_store(config, store_name)
     if not pipeline:

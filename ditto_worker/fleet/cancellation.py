@@ -4,7 +4,7 @@ Celery's ``revoke(terminate=True)`` is never used: it signals the pool process, 
 by then run another task, and does nothing on the thread and solo pools. Instead:
 
 * the worker keeps a :class:`CancelRegistry` of the calls it is running, each with its
-  :class:`~ditto_worker.ports.CancelToken` (handed to the plugin in
+  :class:`~ditto_worker.memory.ports.CancelToken` (handed to the plugin in
   ``MemoryCallOptions.cancel``, which interrupts the driver — e.g.
   ``sqlite3.Connection.interrupt``) and the caller's deadline;
 * a caller cancels by execution id: on a Redis fleet the client sets the key
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import redis
 
-from ditto_worker.ports import CancelToken
+from ditto_worker.memory.ports import CancelToken
 
 __all__ = [
     "CANCEL_CHANNEL",

@@ -20,10 +20,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from ditto_worker.contracts import NODE_IDS, MemoryDefaults, NodeResult
-from ditto_worker.core import DefaultsArg, Memory
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
-from ditto_worker.ports import CancelToken, MemorySearchProvider, MemoryStore
-from ditto_worker.scope import Scope, parse_scope, resolve_scope
+from ditto_worker.memory.core import DefaultsArg, Memory
+from ditto_worker.memory.ports import CancelToken, MemorySearchProvider, MemoryStore
+from ditto_worker.memory.scope import Scope, parse_scope, resolve_scope
 
 __all__ = [
     "MEMORY_WORKER_TYPE",
@@ -59,7 +59,7 @@ class NodeContext:
             the factory defaults (MEM-CONF-2).
         scope: the tenant scope the caller's trusted side sent (the ``ditto_scope``
             message header), or ``None``; :meth:`MemoryWorker.handle` resolves it against
-            the worker's own bound scope (:mod:`ditto_worker.scope`).
+            the worker's own bound scope (:mod:`ditto_worker.memory.scope`).
     """
 
     execution_id: str
@@ -203,7 +203,7 @@ def create_memory_worker(
     scope: Scope | Mapping[str, str] | None = None,
     require_scope: bool = False,
 ) -> MemoryWorker:
-    """Register all six MEMORY nodes over one :class:`~ditto_worker.core.Memory`.
+    """Register all six MEMORY nodes over one :class:`~ditto_worker.memory.core.Memory`.
 
     The injected plugin objects are reused by every call (MEM-RUN-4); isolated tenants
     get their own plugins and worker definitions.
@@ -215,7 +215,7 @@ def create_memory_worker(
         concurrency: concurrent entries (``ditto.yaml``), an int >= 1, or ``None``.
         overrides: ``memory_*_node.define("MEMORY", handler)`` results, each replacing
             one node's handler (MEM-NODE-2).
-        scope: bind the worker to one tenant scope (a :class:`~ditto_worker.scope.Scope`
+        scope: bind the worker to one tenant scope (a :class:`~ditto_worker.memory.scope.Scope`
             or ``{"tenant", "user"}``): every call runs in it, and a call whose trusted
             header names another scope is refused (``PERMISSION_DENIED``).
         require_scope: refuse calls without a scope (when ``scope`` is ``None``).

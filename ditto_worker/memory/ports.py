@@ -1,4 +1,5 @@
-"""The plugin ports: ``MemoryStore``, ``MemorySearchProvider``, and the per-call options.
+"""The plugin ports: ``MemoryStore``, ``MemorySearchProvider``, ``EmbeddingProvider``, and
+the per-call options.
 
 Two independent ``typing.Protocol`` s, as in the seed ("两个独立插件接口"): no base class,
 no registry. A plugin returns the *raw* output (contract models, or plain dicts with the
@@ -10,10 +11,11 @@ failures; any other exception becomes ``MEMORY_BACKEND_ERROR`` (MEM-ERR-4).
 
 from __future__ import annotations
 
-import threading
+import json
+import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ditto_worker.contracts import (
@@ -28,62 +30,20 @@ from ditto_worker.contracts import (
     MemoryUpdateInput,
     MemoryWriteInput,
 )
-from ditto_worker.scope import Scope
+from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.memory.scope import Scope
+from ditto_worker.runtime.cancel import CancelToken
 
 __all__ = [
     "CancelToken",
+    "EmbeddingIdentity",
+    "EmbeddingProvider",
     "MemoryCallOptions",
     "MemorySearchProvider",
     "MemoryStore",
+    "check_vectors",
+    "l2_normalize",
 ]
-
-
-class CancelToken:
-    """A thread-safe, one-way cancel signal (the seed's ``AbortSignal``; MEM-PY-2).
-
-    ``cancel()`` sets the flag and runs every registered callback once (in the
-    cancelling thread). Plugins register a driver-level interrupt with
-    :meth:`on_cancel` (e.g. ``sqlite3.Connection.interrupt``); a callback registered
-    after cancellation runs at once.
-    """
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self._callbacks: list[Callable[[], None]] = []
-
-    @property
-    def cancelled(self) -> bool:
-        """True once :meth:`cancel` was called."""
-        return self._event.is_set()
-
-    def cancel(self) -> None:
-        """Signal cancellation; idempotent."""
-        with self._lock:
-            if self._event.is_set():
-                return
-            self._event.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            callback()
-
-    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Register ``callback``; returns a function that unregisters it."""
-        with self._lock:
-            if not self._event.is_set():
-                self._callbacks.append(callback)
-                return lambda: self._remove(callback)
-        callback()
-        return lambda: None
-
-    def wait(self, timeout_s: float | None = None) -> bool:
-        """Block up to ``timeout_s`` seconds; True if cancelled."""
-        return self._event.wait(timeout_s)
-
-    def _remove(self, callback: Callable[[], None]) -> None:
-        with self._lock:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
 
 
 @dataclass(frozen=True)
@@ -97,7 +57,7 @@ class MemoryCallOptions:
             caller has given up, or ``None``.
         execution_id: the call's execution id (the Celery task id on the fleet).
         scope: the trusted tenant scope the store must confine the call to (all six
-            operations; :mod:`ditto_worker.scope`), or ``None`` for the unscoped
+            operations; :mod:`ditto_worker.memory.scope`), or ``None`` for the unscoped
             namespace. Never taken from the request body.
         extra: JSON-safe values from the host (never from the request body).
     """
@@ -168,3 +128,98 @@ class MemorySearchProvider(Protocol):
                 ``INVALID_INPUT`` for a query the provider cannot use.
         """
         ...
+
+
+@dataclass(frozen=True)
+class EmbeddingIdentity:
+    """What fixes a vector space (MEM-RET-4); two providers are compatible iff equal.
+
+    Attributes:
+        provider: who computes the vectors (``sentence-transformers``,
+            ``openai-compatible``, ``testing``).
+        model: the model name, e.g. ``all-MiniLM-L6-v2``.
+        revision: the model's version (package version, endpoint revision); ``""`` when
+            unknown.
+        dims: the vector length, a positive int (384 for all-MiniLM-L6-v2).
+        normalization: ``"l2"``: every vector has unit length, so cosine similarity is
+            the dot product.
+    """
+
+    provider: str
+    model: str
+    revision: str
+    dims: int
+    normalization: str = "l2"
+
+    def to_json(self) -> str:
+        """Canonical JSON text (sorted keys), as stored by a vector collection."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> EmbeddingIdentity:
+        """Parse :meth:`to_json` output.
+
+        Raises:
+            MemoryError: ``EMBEDDING_MISMATCH`` when the text is not an identity.
+        """
+        try:
+            return cls(**json.loads(text))
+        except (TypeError, ValueError) as exc:
+            raise MemoryError(
+                ErrorCode.EMBEDDING_MISMATCH, "the stored embedding identity is invalid"
+            ) from exc
+
+    def describe(self) -> str:
+        """Short human form, e.g. ``sentence-transformers/all-MiniLM-L6-v2@x (384, l2)``."""
+        revision = f"@{self.revision}" if self.revision else ""
+        return f"{self.provider}/{self.model}{revision} ({self.dims}, {self.normalization})"
+
+
+@runtime_checkable
+class EmbeddingProvider(Protocol):
+    """Turns a batch of texts into vectors of a fixed length (STYLE.md ``Embedder``)."""
+
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        """The vector space of this provider."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order.
+
+        Returns:
+            ``len(texts)`` lists of ``identity.dims`` finite floats, unit length when
+            ``identity.normalization == "l2"``; ``[]`` for ``[]``.
+
+        Raises:
+            MemoryError: ``EMBEDDING_UNAVAILABLE`` when the model or endpoint fails,
+                ``EMBEDDING_MISMATCH`` when it answers vectors of another length.
+        """
+        ...
+
+
+def l2_normalize(vector: Sequence[float]) -> list[float]:
+    """``vector`` scaled to unit length (a zero vector is returned unchanged)."""
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [float(x) / norm for x in vector] if norm > 0 else [float(x) for x in vector]
+
+
+def check_vectors(vectors: Sequence[Sequence[float]], count: int, dims: int) -> None:
+    """Check that there are ``count`` vectors of ``dims`` finite floats.
+
+    Raises:
+        MemoryError: ``EMBEDDING_MISMATCH`` naming the expected and received shape.
+    """
+    if len(vectors) != count:
+        raise MemoryError(
+            ErrorCode.EMBEDDING_MISMATCH, f"expected {count} vectors, got {len(vectors)}"
+        )
+    for vector in vectors:
+        if len(vector) != dims:
+            raise MemoryError(
+                ErrorCode.EMBEDDING_MISMATCH, f"expected vectors of {dims} dims, got {len(vector)}"
+            )
+        if not all(math.isfinite(x) for x in vector):
+            raise MemoryError(
+                ErrorCode.EMBEDDING_MISMATCH, "the embedding contains a non-finite value"
+            )

@@ -206,7 +206,7 @@ def collect_status(app: Celery, timeout_s: float = 1.0) -> list[QueueStatus]:
 
     Args:
         app: a Celery app on the fleet's broker (see
-            :func:`ditto_worker.celery_app.create_celery_app`).
+            :func:`ditto_worker.fleet.celery_app.create_celery_app`).
         timeout_s: how long each inspect broadcast waits for replies, seconds (two
             broadcasts: ``active_queues`` and ``stats``).
 

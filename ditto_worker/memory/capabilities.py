@@ -7,7 +7,7 @@ capability and checks that what is *not* declared fails explicitly (``UNSUPPORTE
 silently (SPEC.md MEM-QUERY-3, MEM-SEARCH-2, MEM-WRITE-3, MEM-PY-11).
 
 Field names of ``filter_fields``/``order_by_fields`` are the filter language's
-(:mod:`ditto_worker.filters`): the reserved record fields ``id``, ``key``, ``createdAt``,
+(:mod:`ditto_worker.memory.filters`): the reserved record fields ``id``, ``key``, ``createdAt``,
 ``updatedAt``, plus :data:`METADATA_FIELDS` meaning "any metadata path, dots included".
 """
 
@@ -72,7 +72,7 @@ class StoreCapabilities:
         cancel: a call whose ``options.cancel`` token is set stops with
             ``MEMORY_CANCELLED`` and commits nothing (MEM-RUN-2).
         scope: the store confines every operation to ``options.scope`` (an exact match
-            on its namespace, :mod:`ditto_worker.scope`; keys unique per scope). The SDK
+            on its namespace, :mod:`ditto_worker.memory.scope`; keys unique per scope). The SDK
             refuses a scoped call to a store that does not declare it
             (``PERMISSION_DENIED``).
         extras: informational flags (e.g. ``multi_process``); not tested by the suite.

@@ -11,7 +11,7 @@ instead of reconnecting (seen here in ``tests/integration/test_broker_faults.py`
 ``ConnectionError`` in that case instead — a connection error, which kombu and Celery
 already handle: the ack or restore is logged as failed, the messages stay in kombu's
 ``unacked`` hash (restored after the visibility timeout), and the consumer reconnects.
-Selected through ``broker_transport`` by :func:`ditto_worker.celery_app.create_celery_app`
+Selected through ``broker_transport`` by :func:`ditto_worker.fleet.celery_app.create_celery_app`
 for ``redis://`` and ``rediss://`` brokers; everything else is kombu's.
 """
 

@@ -11,7 +11,7 @@ With no broker configured the app uses kombu's in-process ``memory://`` transpor
 makes every call take ~1 s).
 
 This module creates no plugin and imports no task: the worker side registers the tasks
-(:mod:`ditto_worker.tasks`), the client only sends by name.
+(:mod:`ditto_worker.fleet.tasks`), the client only sends by name.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def create_celery_app(
         results: ``False`` for a sending-only app (the :class:`DittoClient` of a Redis
             fleet reads results with its own listener; Celery's result consumer would
             subscribe one channel per sent task, celery#5320).
-        guarded_transport: use :mod:`ditto_worker.transport` for a Redis broker (keeps
+        guarded_transport: use :mod:`ditto_worker.fleet.transport` for a Redis broker (keeps
             workers alive across Redis restarts); ``False`` for tools that must see the
             plain ``redis://`` transport (Flower reads queue lengths by URL scheme).
 
@@ -117,6 +117,6 @@ def create_celery_app(
         }
     if not fleet.in_process and guarded_transport and broker.startswith(("redis://", "rediss://")):
         # kombu's Redis transport, guarded so a Redis restart never stops a worker
-        conf["broker_transport"] = "ditto_worker.transport:Transport"
+        conf["broker_transport"] = "ditto_worker.fleet.transport:Transport"
     app.conf.update(conf)
     return app

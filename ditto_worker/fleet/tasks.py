@@ -1,7 +1,7 @@
 """One thin Celery task per MEMORY node, named by node id (``MEMORY.GET`` …).
 
 A task parses nothing itself: it hands the JSON input to the process's
-:class:`~ditto_worker.worker.MemoryWorker` (which validates it, calls the plugin and
+:class:`~ditto_worker.memory.worker.MemoryWorker` (which validates it, calls the plugin and
 builds the NodeResult) and returns the NodeResult's wire JSON. Every outcome, failures
 included, is a returned NodeResult; tasks never raise for a node failure and are never
 retried automatically (MEM-ERR-5).
@@ -21,14 +21,14 @@ from typing import Any
 
 from celery import Celery, Task
 
-from ditto_worker.cancellation import RedisCancelWatcher, local_registry
-from ditto_worker.celery_app import DEADLINE_HEADER
 from ditto_worker.config import RuntimeConfig
 from ditto_worker.contracts import FLEET_QUEUES, RETRIEVAL_SEARCH, NodeResult, to_wire
-from ditto_worker.delegation import RetrievalWorker, set_default_client
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.scope import SCOPE_HEADER, parse_scope
-from ditto_worker.worker import MemoryWorker, NodeContext, create_memory_worker
+from ditto_worker.fleet.cancellation import RedisCancelWatcher, local_registry
+from ditto_worker.fleet.celery_app import DEADLINE_HEADER
+from ditto_worker.memory.scope import SCOPE_HEADER, parse_scope
+from ditto_worker.memory.worker import MemoryWorker, NodeContext, create_memory_worker
+from ditto_worker.retrieval.delegation import RetrievalWorker, set_default_client
 
 __all__ = ["FleetRuntime", "register_tasks"]
 
@@ -51,7 +51,7 @@ def _json_size(value: Any) -> int:
 
 
 def _fleet_client(fleet: Any) -> Any:
-    from ditto_worker.client import DittoClient
+    from ditto_worker.fleet.client import DittoClient
 
     return DittoClient.from_fleet(fleet)
 
@@ -92,14 +92,14 @@ class FleetRuntime:
         self._pid = -1
 
     def _from_entry_point(self) -> MemoryWorker:
-        from ditto_worker.registry import build_store
+        from ditto_worker.runtime.registry import build_store
 
         store = build_store(self.config, self._store_name)
         settings = self.config.memory_worker
         scope = None if settings.scope is None else settings.scope.model_dump()
         search = None
         if settings.search_target:
-            from ditto_worker.delegation import RemoteRetrievalSearchProvider
+            from ditto_worker.retrieval.delegation import RemoteRetrievalSearchProvider
 
             search = RemoteRetrievalSearchProvider(target={"name": settings.search_target})
         return create_memory_worker(
@@ -107,7 +107,7 @@ class FleetRuntime:
         )
 
     def _retrieval_from_config(self) -> RetrievalWorker:
-        from ditto_worker.retrieval_config import build_retrieval_worker
+        from ditto_worker.retrieval.config import build_retrieval_worker
 
         return build_retrieval_worker(self.config)
 
@@ -149,7 +149,7 @@ class FleetRuntime:
         """Run ``node`` for the task's current request; returns the NodeResult wire JSON.
 
         The call runs with a cancel token registered under its execution id (see
-        :mod:`ditto_worker.cancellation`); a call flagged cancelled before it started is
+        :mod:`ditto_worker.fleet.cancellation`); a call flagged cancelled before it started is
         answered ``cancelled`` without running. A worker definition that cannot be built
         (bad config, store or model unavailable) answers ``MEMORY_BACKEND_ERROR``.
         """

@@ -9,7 +9,7 @@ those of MEMORY.SEARCH (the SDK runs them), so a delegated search fails and succ
 like a native one.
 
 ``RemoteRetrievalSearchProvider(target=…)`` is a ``MemorySearchProvider`` for a MEMORY
-worker: its ``search`` sends RETRIEVAL.SEARCH through a :class:`~ditto_worker.DittoClient`
+worker: its ``search`` sends RETRIEVAL.SEARCH through a :class:`~ditto_worker.fleet.DittoClient`
 and returns the results, so MEMORY.SEARCH's caller sees no difference (MEM-RET-2). The
 call's cancel token and deadline pass on to the sub-call (MEM-RET-5): cancelling the outer
 call cancels the inner one.
@@ -26,7 +26,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ditto_worker.client import DittoClient
 from ditto_worker.contracts import (
     RETRIEVAL_SEARCH,
     MemoryDefaults,
@@ -36,10 +35,11 @@ from ditto_worker.contracts import (
     RetrievalTarget,
     to_wire,
 )
-from ditto_worker.core import Memory
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.ports import MemoryCallOptions, MemorySearchProvider
-from ditto_worker.worker import NodeContext
+from ditto_worker.fleet.client import DittoClient
+from ditto_worker.memory.core import Memory
+from ditto_worker.memory.ports import MemoryCallOptions, MemorySearchProvider
+from ditto_worker.memory.worker import NodeContext
 
 __all__ = [
     "RemoteRetrievalSearchProvider",
@@ -118,8 +118,7 @@ def create_retrieval_worker(
         concurrency: pool size hint.
     """
     memories = {
-        name: Memory(_SearchOnlyStore(), provider, defaults)
-        for name, provider in targets.items()
+        name: Memory(_SearchOnlyStore(), provider, defaults) for name, provider in targets.items()
     }
     return RetrievalWorker(MappingProxyType(memories), concurrency)
 
@@ -166,7 +165,7 @@ class RemoteRetrievalSearchProvider:
         timeout_s: timeout of the sub-call when the outer call has no deadline.
 
     The outer call's scope travels with the sub-call (its ``ditto_scope`` header); the
-    retrieval worker's store confines the search to it (:mod:`ditto_worker.scope`).
+    retrieval worker's store confines the search to it (:mod:`ditto_worker.memory.scope`).
     """
 
     supports_scope = True

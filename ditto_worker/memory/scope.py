@@ -5,7 +5,7 @@ enforcement covers all six Memory operations. The host authenticates identities;
 content cannot choose a namespace"; SPEC.md MEM-TASK-2, MEM-PY-3) asks for a scope that
 
 * comes from the host's trusted side: the worker's config (``workers.memory.scope``), the
-  service's :class:`~ditto_worker.client.DittoClient` (``scope=``, sent in the
+  service's :class:`~ditto_worker.fleet.client.DittoClient` (``scope=``, sent in the
   ``ditto_scope`` message header), or the direct SDK caller (``scope=``) — never from a
   node input, which has no field for it;
 * is applied by the store plugin to all six operations, as an exact match on a

@@ -15,7 +15,7 @@ One call, in order (SPEC.md MEM-ERR, MEM-PY-2):
    empty batches are answered locally (MEM-GET-4, MEM-WRITE-1, MEM-UPDATE-4,
    MEM-DELETE-1);
 6. a call with a trusted ``scope`` to a plugin that does not declare scope isolation ->
-   ``failed``/``PERMISSION_DENIED`` (:mod:`ditto_worker.scope`); the plugin runs with
+   ``failed``/``PERMISSION_DENIED`` (:mod:`ditto_worker.memory.scope`); the plugin runs with
    ``MemoryCallOptions(cancel, deadline, execution_id, scope)``;
 7. if the token was cancelled (or the deadline passed) while the plugin ran, the call is
    ``cancelled`` (or ``timeout``) whatever the plugin did; a completed write is *not*
@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ditto_worker import _core_checks as checks
 from ditto_worker.contracts import (
     MemoryDefaults,
     MemoryDeleteInput,
@@ -51,8 +50,14 @@ from ditto_worker.contracts import (
     NodeStatus,
 )
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
-from ditto_worker.ports import CancelToken, MemoryCallOptions, MemorySearchProvider, MemoryStore
-from ditto_worker.scope import Scope
+from ditto_worker.memory import checks
+from ditto_worker.memory.ports import (
+    CancelToken,
+    MemoryCallOptions,
+    MemorySearchProvider,
+    MemoryStore,
+)
+from ditto_worker.memory.scope import Scope
 
 __all__ = [
     "BUILTIN_QUERY_LIMIT",
@@ -175,7 +180,7 @@ class Memory:
             execution_id: the call id; a new uuid4 string when ``None``.
             deadline: absolute ``time.time()`` seconds after which the caller gave up.
             scope: the trusted tenant scope (from the host, never the input); the store
-                confines the call to it (:mod:`ditto_worker.scope`). ``None``: the
+                confines the call to it (:mod:`ditto_worker.memory.scope`). ``None``: the
                 unscoped namespace.
 
         Returns:
@@ -213,7 +218,11 @@ class Memory:
     ) -> NodeResult[list[MemoryItem]]:
         """MEMORY.GET: exact reads by ids and/or keys (MEM-GET). Keywords as :meth:`execute`."""
         return self.execute(
-            "MEMORY.GET", input, cancel=cancel, execution_id=execution_id, deadline=deadline,
+            "MEMORY.GET",
+            input,
+            cancel=cancel,
+            execution_id=execution_id,
+            deadline=deadline,
             scope=scope,
         )
 
@@ -228,7 +237,11 @@ class Memory:
     ) -> NodeResult[MemoryQueryOutput]:
         """MEMORY.QUERY: one page of a structured listing (MEM-QUERY)."""
         return self.execute(
-            "MEMORY.QUERY", input, cancel=cancel, execution_id=execution_id, deadline=deadline,
+            "MEMORY.QUERY",
+            input,
+            cancel=cancel,
+            execution_id=execution_id,
+            deadline=deadline,
             scope=scope,
         )
 
@@ -243,7 +256,11 @@ class Memory:
     ) -> NodeResult[list[MemorySearchResult]]:
         """MEMORY.SEARCH: relevance search in the provider's order (MEM-SEARCH)."""
         return self.execute(
-            "MEMORY.SEARCH", input, cancel=cancel, execution_id=execution_id, deadline=deadline,
+            "MEMORY.SEARCH",
+            input,
+            cancel=cancel,
+            execution_id=execution_id,
+            deadline=deadline,
             scope=scope,
         )
 
@@ -258,7 +275,11 @@ class Memory:
     ) -> NodeResult[list[MemoryItem]]:
         """MEMORY.WRITE: create records, one item per draft in order (MEM-WRITE)."""
         return self.execute(
-            "MEMORY.WRITE", input, cancel=cancel, execution_id=execution_id, deadline=deadline,
+            "MEMORY.WRITE",
+            input,
+            cancel=cancel,
+            execution_id=execution_id,
+            deadline=deadline,
             scope=scope,
         )
 
@@ -273,7 +294,11 @@ class Memory:
     ) -> NodeResult[list[MemoryItem]]:
         """MEMORY.UPDATE: partial updates by id, in request order (MEM-UPDATE)."""
         return self.execute(
-            "MEMORY.UPDATE", input, cancel=cancel, execution_id=execution_id, deadline=deadline,
+            "MEMORY.UPDATE",
+            input,
+            cancel=cancel,
+            execution_id=execution_id,
+            deadline=deadline,
             scope=scope,
         )
 
@@ -288,7 +313,11 @@ class Memory:
     ) -> NodeResult[MemoryDeleteOutput]:
         """MEMORY.DELETE: returns the ids deleted by this call (MEM-DELETE)."""
         return self.execute(
-            "MEMORY.DELETE", input, cancel=cancel, execution_id=execution_id, deadline=deadline,
+            "MEMORY.DELETE",
+            input,
+            cancel=cancel,
+            execution_id=execution_id,
+            deadline=deadline,
             scope=scope,
         )
 

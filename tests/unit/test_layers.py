@@ -1,0 +1,118 @@
+"""The layers hold at run time, not only on paper (SPEC.md MEM-RT-5, issue 11).
+
+Each import runs in a fresh interpreter, so what another test imported cannot hide a
+dependency: the SDK, the contracts, the runtime and the store plugins must load no Celery,
+no broker client and no model library, and importing must open no socket. The wheel
+holds every package of the source tree.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+TRANSPORT = ("celery", "kombu", "redis", "ditto_worker.fleet")
+MODELS = ("torch", "sentence_transformers", "transformers")
+
+_PROBE = r"""
+import json, socket, sys
+opened = []
+class Guard(socket.socket):
+    def connect(self, address):
+        opened.append(repr(address))
+        raise OSError("imports must not connect")
+    def connect_ex(self, address):
+        opened.append(repr(address))
+        return 111
+socket.socket = Guard
+_create = socket.create_connection
+def create_connection(address, *args, **kwargs):
+    opened.append(repr(address))
+    raise OSError("imports must not connect")
+socket.create_connection = create_connection
+import importlib
+importlib.import_module(sys.argv[1])
+print(json.dumps({"modules": sorted(sys.modules), "opened": opened}))
+"""
+
+
+def _imported(module: str) -> tuple[set[str], list[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, module],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=REPO,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return set(report["modules"]), list(report["opened"])
+
+
+def _loaded(modules: set[str], roots: tuple[str, ...]) -> set[str]:
+    return {m for m in modules for r in roots if m == r or m.startswith(r + ".")}
+
+
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        ("ditto_worker", TRANSPORT + MODELS + ("psycopg",)),
+        ("ditto_worker.contracts", TRANSPORT + MODELS + ("psycopg",)),
+        ("ditto_worker.memory", TRANSPORT + MODELS + ("psycopg",)),
+        ("ditto_worker.runtime", TRANSPORT + MODELS + ("psycopg",)),
+        ("ditto_worker.retrieval", TRANSPORT + MODELS + ("psycopg",)),
+        ("ditto_worker.testing", TRANSPORT + MODELS + ("psycopg",)),
+        ("ditto_plugin_sqlite", TRANSPORT + MODELS + ("psycopg",)),
+        ("ditto_plugin_postgres", TRANSPORT + MODELS),
+    ],
+)
+def test_import_loads_no_transport_no_model_and_connects_nowhere(
+    module: str, forbidden: tuple[str, ...]
+) -> None:
+    # MEM-RT-5: "imports do not connect or execute"
+    modules, opened = _imported(module)
+    assert _loaded(modules, forbidden) == set(), module
+    assert opened == [], module
+
+
+def test_the_fleet_is_where_celery_lives() -> None:
+    # the check above can fail: the fleet does load Celery
+    modules, opened = _imported("ditto_worker.fleet")
+    assert {"celery", "kombu", "redis"} <= modules
+    assert opened == []
+
+
+def _source_packages() -> set[str]:
+    found = {
+        ".".join(path.parent.relative_to(REPO).parts)
+        for path in (REPO / "ditto_worker").rglob("__init__.py")
+        if "__pycache__" not in path.parts
+    }
+    for path in (REPO / "plugins").glob("*/ditto_plugin_*/__init__.py"):
+        found.add(path.parent.name)
+    return found
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_every_package(tmp_path: Path) -> None:
+    # a package missing from [tool.setuptools] packages would be absent from the wheel
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+         "-w", str(tmp_path), str(REPO)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("ditto_worker-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    in_wheel = {
+        ".".join(Path(name).parent.parts) for name in names if name.endswith("/__init__.py")
+    }
+    expected = _source_packages()
+    assert expected - in_wheel == set()
+    assert {"ditto_worker.memory", "ditto_worker.fleet", "ditto_plugin_sqlite"} <= expected
