@@ -34,8 +34,8 @@ from typing import Any
 import redis
 
 from ditto_worker.context import ContextWorkerSettings, create_context_worker
-from ditto_worker.runtime import NodeContext
 from ditto_worker.memory.scope import Scope
+from ditto_worker.runtime import NodeContext
 from ditto_worker.testing.servers import RedisServer
 
 Call = Callable[[int], Any]

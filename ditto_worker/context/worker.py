@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ditto_worker.memory.checks import describe
 from ditto_worker.context.cache import CachedContext, ContextCache, InProcessContextCache
 from ditto_worker.context.contracts import (
     ContextCacheUpdateInput,
@@ -39,8 +38,9 @@ from ditto_worker.context.contracts import (
 from ditto_worker.context.merge import check_ingress, check_merged, invalid_input, merge_items
 from ditto_worker.context.settings import ContextWorkerSettings
 from ditto_worker.errors import ErrorCode, NodeError
-from ditto_worker.runtime import NodeContext, NodeSpec, WorkerDefinition
+from ditto_worker.memory.checks import describe
 from ditto_worker.memory.scope import Scope
+from ditto_worker.runtime import NodeContext, NodeSpec, WorkerDefinition
 
 __all__ = ["CONTEXT_LOAD", "CONTEXT_UPDATE", "ContextNodes", "create_context_worker"]
 

@@ -32,9 +32,9 @@ from ditto_worker.context import (
 )
 from ditto_worker.contracts import to_wire
 from ditto_worker.errors import ErrorCode, NodeError
-from ditto_worker.runtime.cancel import CancelToken
-from ditto_worker.runtime import NodeContext, WorkerDefinition
 from ditto_worker.memory.scope import Scope
+from ditto_worker.runtime import NodeContext, WorkerDefinition
+from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.testing.servers import RedisServer, free_port
 from tests.conftest import missing_service
 from tests.unit.test_scope import ODD

@@ -36,9 +36,9 @@ from ditto_worker.context import (
 )
 from ditto_worker.contracts import to_wire
 from ditto_worker.errors import ConfigError, ErrorCode, NodeError
-from ditto_worker.runtime.cancel import CancelToken
-from ditto_worker.runtime import NodeContext, WorkerDefinition
 from ditto_worker.memory.scope import Scope
+from ditto_worker.runtime import NodeContext, WorkerDefinition
+from ditto_worker.runtime.cancel import CancelToken
 
 SCOPE = Scope("acme", "alice")
 
