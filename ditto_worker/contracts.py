@@ -12,7 +12,7 @@ fields that were never set are omitted, ``content`` is always present.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Final, Generic, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -28,6 +28,7 @@ from pydantic.alias_generators import to_camel
 
 __all__ = [
     "FLEET_QUEUES",
+    "LONE_SURROGATE",
     "MAX_JSON_DEPTH",
     "MAX_LIMIT",
     "NODE_IDS",
@@ -56,6 +57,7 @@ __all__ = [
     "RetrievalSearchInput",
     "RetrievalTarget",
     "check_json",
+    "check_text",
     "to_wire",
 ]
 
@@ -100,17 +102,89 @@ MAX_JSON_DEPTH = 64
 _INT64 = 2**63
 
 
+LONE_SURROGATE: Final = "contains a lone surrogate (U+D800-U+DFFF): not valid Unicode text"
+
+
+def _valid_text(text: str) -> bool:
+    """False when ``text`` holds a lone surrogate, which no UTF-8 driver can encode."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_text(value: str, where: str = "") -> str:
+    """Return ``value`` if it is valid Unicode text, else raise ``ValueError``.
+
+    A Python ``str`` may hold a lone surrogate (JSON ``"\\ud83d"`` decodes to one), which
+    every store driver refuses to encode; such a string is refused where it enters
+    (issue 13: input, filter keys and operands, orderBy, options, query, headers).
+
+    Args:
+        value: the string.
+        where: a location to put in front of the reason (e.g. ``"[2]"``).
+
+    Raises:
+        ValueError: ``"<where> contains a lone surrogate …"``; the value is not echoed.
+    """
+    if not _valid_text(value):
+        raise ValueError(f"{where} {LONE_SURROGATE}".strip())
+    return value
+
+
+def _show_path(path: tuple[str | int, ...]) -> str:
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:  # a key: shown escaped (ASCII) and cut, never raw
+            shown = part if _valid_text(part) and part.isprintable() else ascii(part)[1:-1]
+            text += f".{shown[:40]}"
+    return text
+
+
+def _at(what: str, path: tuple[str | int, ...]) -> str:
+    return f"{what} at {_show_path(path)}" if path else what
+
+
+def _surrogate_path(value: Any, path: tuple[str | int, ...] = ()) -> str | None:
+    """Where the first invalid string in ``value`` is (only called once one is known)."""
+    if isinstance(value, str):
+        return None if _valid_text(value) else _at("the string", path)
+    items: Any = ()
+    if isinstance(value, dict):
+        for key in value:
+            if isinstance(key, str) and not _valid_text(key):
+                return _at("an object key", path)
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    for key, child in items:
+        found = _surrogate_path(child, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
 def check_json(value: Any) -> Any:
     """Return ``value`` if it is plain JSON data, else raise ``ValueError`` saying why.
 
-    JSON data: ``None``, ``bool``, ``str``, ``int`` within 64 bits, finite ``float``, and
-    lists / str-keyed dicts of those, nested at most :data:`MAX_JSON_DEPTH` levels. NaN and
-    Infinity are not JSON (RFC 8259) and would not survive the stores' JSON columns.
+    JSON data: ``None``, ``bool``, ``str`` (valid Unicode: no lone surrogate, in values and
+    object keys alike), ``int`` within 64 bits, finite ``float``, and lists / str-keyed
+    dicts of those, nested at most :data:`MAX_JSON_DEPTH` levels. NaN and Infinity are not
+    JSON (RFC 8259) and would not survive the stores' JSON columns.
     """
     stack: list[tuple[Any, int]] = [(value, 0)]
+    valid = True
     while stack:
         item, depth = stack.pop()
-        if item is None or isinstance(item, bool | str):
+        if item is None or isinstance(item, bool):
+            continue
+        if isinstance(item, str):
+            valid = valid and _valid_text(item)
             continue
         if isinstance(item, int):
             if not -_INT64 <= item < _INT64:
@@ -124,11 +198,14 @@ def check_json(value: Any) -> Any:
             if isinstance(item, dict):
                 if not all(isinstance(k, str) for k in item):
                     raise ValueError("object keys must be strings")
+                valid = valid and all(map(_valid_text, item))
                 stack.extend((v, depth + 1) for v in item.values())
             else:
                 stack.extend((v, depth + 1) for v in item)
         else:
             raise ValueError(f"a {type(item).__name__} is not JSON data")
+    if not valid:
+        raise ValueError(f"{_surrogate_path(value)} {LONE_SURROGATE}")
     return value
 
 
@@ -148,6 +225,20 @@ class _Wire(BaseModel):
         # schemas are built on first use, not at import (MEM-RT-5: a light SDK import)
         defer_build=True,
     )
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _valid_text(cls, value: Any) -> Any:
+        """Every string field (and list of strings) is valid Unicode text (issue 13; JSON
+        fields are checked all the way down by :func:`check_json`). Pydantic refuses a lone
+        surrogate only in a constrained ``str``; this covers the rest."""
+        if isinstance(value, str):
+            check_text(value)
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, str):
+                    check_text(item, f"the string at [{index}]")
+        return value
 
     @model_serializer(mode="wrap")
     def _omit_unset(

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ditto_worker.contracts import (
+    LONE_SURROGATE,
     MemoryDeleteInput,
     MemoryDeleteOutput,
     MemoryGetInput,
@@ -60,6 +61,8 @@ def describe(exc: ValidationError, prefix: str = "", model: type[BaseModel] | No
     parts: list[str] = []
     for err in errors[:_MAX_REPORTED]:
         msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "string_unicode":  # pydantic's word for a lone surrogate
+            msg = LONE_SURROGATE
         loc = err["loc"]
         if model is MemoryUpdateInput and err["type"] == "extra_forbidden" and loc[-1:] == ("key",):
             msg = "an UPDATE entry cannot carry key; id and key never change (MEM-UPDATE-2/3)"

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ditto_worker.contracts import (
+    LONE_SURROGATE,
     MemoryDefaults,
     MemoryDeleteInput,
     MemoryDeleteOutput,
@@ -48,6 +49,7 @@ from ditto_worker.contracts import (
     MemoryWriteInput,
     NodeResult,
     NodeStatus,
+    check_text,
 )
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
 from ditto_worker.memory import checks
@@ -192,6 +194,11 @@ class Memory:
         prepare = self._prepare.get(node)
         if prepare is None:
             return NodeResult.failure(eid, node, ErrorCode.UNKNOWN_NODE, "Unknown MEMORY node id.")
+        try:  # stores keep the execution id (idempotency): it must be valid text
+            check_text(eid)
+        except ValueError:
+            message = f"Invalid input: executionId {LONE_SURROGATE}"
+            return NodeResult.failure(ascii(eid), node, ErrorCode.INVALID_INPUT, message)
         stopped = _stopped(eid, node, cancel, deadline)
         if stopped is not None:
             return stopped

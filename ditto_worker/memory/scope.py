@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
+from ditto_worker.contracts import LONE_SURROGATE, check_text
 from ditto_worker.errors import ErrorCode, MemoryError
 
 __all__ = [
@@ -69,7 +70,8 @@ class Scope:
 
     Raises:
         MemoryError: ``PERMISSION_DENIED`` naming ``scope.tenant`` / ``scope.user`` when a
-            part is not such a string.
+            part is not such a string; ``INVALID_INPUT`` naming it when it holds a lone
+            surrogate (not valid Unicode, e.g. a ``ditto_scope`` header ``"\\ud83d"``).
     """
 
     tenant: str
@@ -83,6 +85,12 @@ class Scope:
                     ErrorCode.PERMISSION_DENIED,
                     f"scope.{name} must be a string of 1-{MAX_SCOPE_PART} characters",
                 )
+            try:
+                check_text(value)
+            except ValueError:  # a malformed header, not an identity the host vouched for
+                raise MemoryError(
+                    ErrorCode.INVALID_INPUT, f"scope.{name} {LONE_SURROGATE}"
+                ) from None
             if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
                 raise MemoryError(
                     ErrorCode.PERMISSION_DENIED, f"scope.{name} contains a control character"
