@@ -181,17 +181,8 @@ def check_json(value: Any) -> Any:
     valid = True
     while stack:
         item, depth = stack.pop()
-        if item is None or isinstance(item, bool):
-            continue
         if isinstance(item, str):
             valid = valid and _valid_text(item)
-            continue
-        if isinstance(item, int):
-            if not -_INT64 <= item < _INT64:
-                raise ValueError("integer outside the 64-bit range")
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                raise ValueError("NaN and Infinity are not JSON numbers")
         elif isinstance(item, list | dict):
             if depth >= MAX_JSON_DEPTH:
                 raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
@@ -203,10 +194,23 @@ def check_json(value: Any) -> Any:
             else:
                 stack.extend((v, depth + 1) for v in item)
         else:
-            raise ValueError(f"a {type(item).__name__} is not JSON data")
+            _check_scalar(item)
     if not valid:
         raise ValueError(f"{_surrogate_path(value)} {LONE_SURROGATE}")
     return value
+
+
+def _check_scalar(item: Any) -> None:
+    if item is None or isinstance(item, bool):
+        return
+    if isinstance(item, int):
+        if not -_INT64 <= item < _INT64:
+            raise ValueError("integer outside the 64-bit range")
+    elif isinstance(item, float):
+        if not math.isfinite(item):
+            raise ValueError("NaN and Infinity are not JSON numbers")
+    else:
+        raise ValueError(f"a {type(item).__name__} is not JSON data")
 
 
 JsonData = Annotated[Any, AfterValidator(check_json)]

@@ -71,6 +71,11 @@ class StoreCapabilities:
             larger one must fail explicitly and write nothing.
         cancel: a call whose ``options.cancel`` token is set stops with
             ``MEMORY_CANCELLED`` and commits nothing (MEM-RUN-2).
+        search_options: the keys of SEARCH ``options`` the store's search reads (none by
+            default). The SDK refuses any other key with ``INVALID_INPUT`` naming it,
+            before the plugin is called, so an option is never silently ignored
+            (issue 13). A search provider without a :class:`StoreCapabilities` gets its
+            options unchecked (e.g. a remote one whose far side checks them).
         scope: the store confines every operation to ``options.scope`` (an exact match
             on its namespace, :mod:`ditto_worker.memory.scope`; keys unique per scope). The SDK
             refuses a scoped call to a store that does not declare it
@@ -97,6 +102,7 @@ class StoreCapabilities:
     max_batch_size: int | None = None
     cancel: bool = True
     scope: bool = False
+    search_options: frozenset[str] = frozenset()
     extras: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:

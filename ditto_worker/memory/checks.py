@@ -193,6 +193,28 @@ def finish_query(limit: int, raw: object) -> MemoryQueryOutput:
     return output
 
 
+def check_search_options(options: Mapping[str, Any] | None, read: frozenset[str] | None) -> None:
+    """Refuse SEARCH ``options`` keys the provider does not read (issue 13).
+
+    Args:
+        options: the request's ``options`` object.
+        read: the keys the provider declares (``StoreCapabilities.search_options``);
+            ``None``: it declares nothing, so nothing is checked here.
+
+    Raises:
+        MemoryError: ``INVALID_INPUT`` naming ``options.<key>`` and the keys it reads.
+    """
+    if not options or read is None:
+        return
+    for name in options:
+        if name not in read:
+            known = ", ".join(sorted(read)) or "none"
+            raise invalid_input(
+                f"options.{name[:_MAX_LOC_PART]}: this store's search does not read that "
+                f"option (it reads: {known}); options are never silently ignored"
+            )
+
+
 def finish_search(limit: int, raw: object) -> list[MemorySearchResult]:
     """Shape, finite scores, at most ``limit``, distinct ids; order kept (MEM-SEARCH-3)."""
     results = _output_list(MemorySearchResult, raw)

@@ -11,7 +11,8 @@ One call, in order (SPEC.md MEM-ERR, MEM-PY-2):
 2. cancel token already set -> ``cancelled``/``MEMORY_CANCELLED`` (plugin not called);
 3. deadline (absolute ``time.time()`` s) already passed -> ``timeout``/``MEMORY_TIMEOUT``;
 4. SEARCH without a provider -> ``failed``/``SEARCH_UNAVAILABLE`` (MEM-SEARCH-4);
-5. input validation and pre-plugin rules -> ``failed``/``INVALID_INPUT`` (MEM-ERR-1);
+5. input validation and pre-plugin rules -> ``failed``/``INVALID_INPUT`` (MEM-ERR-1;
+   a SEARCH ``options`` key the provider does not declare included);
    empty batches are answered locally (MEM-GET-4, MEM-WRITE-1, MEM-UPDATE-4,
    MEM-DELETE-1);
 6. a call with a trusted ``scope`` to a plugin that does not declare scope isolation ->
@@ -53,6 +54,7 @@ from ditto_worker.contracts import (
 )
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
 from ditto_worker.memory import checks
+from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.ports import (
     CancelToken,
     MemoryCallOptions,
@@ -142,6 +144,7 @@ class Memory:
         self._search: Callable[..., object] | None = (
             search.search if search is not None else native if callable(native) else None
         )
+        self._search_options = _declared_options(store if search is None else search)
         self._prepare: dict[str, Callable[[Any, MemoryDefaults | None], _Prepared]] = {
             "MEMORY.GET": self._prepare_get,
             "MEMORY.QUERY": self._prepare_query,
@@ -365,6 +368,7 @@ class Memory:
                 "No search provider is configured and the store has no native search.",
             )
         data = checks.parse_input(MemorySearchInput, raw)
+        checks.check_search_options(data.options, self._search_options)
         limit = self._limit(data.limit, "search_limit", layer, BUILTIN_SEARCH_LIMIT)
         data = data.model_copy(update={"limit": limit})
         return _Call(lambda opts: search(data, opts), lambda out: checks.finish_search(limit, out))
@@ -405,6 +409,16 @@ class Memory:
             if candidate is not None:
                 return int(candidate)
         return builtin
+
+
+def _declared_options(plugin: object) -> frozenset[str] | None:
+    """The SEARCH ``options`` keys ``plugin`` declares it reads
+    (``capabilities.search_options``), or ``None`` when it declares no
+    :class:`StoreCapabilities` (its options are then not checked here)."""
+    capabilities = getattr(plugin, "capabilities", None)
+    if not isinstance(capabilities, StoreCapabilities):
+        return None
+    return capabilities.search_options
 
 
 def _declares_scope(plugin: object) -> bool:

@@ -31,16 +31,25 @@ Sort order (cross-type, MongoDB-like), ascending:
     other tie) are broken by the store's sequence number, ascending, in both directions.
 
 Timestamps (``createdAt``/``updatedAt``):
-    ISO-8601 UTC strings with fixed microsecond precision, e.g.
-    ``2026-11-29T19:26:50.123456Z`` (:func:`timestamp_now`); they compare correctly as
-    strings, so filter them with string operands of the same format.
+    Stored as UTC strings with fixed microsecond precision, e.g.
+    ``2026-11-29T19:26:50.123456Z`` (:func:`timestamp_now`), which compare as instants
+    when compared as strings. A filter operand on these two fields (every operator,
+    ``$in``/``$nin`` elements included) is any RFC 3339 date-time — ``Z``, ``+00:00`` or
+    any offset (``2026-11-30T00:56:50+05:30``), with or without fractional seconds (any
+    number of digits; ``T``, ``t`` or a space between date and time) — and the parser
+    rewrites it to that stored form of the same instant, so every store compares
+    instants. Digits past the microsecond round the bound the right way (``$gte``/``$lt``
+    up, ``$gt``/``$lte`` down; such an ``$eq`` matches nothing). A string that is not an
+    RFC 3339 date-time (a date alone, no offset, month 13 …), a number or a boolean there
+    is ``INVALID_INPUT`` naming the field, raised here before any I/O; ``null`` keeps its
+    meaning (a missing field, which these fields never are).
 
 Cursors:
     Opaque url-safe strings (:func:`encode_cursor`) carrying a version, a fingerprint of
     (filter, orderBy) and the last row's typed sort values and sequence number.
 
 Errors (all :class:`~ditto_worker.errors.MemoryError`): ``UNSUPPORTED_FILTER``,
-``UNSUPPORTED_ORDER_BY``, ``INVALID_CURSOR``.
+``UNSUPPORTED_ORDER_BY``, ``INVALID_CURSOR``, ``INVALID_INPUT`` (a timestamp operand).
 """
 
 from __future__ import annotations
@@ -51,9 +60,10 @@ import hashlib
 import json
 import math
 import operator
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, Final, Literal, TypeAlias
 
 from ditto_worker.contracts import OrderBy
@@ -62,6 +72,7 @@ from ditto_worker.errors import ErrorCode, MemoryError
 __all__ = [
     "MISSING",
     "RESERVED_FIELDS",
+    "TIMESTAMP_FIELDS",
     "And",
     "Compare",
     "CompareOp",
@@ -79,6 +90,7 @@ __all__ = [
     "encode_cursor",
     "field_value",
     "matches",
+    "normalize_timestamp",
     "parse_field",
     "parse_filter",
     "parse_order_by",
@@ -89,6 +101,9 @@ __all__ = [
 
 RESERVED_FIELDS: Final = frozenset({"id", "key", "createdAt", "updatedAt"})
 """Record fields addressable by filter and orderBy (everything else is metadata)."""
+
+TIMESTAMP_FIELDS: Final = frozenset({"createdAt", "updatedAt"})
+"""Reserved fields holding timestamps: their operands are RFC 3339 instants."""
 
 Scalar: TypeAlias = None | bool | int | float | str
 """A JSON scalar operand."""
@@ -257,26 +272,36 @@ def _parse_condition(field: FieldRef, value: Any) -> FilterNode:
     ):
         parts = [_parse_operator(field, op, operand) for op, operand in value.items()]
         return parts[0] if len(parts) == 1 else And(tuple(parts))
-    return Compare(field, "$eq", _scalar(field, "$eq", value))
+    return Compare(field, "$eq", _operand(field, "$eq", value))
 
 
 def _parse_operator(field: FieldRef, op: str, operand: Any) -> FilterNode:
     if op in ("$eq", "$ne"):
-        return Compare(field, op, _scalar(field, op, operand))  # type: ignore[arg-type]
+        return Compare(field, op, _operand(field, op, operand))  # type: ignore[arg-type]
     if op in _RANGE_OPS:
         if isinstance(operand, bool) or not isinstance(operand, int | float | str):
             raise _unsupported(f"{op} on {_show(field.name)} needs a number or a string")
-        return Compare(field, op, _scalar(field, op, operand))  # type: ignore[arg-type]
+        return Compare(field, op, _operand(field, op, operand))  # type: ignore[arg-type]
     if op in ("$in", "$nin"):
         if not isinstance(operand, list):
             raise _unsupported(f"{op} on {_show(field.name)} needs a list")
-        values = tuple(_scalar(field, op, item) for item in operand)
+        values = tuple(_operand(field, op, item) for item in operand)
         return In(field, values, negate=op == "$nin")
     if op == "$exists":
         if not isinstance(operand, bool):
             raise _unsupported(f"$exists on {_show(field.name)} needs true or false")
         return Exists(field, operand)
     raise _unsupported(f"unsupported operator {_show(op)} on {_show(field.name)}")
+
+
+def _operand(field: FieldRef, op: str, value: Any) -> Scalar:
+    """A checked scalar operand; on a timestamp field, the instant in the stored form."""
+    scalar = _scalar(field, op, value)
+    if field.name not in TIMESTAMP_FIELDS or not field.reserved or scalar is None:
+        return scalar
+    if not isinstance(scalar, str):
+        raise _bad_timestamp(field, op)
+    return normalize_timestamp(scalar, op, f"filter.{field.name}.{op}")
 
 
 def _scalar(field: FieldRef, op: str, value: Any) -> Scalar:
@@ -482,6 +507,76 @@ def _decode_sort_value(item: Any) -> SortValue:
     if not valid:
         raise _bad_cursor("malformed")
     return (rank, value)
+
+
+_RFC3339: Final = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,30}))?"
+    r"(?:[Zz]|([+-])(\d{2}):(\d{2}))",
+    re.ASCII,
+)
+_TIMESTAMP_HELP: Final = (
+    "needs an RFC 3339 timestamp with an offset (a real date and time, years 0001-9999 "
+    "in UTC), e.g. 2025-12-31T23:00:00Z or 2026-01-01T04:00:00.250+05:00"
+)
+
+
+def _bad_timestamp(field: FieldRef, op: str) -> MemoryError:
+    return MemoryError(
+        ErrorCode.INVALID_INPUT, f"Invalid input: filter.{field.name}.{op}: {_TIMESTAMP_HELP}"
+    )
+
+
+def _format_utc(moment: datetime) -> str:
+    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (the year always 4 digits, unlike ``strftime``)."""
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T{moment.hour:02d}:"
+        f"{moment.minute:02d}:{moment.second:02d}.{moment.microsecond:06d}Z"
+    )
+
+
+def normalize_timestamp(text: str, op: str = "$eq", where: str = "timestamp") -> str:
+    """An RFC 3339 date-time as the stores keep it: UTC, ``YYYY-MM-DDTHH:MM:SS.ffffffZ``.
+
+    Args:
+        text: e.g. ``2026-05-01T17:00:00+05:00``, ``2026-05-01t12:00:00.25Z``, ``…-00:00``;
+            a leap second ``:60`` is the first instant of the next second.
+        op: the operator the bound is for: digits past the microsecond round ``$gte``/
+            ``$lt`` bounds up and ``$gt``/``$lte`` bounds down, so the comparison means
+            the same on microsecond timestamps; for ``$eq``/``$ne``/``$in``/``$nin`` the
+            result keeps those digits (it then equals no stored timestamp).
+        where: the location named in the error (e.g. ``filter.createdAt.$gte``).
+
+    Returns:
+        The same instant in UTC, 27 characters (28+ with extra digits, equality only).
+
+    Raises:
+        MemoryError: ``INVALID_INPUT`` naming ``where`` when ``text`` is not an RFC 3339
+            date-time (offset required), names no real date or time, or falls outside
+            years 0001-9999 once in UTC (source: RFC 3339 section 5.6).
+    """
+    match = _RFC3339.fullmatch(text)
+    bad = MemoryError(ErrorCode.INVALID_INPUT, f"Invalid input: {where}: {_TIMESTAMP_HELP}")
+    if match is None:
+        raise bad
+    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    fraction, sign, off_hours, off_minutes = match.group(7) or "", *match.groups()[7:]
+    offset = timedelta(hours=int(off_hours or 0), minutes=int(off_minutes or 0))
+    if offset >= timedelta(hours=24) or int(off_minutes or 0) > 59 or second > 60:
+        raise bad
+    try:
+        zone = timezone(-offset if sign == "-" else offset)
+        moment = datetime(year, month, day, hour, minute, min(second, 59),
+                          int(fraction[:6].ljust(6, "0")), tzinfo=zone)  # fmt: skip
+        moment = (moment + timedelta(seconds=second - min(second, 59))).astimezone(UTC)
+        extra = fraction[6:].rstrip("0")
+        if extra and op in ("$gte", "$lt"):
+            moment += timedelta(microseconds=1)
+    except (ValueError, OverflowError):
+        raise bad from None
+    if moment.year < 1 or moment.year > 9999:
+        raise bad
+    normal = _format_utc(moment)
+    return normal[:-1] + extra + "Z" if extra and op not in _RANGE_OPS else normal
 
 
 def timestamp_now(previous: str | None = None) -> str:

@@ -71,6 +71,10 @@ class RetrievalSearchProvider:
             keyword_strategy="keyword",
             # scoped calls pass options on to the source, which confines them
             scope=bool(getattr(getattr(source, "capabilities", None), "scope", False)),
+            # options are passed on to the source's searches: it is the one that reads them
+            search_options=getattr(
+                getattr(source, "capabilities", None), "search_options", frozenset()
+            ),
         )
         own = getattr(source, "embedder", None)
         self._mismatch: str | None = None

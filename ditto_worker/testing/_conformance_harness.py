@@ -223,6 +223,7 @@ def conformance_capabilities(conformance_store: Any, conformance_search: Any) ->
             keyword_strategy=provided.keyword_strategy,
             keyword_cjk=provided.keyword_cjk,
             exhaustive_strategies=provided.exhaustive_strategies,
+            search_options=provided.search_options,
         )
     return caps
 

@@ -64,6 +64,12 @@ from ditto_worker.testing._conformance_harness import (
     conformance_capabilities,
     conformance_search,
 )
+from ditto_worker.testing._conformance_inputs import (
+    test_lone_surrogates_never_reach_the_store,
+    test_not_a_timestamp_is_invalid_input,
+    test_timestamps_compare_as_instants,
+    test_undeclared_search_options_are_refused,
+)
 from ditto_worker.testing._conformance_query import (
     test_cursor_is_bound_to_its_query,
     test_default_order_is_creation_order,
@@ -121,6 +127,8 @@ __all__ = [
     "test_keyword_filter_applies_before_limit",
     "test_keyword_follows_updates_and_deletes",
     "test_keyword_query_is_never_syntax",
+    "test_lone_surrogates_never_reach_the_store",
+    "test_not_a_timestamp_is_invalid_input",
     "test_odd_characters_in_keys_and_values",
     "test_odd_metadata_field_names",
     "test_odd_scope_values_never_collide",
@@ -131,10 +139,12 @@ __all__ = [
     "test_search_results_carry_full_records",
     "test_search_strategies_are_explicit",
     "test_ten_thousand_record_write",
+    "test_timestamps_compare_as_instants",
     "test_typed_sort_order",
     "test_undeclared_filters_fail",
     "test_undeclared_order_by_fails",
     "test_undeclared_scope_is_refused",
+    "test_undeclared_search_options_are_refused",
     "test_update_missing_id_is_not_found",
     "test_update_presence_semantics",
     "test_updated_sort_key_may_move",

@@ -64,8 +64,8 @@ def test_parse_shapes() -> None:
     )
     assert parse_filter({"n": {"$nin": [1, None]}}) == In(n, (1, None), negate=True)
     assert parse_filter({"a.b": 1}) == Compare(FieldRef("a.b", ("a", "b")), "$eq", 1)
-    assert parse_filter({"createdAt": {"$gte": "x"}}) == Compare(
-        FieldRef("createdAt", ()), "$gte", "x"
+    assert parse_filter({"createdAt": {"$gte": "2026-01-01T05:00:00+05:00"}}) == Compare(
+        FieldRef("createdAt", ()), "$gte", "2026-01-01T00:00:00.000000Z"
     )
     assert parse_filter({}) == And(())
 

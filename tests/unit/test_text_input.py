@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ditto_worker import create_memory
-from ditto_worker.contracts import check_json
 from ditto_worker.context.worker import create_context_worker
+from ditto_worker.contracts import check_json
 from ditto_worker.errors import MemoryError, NodeError
 from ditto_worker.memory.scope import parse_scope
 from ditto_worker.runtime import NodeContext
