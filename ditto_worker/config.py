@@ -2,7 +2,7 @@
 
 One typed tree, validated at start-up and frozen (MEM-CONF-4: a snapshot, never re-read
 per request). The sections this project owns (``fleet``, ``workers.memory``,
-``workers.retrieval``, ``workers.context``) reject
+``workers.retrieval``, ``workers.context``, ``workers.infer``) reject
 unknown keys; other workers' sections of a shared ``ditto.yaml`` and other top-level keys
 are left alone (MEM-PY-7). Plugin sections (``plugins.<name>``) belong to their plugin
 and are passed to it unchanged.
@@ -12,6 +12,9 @@ String values may use ``${VAR}`` (an unset variable is a :class:`ConfigError`) a
 override ``fleet.brokerUrl`` / ``fleet.resultBackend`` (MEM-PY-7), and
 ``DITTO_WORKER_CONTEXT_REDIS_URL`` overrides ``workers.context.redisUrl``. Database URLs and
 credentials come only from the environment, read by the plugins (MEM-CONF-5).
+``workers.infer`` takes ``DITTO_WORKER_INFER_BASE_URL``/``_MODEL``/``_API_KEY`` from the
+environment or ``./.env`` (:func:`ditto_worker.infer.load_infer_settings`; the key never
+from the file).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pydantic.alias_generators import to_camel
 from ditto_worker.context.settings import ContextWorkerSettings
 from ditto_worker.contracts import NODE_IDS, Limit, MemoryDefaults
 from ditto_worker.errors import ConfigError
+from ditto_worker.infer.settings import InferSettings, load_infer_settings
 
 __all__ = [
     "FleetSettings",
@@ -198,6 +202,10 @@ class RuntimeConfig(BaseModel):
     memory_worker: MemoryWorkerSettings = Field(default_factory=MemoryWorkerSettings)
     retrieval_worker: RetrievalWorkerSettings = Field(default_factory=RetrievalWorkerSettings)
     context_worker: ContextWorkerSettings = Field(default_factory=ContextWorkerSettings)
+    infer_worker: InferSettings = Field(
+        default_factory=InferSettings,
+        description="workers.infer, with DITTO_WORKER_INFER_* from the env or .env applied.",
+    )
     plugins: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="plugins.<name>: settings owned by each plugin."
     )
@@ -271,6 +279,7 @@ def load_runtime_config(
             context_worker=ContextWorkerSettings.from_env(
                 _section(workers, "context", "workers."), env
             ),
+            infer_worker=load_infer_settings(_section(workers, "infer", "workers."), env),
             plugins={k: dict(v or {}) for k, v in _section(raw, "plugins", "").items()},
             source=source,
         )

@@ -31,12 +31,14 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from pydantic import SecretStr
 
 from ditto_worker.errors import ErrorCode, NodeError
+
+if TYPE_CHECKING:  # httpx is imported when an endpoint is built (the infer extra)
+    import httpx
 
 __all__ = ["CallAbort", "CallAborted", "ChatEndpoint", "ChatReply"]
 
@@ -171,6 +173,8 @@ class ChatEndpoint:
         read_timeout_s: float = 60.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        import httpx
+
         headers = {"Accept": "text/event-stream, application/json"}
         if api_key is not None and api_key.get_secret_value():
             headers["Authorization"] = f"Bearer {api_key.get_secret_value()}"
@@ -208,6 +212,8 @@ class ChatEndpoint:
             CallAborted: ``abort`` fired (cancel, deadline, request timeout).
             NodeError: ``INFER_UNAVAILABLE`` (see the module docstring).
         """
+        import httpx
+
         reply = ChatReply()
         try:
             with self._client.stream(
@@ -294,6 +300,8 @@ def _parse_json(data: str | bytes) -> Any:
 
 
 def _transport_error(exc: httpx.HTTPError) -> NodeError:
+    import httpx
+
     logger.warning("model endpoint unreachable: %s", type(exc).__name__)
     if isinstance(exc, httpx.ConnectError):
         return _unavailable("the model endpoint refused or failed the connection")

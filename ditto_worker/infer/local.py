@@ -249,10 +249,18 @@ class LocalModelServer:
             it holds no prompt or reply text at its default verbosity).
     """
 
-    def __init__(self, process: subprocess.Popen[bytes], address: str, log_path: Path) -> None:
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        address: str,
+        log_path: Path,
+        *,
+        owns_log: bool = False,
+    ) -> None:
         self.process = process
         self.address = address
         self.log_path = log_path
+        self._owns_log = owns_log
 
     @property
     def base_url(self) -> str:
@@ -283,7 +291,8 @@ class LocalModelServer:
         Args:
             settings: ``workers.infer.local`` (defaults when ``None``).
             port: overrides ``settings.port`` (0 = any free port).
-            log_path: the child's log file; a temporary file when ``None``.
+            log_path: the child's log file; ``None``: a temporary file, deleted by
+                :meth:`stop` (kept when the start fails).
             detach: run in its own session and outlive this process (``llm.sh start``);
                 otherwise the child exits when this process does.
 
@@ -293,6 +302,7 @@ class LocalModelServer:
         """
         settings = settings or LocalModelSettings()
         model = _resolve_model(settings)
+        owns_log = log_path is None
         if log_path is None:
             fd, name = tempfile.mkstemp(prefix="ditto-llm-", suffix=".log")
             os.close(fd)
@@ -321,7 +331,7 @@ class LocalModelServer:
             raise
         finally:
             ready.unlink(missing_ok=True)
-        return cls(process, address, log)
+        return cls(process, address, log, owns_log=owns_log)
 
     def healthy(self, timeout_s: float = 2.0) -> bool:
         """True when the server answers ``GET /health`` with 200."""
@@ -332,8 +342,10 @@ class LocalModelServer:
         return rss_bytes(self.pid)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout_s``; idempotent."""
+        """SIGTERM, then SIGKILL after ``timeout_s``; idempotent. Deletes a temporary log."""
         _terminate(self.process, timeout_s)
+        if self._owns_log:
+            self.log_path.unlink(missing_ok=True)
 
     def kill(self) -> None:
         """SIGKILL at once (fault tests: the model server dies mid-generation)."""

@@ -166,6 +166,12 @@ class InferGenerate:
         )  # fmt: skip
         return self._output(request, reply, default_model)
 
+    @property
+    def local_server(self) -> Any:
+        """The :class:`~ditto_worker.infer.local.LocalModelServer` this handler started
+        (no endpoint configured), or ``None``."""
+        return self._local
+
     # --- steps ---
 
     @staticmethod

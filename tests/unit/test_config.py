@@ -58,7 +58,7 @@ def test_unknown_key_in_owned_section_fails() -> None:  # MEM-PY-7
 
 def test_other_workers_sections_are_left_alone() -> None:  # MEM-PY-7
     config = load_runtime_config(
-        {"workers": {"infer": {"model": "x", "anything": 1}}, "context": {"k": 1}}, env={}
+        {"workers": {"translate": {"model": "x", "anything": 1}}, "context": {"k": 1}}, env={}
     )
     assert config.memory_worker.query_limit == 100
 

@@ -78,3 +78,20 @@ def test_settings_are_frozen() -> None:
     s = InferSettings()
     with pytest.raises(ValueError):
         s.base_url = "x"  # type: ignore[misc]
+
+
+def test_workers_infer_in_ditto_yaml() -> None:
+    from ditto_worker.config import load_runtime_config, load_runtime_config_file
+
+    repo = Path(__file__).resolve().parents[2]
+    reference = load_runtime_config_file(repo / "ditto.yaml", env={}).infer_worker
+    assert reference == InferSettings()  # ditto.yaml documents every key with its default
+    config = load_runtime_config(
+        {"workers": {"infer": {"maxTokens": 64}}},
+        env={"DITTO_WORKER_INFER_BASE_URL": "http://e/v1", "DITTO_WORKER_INFER_API_KEY": "k1"},
+    )
+    assert (config.infer_worker.base_url, config.infer_worker.max_tokens) == ("http://e/v1", 64)
+    assert "k1" not in repr(config) and "k1" not in config.model_dump_json()
+    with pytest.raises(ConfigError, match="DITTO_WORKER_INFER_API_KEY") as info:
+        load_runtime_config({"workers": {"infer": {"apiKey": "sk-yaml"}}}, env={})
+    assert "sk-yaml" not in str(info.value)
