@@ -27,8 +27,8 @@ from jsonschema import Draft202012Validator
 
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.infer import INFER_GENERATE, LocalModelSettings, create_infer_worker
-from ditto_worker.ports import CancelToken
 from ditto_worker.runtime import NodeContext, WorkerDefinition
+from ditto_worker.runtime.cancel import CancelToken
 from tests.conftest import missing_service
 
 pytestmark = pytest.mark.integration

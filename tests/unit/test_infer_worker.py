@@ -14,8 +14,8 @@ import pytest
 
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.infer import INFER_GENERATE, InferGenerateOutput, create_infer_worker
-from ditto_worker.ports import CancelToken
 from ditto_worker.runtime import NodeContext, WorkerDefinition
+from ditto_worker.runtime.cancel import CancelToken
 from tests.unit._fake_chat import (
     FakeChatServer,
     FakeConn,
