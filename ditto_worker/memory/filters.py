@@ -45,8 +45,9 @@ Timestamps (``createdAt``/``updatedAt``):
     meaning (a missing field, which these fields never are).
 
 Cursors:
-    Opaque url-safe strings (:func:`encode_cursor`) carrying a version, a fingerprint of
-    (filter, orderBy) and the last row's typed sort values and sequence number.
+    Signed, opaque url-safe strings carrying a version, a fingerprint of (filter, orderBy)
+    and the last row's typed sort values and sequence number; made and checked with the
+    store's own secret by :mod:`ditto_worker.memory.cursors` (re-exported here).
 
 Errors (all :class:`~ditto_worker.errors.MemoryError`): ``UNSUPPORTED_FILTER``,
 ``UNSUPPORTED_ORDER_BY``, ``INVALID_CURSOR``, ``INVALID_INPUT`` (a timestamp operand).
@@ -54,10 +55,6 @@ Errors (all :class:`~ditto_worker.errors.MemoryError`): ``UNSUPPORTED_FILTER``,
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import json
 import math
 import operator
 import re
@@ -68,6 +65,13 @@ from typing import Any, Final, Literal, TypeAlias
 
 from ditto_worker.contracts import OrderBy
 from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.memory.cursors import (
+    Cursor,
+    SortValue,
+    decode_cursor,
+    encode_cursor,
+    query_fingerprint,
+)
 
 __all__ = [
     "MISSING",
@@ -108,13 +112,8 @@ TIMESTAMP_FIELDS: Final = frozenset({"createdAt", "updatedAt"})
 Scalar: TypeAlias = None | bool | int | float | str
 """A JSON scalar operand."""
 
-SortValue: TypeAlias = tuple[int, int | float | str]
-"""A typed sort value ``(rank, value)``: rank 0 missing/null, 1 number, 2 string, 3 object,
-4 array, 5 boolean; value is the number, the string, ``0``/``1`` for booleans, else ``0``."""
-
 CompareOp = Literal["$eq", "$ne", "$gt", "$gte", "$lt", "$lte"]
 _RANGE_OPS: Final = ("$gt", "$gte", "$lt", "$lte")
-_CURSOR_VERSION: Final = 1
 
 
 class _Missing:
@@ -191,14 +190,6 @@ class SortTerm:
 
     field: FieldRef
     descending: bool = False
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """A decoded keyset cursor: the last row's sort values (one per term) and sequence."""
-
-    values: tuple[SortValue, ...]
-    seq: int
 
 
 # --- parsing ------------------------------------------------------------------------------
@@ -441,72 +432,7 @@ def compare_rows(
     return _cmp(a[1], b[1])
 
 
-# --- cursors and timestamps ---------------------------------------------------------------
-
-
-def query_fingerprint(
-    filter: Mapping[str, Any] | None, order_by: Sequence[OrderBy | Mapping[str, Any]] | None
-) -> str:
-    """A short hex digest of (filter, orderBy) that a cursor is bound to (16 hex chars)."""
-    terms = [
-        (t.field, t.direction) if isinstance(t, OrderBy) else (t.get("field"), t.get("direction"))
-        for t in order_by or ()
-    ]
-    text = json.dumps([filter, terms], sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def encode_cursor(fingerprint: str, values: Sequence[SortValue], seq: int) -> str:
-    """Encode a keyset cursor as url-safe base64 (no padding) of a small JSON document."""
-    payload = {"v": _CURSOR_VERSION, "f": fingerprint, "k": [list(v) for v in values], "s": seq}
-    raw = json.dumps(payload, separators=(",", ":")).encode("utf-8")
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _bad_cursor(reason: str) -> MemoryError:
-    return MemoryError(ErrorCode.INVALID_CURSOR, f"invalid cursor: {reason}")
-
-
-def decode_cursor(token: str, fingerprint: str, n_terms: int) -> Cursor:
-    """Decode and check a cursor made by :func:`encode_cursor`.
-
-    Args:
-        token: the ``cursor`` of the request.
-        fingerprint: :func:`query_fingerprint` of this request's filter and orderBy.
-        n_terms: the number of orderBy terms of this request.
-
-    Raises:
-        MemoryError: ``INVALID_CURSOR`` when malformed, of another version, or made for
-            another filter/orderBy.
-    """
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        payload = json.loads(raw.decode("utf-8"))
-    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
-        raise _bad_cursor("malformed") from exc
-    if not isinstance(payload, dict) or payload.get("v") != _CURSOR_VERSION:
-        raise _bad_cursor("malformed or of another version")
-    if payload.get("f") != fingerprint:
-        raise _bad_cursor("made for another filter or orderBy")
-    seq, keys = payload.get("s"), payload.get("k")
-    if type(seq) is not int or seq < 0 or not isinstance(keys, list) or len(keys) != n_terms:
-        raise _bad_cursor("malformed")
-    return Cursor(tuple(_decode_sort_value(item) for item in keys), seq)
-
-
-def _decode_sort_value(item: Any) -> SortValue:
-    if not isinstance(item, list) or len(item) != 2 or type(item[0]) is not int:
-        raise _bad_cursor("malformed")
-    rank, value = item
-    valid = (
-        (rank in (0, 3, 4) and value == 0 and type(value) is int)
-        or (rank == 1 and type(value) in (int, float) and math.isfinite(value))
-        or (rank == 2 and type(value) is str)
-        or (rank == 5 and value in (0, 1) and type(value) is int)
-    )
-    if not valid:
-        raise _bad_cursor("malformed")
-    return (rank, value)
+# --- timestamps ---------------------------------------------------------------
 
 
 _RFC3339: Final = re.compile(

@@ -4,7 +4,9 @@ One behavioural suite, the same for every backend, so that the contract means th
 on each: typed filters (numbers numeric, strings as strings, missing fields, ``$in``
 with mixed types, nested paths), explicit failures for what a plugin does not support,
 keyset paging across inserts and deletes, literal ``_ % - ' "`` and non-ASCII in keys,
-prefixes and values, a 10,000-record WRITE, deleting more than 1,000 matches, any JSON
+prefixes and values, signed cursors that refuse any edit or forgery, timestamps with
+offsets compared as instants, lone surrogates and undeclared SEARCH options refused before
+the store, a 10,000-record WRITE, deleting more than 1,000 matches, any JSON
 content (string, number, object, list, ``null``), keyword search over English and over
 Chinese without spaces, tenant scope on all six operations with colliding-looking scope
 values. Plugin-side rules covered: MEM-GET-2/3/5, MEM-QUERY-2/3/4,
@@ -38,7 +40,7 @@ tests what is declared and checks that what is not declared fails explicitly
 ``SEARCH_UNAVAILABLE``); tests of undeclared features are skipped.
 
 Calls go through :func:`ditto_worker.create_memory`, so plugin outputs are also checked
-by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 35 tests; the two volume
+by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 40 tests; the two volume
 tests write 10,000 and 2,800 records. Add ``pytest.register_assert_rewrite(
 "ditto_worker.testing")`` in a ``conftest.py`` for detailed assertion messages (done
 automatically when ``ditto_worker.testing`` is imported under pytest).
@@ -58,6 +60,7 @@ from ditto_worker.testing._conformance_crud import (
     test_update_missing_id_is_not_found,
     test_update_presence_semantics,
 )
+from ditto_worker.testing._conformance_cursors import test_cursors_cannot_be_forged_or_altered
 from ditto_worker.testing._conformance_harness import (
     Harness,
     conformance,
@@ -114,6 +117,7 @@ __all__ = [
     "test_capabilities_are_declared",
     "test_content_kinds_round_trip",
     "test_cursor_is_bound_to_its_query",
+    "test_cursors_cannot_be_forged_or_altered",
     "test_default_order_is_creation_order",
     "test_delete_more_than_a_thousand_matches",
     "test_delete_reports_only_deleted_and_frees_keys",

@@ -30,6 +30,7 @@ from ditto_worker.contracts import (
 )
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
+from ditto_worker.memory.cursors import new_cursor_secret
 from ditto_worker.memory.filters import (
     SortTerm,
     SortValue,
@@ -116,7 +117,8 @@ class InMemoryMemoryStore:
     before anything is applied; MEM-PY-11); unique keys (``CONFLICT``, nothing written);
     ``NOT_FOUND`` for UPDATE of a missing id (nothing applied); delete frees the key
     (MEM-PY-12); QUERY default order is creation order (``createdAt``, then a sequence;
-    MEM-PY-6); keyset cursors bound to (filter, orderBy). A call whose
+    MEM-PY-6); keyset cursors bound to (filter, orderBy) and signed with a secret of
+    this instance (:mod:`ditto_worker.memory.cursors`). A call whose
     ``options.cancel`` is already cancelled raises ``MEMORY_CANCELLED`` (calls are
     instantaneous, so there is nothing to interrupt). Returned items are copies.
 
@@ -148,6 +150,7 @@ class InMemoryMemoryStore:
         self._by_key: dict[tuple[str, str], int] = {}
         self._seq = 0
         self._latest: str | None = None
+        self._cursor_secret = new_cursor_secret()  # this instance's cursors only
 
     def __len__(self) -> int:
         return len(self._records)
@@ -173,7 +176,10 @@ class InMemoryMemoryStore:
         node = parse_filter(input.filter)
         terms = parse_order_by(input.order_by)
         fingerprint = query_fingerprint(input.filter, input.order_by)
-        cursor = decode_cursor(input.cursor, fingerprint, len(terms)) if input.cursor else None
+        secret = self._cursor_secret
+        cursor = (
+            decode_cursor(input.cursor, fingerprint, len(terms), secret) if input.cursor else None
+        )
         limit = input.limit or _DEFAULT_QUERY_LIMIT
         ns = namespace_of(options)
         with self._lock:
@@ -192,7 +198,7 @@ class InMemoryMemoryStore:
             items = [record.item() for _, _, record in page]
         next_cursor = None
         if len(rows) > limit:
-            next_cursor = encode_cursor(fingerprint, page[-1][0], page[-1][1])
+            next_cursor = encode_cursor(fingerprint, page[-1][0], page[-1][1], secret)
         return MemoryQueryOutput(items=items, next_cursor=next_cursor)
 
     def write(

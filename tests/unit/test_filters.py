@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import functools
 import inspect
-import json
 import re
 from typing import Any
 
@@ -23,13 +21,10 @@ from ditto_worker.memory.filters import (
     In,
     Or,
     compare_rows,
-    decode_cursor,
-    encode_cursor,
     field_value,
     matches,
     parse_filter,
     parse_order_by,
-    query_fingerprint,
     sort_key,
     timestamp_now,
 )
@@ -250,66 +245,6 @@ def test_compare_rows_directions_and_tie_breaker() -> None:
     compare = functools.partial(compare_rows, terms=terms)
     ordered = sorted(rows, key=functools.cmp_to_key(compare))
     assert [seq for _, seq in ordered] == [2, 4, 1, 3]
-
-
-# --- cursors ----------------------------------------------------------------------------
-
-
-def test_cursor_round_trip() -> None:
-    fp = query_fingerprint({"n": 1}, [OrderBy(field="n")])
-    values = ((1, 2.5), (2, "é"), (0, 0), (5, 1))
-    token = encode_cursor(fp, values, 42)
-    assert re.fullmatch(r"[A-Za-z0-9_-]+", token)
-    cursor = decode_cursor(token, fp, 4)
-    assert cursor.values == values and cursor.seq == 42
-
-
-def test_cursor_bound_to_filter_and_order_by() -> None:
-    # MEM-PY-5: a cursor made for another filter/orderBy is INVALID_CURSOR
-    fp = query_fingerprint({"n": 1}, None)
-    token = encode_cursor(fp, (), 1)
-    assert query_fingerprint({"n": 2}, None) != fp
-    assert query_fingerprint({"n": 1}, [OrderBy(field="n")]) != fp
-    assert query_fingerprint({"n": 1}, [{"field": "n", "direction": "asc"}]) == (
-        query_fingerprint({"n": 1}, [OrderBy(field="n")])
-    )
-    for other in (query_fingerprint({"n": 2}, None), query_fingerprint(None, None)):
-        with pytest.raises(MemoryError) as info:
-            decode_cursor(token, other, 0)
-        assert info.value.code == "INVALID_CURSOR"
-
-
-def _raw(payload: Any) -> str:
-    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
-
-
-@pytest.mark.parametrize(
-    "token",
-    [
-        "not a cursor",
-        "!!!",
-        "e30",  # {}
-        _raw([1, 2]),
-        _raw({"v": 2, "f": "fp", "k": [], "s": 1}),
-        _raw({"v": 1, "f": "fp", "k": [], "s": -1}),
-        _raw({"v": 1, "f": "fp", "k": [], "s": "1"}),
-        _raw({"v": 1, "f": "fp", "k": [[1, 2]], "s": 1}),  # wrong number of terms
-        base64.urlsafe_b64encode(b"\xff\xfe").decode(),
-    ],
-)
-def test_malformed_cursor(token: str) -> None:
-    with pytest.raises(MemoryError) as info:
-        decode_cursor(token, "fp", 0)
-    assert info.value.code == "INVALID_CURSOR"
-
-
-@pytest.mark.parametrize(
-    "key", [[2, 5], [1, "5"], [1, True], [5, 2], [0, 1], [9, 0], ["1", 1], [1], [1, None]]
-)
-def test_cursor_with_mistyped_sort_value(key: list[Any]) -> None:
-    with pytest.raises(MemoryError) as info:
-        decode_cursor(_raw({"v": 1, "f": "fp", "k": [key], "s": 1}), "fp", 1)
-    assert info.value.code == "INVALID_CURSOR"
 
 
 def test_timestamps_are_fixed_width_utc_and_monotonic() -> None:

@@ -35,6 +35,7 @@ from ditto_plugin_postgres.migrations import (
 from ditto_plugin_postgres.rows import Row, check_batch_keys, dump, item, sort_value, update_sql
 from ditto_plugin_postgres.search import COLUMNS as _COLUMNS
 from ditto_plugin_postgres.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES, SearchMixin
+from ditto_plugin_postgres.settings import claim_setting
 from ditto_plugin_postgres.sql import (
     Sql,
     compile_filter,
@@ -57,6 +58,7 @@ from ditto_worker.contracts import (
 )
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
+from ditto_worker.memory.cursors import CURSOR_SECRET_SETTING, new_cursor_secret
 from ditto_worker.memory.filters import (
     decode_cursor,
     encode_cursor,
@@ -106,6 +108,8 @@ class PostgresMemoryStore(SearchMixin):
     With an embedder whose identity differs from the schema's, every call fails with
     ``ErrorCode.EMBEDDING_MISMATCH``; without one, a WRITE or content UPDATE to a schema that keeps
     vectors does. Metadata strings and keys cannot hold NUL characters (``INVALID_INPUT``).
+    Cursors are signed with the schema's ``store_settings.cursor_secret``, shared by every
+    process on the schema (:mod:`ditto_worker.memory.cursors`).
     WRITE, UPDATE and DELETE claim the call's execution id first, in their transaction: a
     redelivered or re-sent call with the same id applies nothing and returns the committed
     output; a copy running while the first is in flight waits for it
@@ -146,6 +150,7 @@ class PostgresMemoryStore(SearchMixin):
         self._embedder = embedder
         self._hybrid_settings = hybrid
         self._mismatch: str | None = None
+        self._cursor_key: str | None = None
         self._iterative = True
         if embedder is not None:
             self.capabilities = VECTOR_CAPABILITIES
@@ -192,6 +197,9 @@ class PostgresMemoryStore(SearchMixin):
                         check_schema(conn, self.schema)
                     if self._embedder is not None:
                         self._claim(conn, self._embedder)
+                    self._cursor_key = claim_setting(
+                        conn, self._quoted, CURSOR_SECRET_SETTING, new_cursor_secret()
+                    )
                 self._pool = open_pool(self._url, *self._sizes, *self._timeouts)
             return self._pool
 
@@ -215,6 +223,14 @@ class PostgresMemoryStore(SearchMixin):
         pool = self._get_pool()
         self._check_identity()
         return transaction(pool, options)
+
+    def _cursor_secret(self) -> str:
+        """The schema's cursor secret (``store_settings.cursor_secret``, made by the first
+        process that opens the schema; read when this process opens its pool)."""
+        self._get_pool()
+        if self._cursor_key is None:  # set by _get_pool; kept across a fork
+            raise MemoryError(ErrorCode.MEMORY_BACKEND_ERROR, "the cursor secret is not loaded")
+        return self._cursor_key
 
     def _check_identity(self) -> None:
         """``EMBEDDING_MISMATCH`` when the embedder differs from the schema's (MEM-RET-4)."""
@@ -276,7 +292,10 @@ class PostgresMemoryStore(SearchMixin):
         terms = parse_order_by(input.order_by)
         where = in_namespace(compile_filter(parse_filter(input.filter)), namespace_of(options))
         fingerprint = query_fingerprint(input.filter, input.order_by)
-        cursor = decode_cursor(input.cursor, fingerprint, len(terms)) if input.cursor else None
+        secret = self._cursor_secret()
+        cursor = (
+            decode_cursor(input.cursor, fingerprint, len(terms), secret) if input.cursor else None
+        )
         limit = input.limit or _DEFAULT_QUERY_LIMIT
         columns = sort_columns(terms)
         after = keyset_condition(terms, cursor) if cursor is not None else Sql("true")
@@ -293,7 +312,7 @@ class PostgresMemoryStore(SearchMixin):
         if len(rows) > limit:
             last = page[-1]
             values = tuple(sort_value(last, i) for i in range(len(terms)))
-            next_cursor = encode_cursor(fingerprint, values, int(last[0]))
+            next_cursor = encode_cursor(fingerprint, values, int(last[0]), secret)
         return MemoryQueryOutput(items=[item(row) for row in page], next_cursor=next_cursor)
 
     def write(

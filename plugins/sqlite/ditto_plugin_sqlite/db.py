@@ -16,7 +16,8 @@ idempotently on open)::
                                                        -- porter unicode61 tokenizer
     memory_vectors(seq INTEGER PRIMARY KEY,            -- = memories.seq (version 2)
                    embedding BLOB)                     -- float32 little-endian, unit length
-    store_settings(name TEXT PRIMARY KEY, value TEXT)  -- e.g. 'embedding': identity JSON
+    store_settings(name TEXT PRIMARY KEY, value TEXT)  -- 'embedding': identity JSON,
+                                                       -- 'cursor_secret' (settings.py)
 
 Driver: the stdlib ``sqlite3``; a store with an embedding provider opens its connections
 with ``pysqlite3`` (same DB-API, a newer SQLite that can load extensions) and loads

@@ -33,6 +33,7 @@ from ditto_plugin_sqlite.rows import dump as _dump
 from ditto_plugin_sqlite.rows import marks as _marks
 from ditto_plugin_sqlite.rows import row_item as _item
 from ditto_plugin_sqlite.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES, SearchMixin
+from ditto_plugin_sqlite.settings import claim_setting, read_setting
 from ditto_plugin_sqlite.sql import (
     Sql,
     compile_filter,
@@ -54,6 +55,7 @@ from ditto_worker.contracts import (
 )
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
+from ditto_worker.memory.cursors import CURSOR_SECRET_SETTING, new_cursor_secret
 from ditto_worker.memory.filters import (
     decode_cursor,
     encode_cursor,
@@ -98,6 +100,9 @@ class SqliteMemoryStore(SearchMixin):
           the previous record's, and the sequence breaks ties; MEM-PY-6). Keyset paging
           neither repeats nor skips records across inserts/deletes between pages; a record
           whose sort key is updated between pages may move (seen twice or not at all).
+          Cursors are signed with the database's ``store_settings.cursor_secret`` (made
+          by the first process that pages), so any process on the file reads them and a
+          forged or altered one is ``INVALID_CURSOR`` (:mod:`ditto_worker.memory.cursors`).
         * SEARCH strategy ``keyword`` (alias ``bm25``): FTS5 BM25; ``score`` is
           ``-bm25()``, a positive float where **higher is better**, unbounded; results
           in descending score, the sequence breaking ties. With an embedder also
@@ -142,6 +147,7 @@ class SqliteMemoryStore(SearchMixin):
         self._closed = False
         self._embedder = embedder
         self._mismatch: str | None = None
+        self._cursor_key: str | None = None
         self._hybrid_settings = hybrid
         if embedder is not None:
             self.capabilities = VECTOR_CAPABILITIES
@@ -218,6 +224,18 @@ class SqliteMemoryStore(SearchMixin):
         self._check_identity()
         return transaction(self._conn(), options, write)
 
+    def _cursor_secret(self) -> str:
+        """The database's cursor secret (``store_settings``), made by the first process
+        that needs one; read once per store object (:mod:`ditto_worker.memory.cursors`)."""
+        if self._cursor_key is None:
+            with self._tx(None, write=False) as conn:
+                secret = read_setting(conn, CURSOR_SECRET_SETTING)
+            if secret is None:
+                with self._tx(None, write=True) as conn:
+                    secret = claim_setting(conn, CURSOR_SECRET_SETTING, new_cursor_secret())
+            self._cursor_key = secret
+        return self._cursor_key
+
     def _check_identity(self) -> None:
         """``EMBEDDING_MISMATCH`` when the embedder differs from the database's (MEM-RET-4)."""
         if self._mismatch is not None:
@@ -275,7 +293,9 @@ class SqliteMemoryStore(SearchMixin):
         node = parse_filter(input.filter)
         terms = parse_order_by(input.order_by)
         fingerprint = query_fingerprint(input.filter, input.order_by)
-        cursor = decode_cursor(input.cursor, fingerprint, len(terms)) if input.cursor else None
+        cursor = None
+        if input.cursor:
+            cursor = decode_cursor(input.cursor, fingerprint, len(terms), self._cursor_secret())
         limit = input.limit or _DEFAULT_QUERY_LIMIT
         columns = sort_columns(terms)
         where = in_namespace(compile_filter(node), namespace_of(options))
@@ -293,7 +313,7 @@ class SqliteMemoryStore(SearchMixin):
         if len(rows) > limit:
             last = page[-1]
             values = tuple((last[5 + 2 * i], last[6 + 2 * i]) for i in range(len(terms)))
-            next_cursor = encode_cursor(fingerprint, values, last[0])
+            next_cursor = encode_cursor(fingerprint, values, last[0], self._cursor_secret())
         return MemoryQueryOutput(items=[_item(row) for row in page], next_cursor=next_cursor)
 
     def write(
