@@ -10,7 +10,9 @@ and are passed to it unchanged.
 String values may use ``${VAR}`` (an unset variable is a :class:`ConfigError`) and
 ``${VAR:-default}``. After expansion, ``DITTO_BROKER_URL`` and ``DITTO_RESULT_BACKEND``
 override ``fleet.brokerUrl`` / ``fleet.resultBackend`` (MEM-PY-7), and
-``DITTO_WORKER_CONTEXT_REDIS_URL`` overrides ``workers.context.redisUrl``. Database URLs and
+``DITTO_WORKER_CONTEXT_REDIS_URL`` overrides ``workers.context.redisUrl``. The broker and
+result-backend URLs are checked on load (:func:`check_fleet_url`): a typo is a
+:class:`ConfigError` naming the setting, not a Celery traceback. Database URLs and
 credentials come only from the environment, read by the plugins (MEM-CONF-5).
 ``workers.infer`` takes ``DITTO_WORKER_INFER_BASE_URL``/``_MODEL``/``_API_KEY`` from the
 environment or ``./.env`` (:func:`ditto_worker.infer.load_infer_settings`; the key never
@@ -23,10 +25,11 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 from ditto_worker.context.settings import ContextWorkerSettings
@@ -41,6 +44,7 @@ __all__ = [
     "RetrievalTargetSettings",
     "RetrievalWorkerSettings",
     "RuntimeConfig",
+    "check_fleet_url",
     "default_config",
     "load_runtime_config",
     "load_runtime_config_file",
@@ -86,6 +90,65 @@ class FleetSettings(_Section):
     def in_process(self) -> bool:
         """True when no broker is configured (the embedded default)."""
         return not self.broker_url or self.broker_url.startswith("memory://")
+
+    @field_validator("broker_url", "result_backend")
+    @classmethod
+    def _fleet_url(cls, value: str, info: ValidationInfo) -> str:
+        name = "brokerUrl" if info.field_name == "broker_url" else "resultBackend"
+        sources = info.context.get("sources", {}) if isinstance(info.context, dict) else {}
+        return check_fleet_url(value, name, sources.get(name))
+
+
+_BROKER_SCHEMES: Final = ("redis", "rediss", "redis+socket", "sentinel", "memory")
+_BACKEND_SCHEMES: Final = ("redis", "rediss", "redis+socket", "sentinel", "cache+memory")
+_FLEET_ENV: Final = {"brokerUrl": "DITTO_BROKER_URL", "resultBackend": "DITTO_RESULT_BACKEND"}
+_SCHEME: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def check_fleet_url(url: str, setting: str, source: str | None = None) -> str:
+    """Return ``url`` if it can be a broker (``setting`` ``brokerUrl``) or result backend
+    (``resultBackend``) URL of the fleet; ``""`` is "not set".
+
+    Checks what Celery would otherwise trip over much later (a ``redis//host`` typo ends
+    in an import of a module named ``redis//host``): a ``scheme://`` prefix, a scheme the
+    fleet runs on (broker: redis, rediss, redis+socket, sentinel, memory; result backend:
+    the same with cache+memory instead of memory), a numeric port and a numeric Redis
+    database (``/0``).
+
+    Args:
+        url: the value.
+        setting: ``brokerUrl`` or ``resultBackend`` (``fleet.<setting>`` in ditto.yaml).
+        source: where the value came from, for the message (e.g. ``env DITTO_BROKER_URL``);
+            ``None``: ditto.yaml or the environment.
+
+    Raises:
+        ConfigError: naming the setting, its env variable and what is wrong; the URL
+            itself is never shown (it may carry a password).
+    """
+    if not url:
+        return url
+    where = f"fleet.{setting}" + (f" (from {source})" if source else f" / {_FLEET_ENV[setting]}")
+    allowed = _BROKER_SCHEMES if setting == "brokerUrl" else _BACKEND_SCHEMES
+    example = "redis://127.0.0.1:6379/0"
+    match = _SCHEME.match(url)
+    if match is None:
+        raise ConfigError(
+            f"{where}: not a URL: it must start with a scheme and '://', e.g. {example}"
+        )
+    scheme = match.group(1).lower()
+    if scheme not in allowed:
+        raise ConfigError(
+            f"{where}: the scheme {scheme[:20]!r} is not one the fleet runs on; use one of "
+            f"{', '.join(allowed)} (e.g. {example})"
+        )
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        raise ConfigError(f"{where}: the port is not a number from 1 to 65535") from None
+    if scheme in ("redis", "rediss") and not re.fullmatch(r"/?(\d+)?", parts.path):
+        raise ConfigError(f"{where}: the Redis database must be a number, e.g. {example}")
+    return url
 
 
 class NodeGroup(_Section):
@@ -263,13 +326,14 @@ def load_runtime_config(
     env = os.environ if env is None else env
     raw = _expand(dict(data or {}), env, "ditto.yaml")
     fleet = _section(raw, "fleet", "")
-    for key, var in (("brokerUrl", "DITTO_BROKER_URL"), ("resultBackend", "DITTO_RESULT_BACKEND")):
+    sources = {key: source or "ditto.yaml" for key in _FLEET_ENV if fleet.get(key)}
+    for key, var in _FLEET_ENV.items():
         if env.get(var):
-            fleet[key] = env[var]
+            fleet[key], sources[key] = env[var], f"env {var}"
     workers = _section(raw, "workers", "")
     try:
         return RuntimeConfig(
-            fleet=FleetSettings.model_validate(fleet),
+            fleet=FleetSettings.model_validate(fleet, context={"sources": sources}),
             memory_worker=MemoryWorkerSettings.model_validate(
                 _section(workers, "memory", "workers.")
             ),

