@@ -50,6 +50,10 @@ class StoreCapabilities:
             :data:`METADATA_FIELDS`); others must raise ``UNSUPPORTED_FILTER``.
         order_by_fields: fields ``orderBy`` accepts, same vocabulary; others must raise
             ``UNSUPPORTED_ORDER_BY``.
+        string_range_fields: fields on which ``$gt``/``$gte``/``$lt``/``$lte`` accept a
+            string bound (same vocabulary; default: every field). A string bound on
+            another field must raise ``UNSUPPORTED_FILTER`` (a store without a
+            lexicographic range, e.g. Qdrant); number bounds are unaffected.
         search_strategies: strategy names SEARCH accepts (empty: no native search);
             others must raise ``UNSUPPORTED_STRATEGY`` (MEM-SEARCH-2).
         default_strategy: the strategy run when a request names none (one of
@@ -91,6 +95,7 @@ class StoreCapabilities:
     filter_operators: frozenset[str] = ALL_FILTER_OPERATORS
     filter_fields: frozenset[str] = _ALL_FIELDS
     order_by_fields: frozenset[str] = _ALL_FIELDS
+    string_range_fields: frozenset[str] = _ALL_FIELDS
     search_strategies: tuple[str, ...] = ()
     default_strategy: str | None = None
     keyword_strategy: str | None = None
@@ -108,7 +113,7 @@ class StoreCapabilities:
     def __post_init__(self) -> None:
         if not self.filter_operators <= ALL_FILTER_OPERATORS:
             raise ConfigError(f"unknown filter operators {sorted(self.filter_operators)}")
-        for name in ("filter_fields", "order_by_fields"):
+        for name in ("filter_fields", "order_by_fields", "string_range_fields"):
             if not getattr(self, name) <= _ALL_FIELDS:
                 raise ConfigError(f"{name}: use {sorted(_ALL_FIELDS)}")
         for name in ("default_strategy", "keyword_strategy"):

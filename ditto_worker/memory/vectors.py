@@ -99,7 +99,7 @@ def query_values(embedder: EmbeddingProvider, query: Any) -> list[float]:
 
 
 def mismatch_message(
-    store: str, setting: str, provider: EmbeddingIdentity | None, stored: EmbeddingIdentity
+    store: str, setting: str, provider: EmbeddingIdentity | None, stored: EmbeddingIdentity | None
 ) -> str:
     """The safe message of ``EMBEDDING_MISMATCH``: identities and the setting to change,
     never a path, URL or schema name.
@@ -108,10 +108,12 @@ def mismatch_message(
         store: what keeps the vectors, e.g. ``"SQLite memory store"``.
         setting: the config key choosing the provider, e.g. ``"plugins.sqlite.embedding"``.
         provider: the configured provider's identity (``None``: no provider).
-        stored: the identity the store's vectors were made with.
+        stored: the identity the store's vectors were made with (``None``: a store that
+            keeps no vectors, e.g. a Qdrant collection created without a provider).
     """
     have = provider.describe() if provider else "no embedding provider"
+    kept = f"vectors of {stored.describe()}" if stored else "no vectors"
     return (
-        f"this {store} keeps vectors of {stored.describe()}, but the store is configured "
+        f"this {store} keeps {kept}, but the store is configured "
         f"with {have}; configure that provider ({setting}), or use a new store and reindex"
     )

@@ -27,6 +27,7 @@ __all__ = [
     "conformance_search",
     "filter_fields",
     "filter_operators",
+    "filter_string_ranges",
     "label",
 ]
 
@@ -66,6 +67,25 @@ def filter_fields(flt: Any) -> set[str]:
             fields.add(name)
         else:
             fields.add(METADATA_FIELDS)
+    return fields
+
+
+_RANGE_OPS = ("$gt", "$gte", "$lt", "$lte")
+
+
+def filter_string_ranges(flt: Any) -> set[str]:
+    """Capability field names a raw filter gives a range operator with a string bound."""
+    fields: set[str] = set()
+    if not isinstance(flt, Mapping):
+        return fields
+    for name, value in flt.items():
+        if name in ("$and", "$or"):
+            for child in value if isinstance(value, list) else ():
+                fields |= filter_string_ranges(child)
+        elif isinstance(value, Mapping) and any(
+            op in _RANGE_OPS and isinstance(value[op], str) for op in value
+        ):
+            fields.add(name if name in ("id", "key", "createdAt", "updatedAt") else METADATA_FIELDS)
     return fields
 
 
@@ -185,9 +205,12 @@ class Harness:
             pytest.skip(f"orderBy fields not declared: {sorted(missing)}")
 
     def supports_filter(self, flt: Any) -> bool:
-        """True when every operator and field of ``flt`` is declared."""
-        return filter_operators(flt) <= self.caps.filter_operators and filter_fields(flt) <= (
-            self.caps.filter_fields
+        """True when every operator and field of ``flt`` is declared (string range bounds
+        only on ``string_range_fields``)."""
+        return (
+            filter_operators(flt) <= self.caps.filter_operators
+            and filter_fields(flt) <= self.caps.filter_fields
+            and filter_string_ranges(flt) <= self.caps.string_range_fields
         )
 
 

@@ -126,6 +126,11 @@ def test_undeclared_filters_fail(conformance: Harness) -> None:
         bad.append({name: {"$exists": True}})
     if METADATA_FIELDS not in conformance.caps.filter_fields:
         bad.append({"topic": {"$exists": True}})
+    caps = conformance.caps
+    for name in sorted(caps.filter_fields - caps.string_range_fields):
+        # a string bound on a field that only ranges over numbers
+        field = "topic" if name == METADATA_FIELDS else name
+        bad += [{field: {op: "m"}} for op in ("$gt", "$lte") if op in caps.filter_operators]
     for flt in bad:
         assert conformance.code("MEMORY.QUERY", {"filter": flt}) == "UNSUPPORTED_FILTER", flt
         if conformance.caps.keyword_strategy is not None:

@@ -1,0 +1,138 @@
+"""``ditto_plugin_qdrant``: the Qdrant MemoryStore of ditto_worker (issue 18).
+
+Full memories as point payloads, a named dense vector per embedding identity with
+Qdrant's native cosine search, client-side keyword sparse vectors scored with Qdrant's
+IDF modifier, on the official ``qdrant-client`` (``pip install "ditto-worker[qdrant]"``):
+a server (``QdrantClient(url=…)``) or the client's in-process local mode
+(``QdrantClient(path=…)``), one code path for both. A worker builds it through the entry
+point ``ditto_worker.stores: qdrant = "ditto_plugin_qdrant:create_store"``; applications
+may construct :class:`QdrantMemoryStore` directly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ditto_plugin_qdrant.store import DEFAULT_COLLECTION, QdrantMemoryStore
+from ditto_worker.errors import ConfigError
+
+__all__ = ["DEFAULT_COLLECTION", "DEFAULT_PATH", "QdrantMemoryStore", "create_store"]
+
+DEFAULT_PATH: Final = "./.ditto/qdrant"
+"""Local-mode folder when neither a URL nor a path is configured."""
+_ENV: Final = "DITTO_WORKER_MEMORY_QDRANT_"
+_DEFAULTS: Final[dict[str, Any]] = {
+    "url": "",
+    "path": "",
+    "collection": DEFAULT_COLLECTION,
+    "timeoutS": 10.0,
+    "embedding": "none",
+    "embedKinds": None,
+    "hybrid": None,
+    "executionRetentionS": 86400.0,
+    "exactSearch": False,
+    "localDurability": "process",
+    "payloadIndexes": ["kind"],
+}
+
+
+def _number(values: Mapping[str, Any], name: str, low: float) -> float:
+    value = values[name]
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            value = None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
+        raise ConfigError(f"plugins.qdrant.{name} must be a number >= {low}")
+    return float(value)
+
+
+def _flag(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    raise ConfigError(f"plugins.qdrant.{name} must be true or false")
+
+
+def _names(value: Any, name: str) -> list[str] | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"plugins.qdrant.{name} must be a list of names")
+    return list(value)
+
+
+def create_store(
+    settings: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> QdrantMemoryStore:
+    """Build the store from ``plugins.qdrant`` settings and the environment.
+
+    Args:
+        settings: ``url`` (a server, ``http(s)://host:port``; empty: local mode),
+            ``path`` (local-mode folder, default ``./.ditto/qdrant``), ``collection``
+            (``ditto_memories``), ``timeoutS`` (10: longest wait for one server request),
+            ``embedding`` (``local`` | ``http`` | ``none``, default ``none``:
+            :func:`ditto_worker.retrieval.create_embedding_provider`), ``embedKinds``
+            (``null``: every record with text gets a vector; a list such as
+            ``[preference]``: only records whose ``metadata.kind`` is listed),
+            ``hybrid`` (``RetrievalConfig`` settings), ``executionRetentionS`` (86400),
+            ``exactSearch`` (false: HNSW on a server; local mode is always exact),
+            ``localDurability`` (``process`` | ``power``), ``payloadIndexes`` (metadata
+            paths indexed on a server, default ``[kind]``). An ``apiKey`` key, or any
+            other unknown key, is rejected.
+        env: the environment (default ``os.environ``): ``DITTO_WORKER_MEMORY_QDRANT_URL``,
+            ``_PATH``, ``_COLLECTION``, ``_EMBEDDING``, ``_EMBED_KINDS`` (comma-separated)
+            override the settings; ``_API_KEY`` is the only place the key is read from.
+
+    Returns:
+        A store that opens the client and creates the collection on first use.
+
+    Raises:
+        ConfigError: an unknown or invalid setting.
+        MemoryError: ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
+    """
+    given = dict(settings or {})
+    env = os.environ if env is None else env
+    if "apiKey" in given or "api_key" in given:
+        raise ConfigError(f"plugins.qdrant.apiKey is not allowed: set {_ENV}API_KEY instead")
+    unknown = sorted(set(given) - set(_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown qdrant store settings: {', '.join(map(str, unknown))}")
+    values = {**_DEFAULTS, **given}
+    url = str(env.get(f"{_ENV}URL") or values["url"] or "").strip() or None
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise ConfigError("plugins.qdrant.url must start with http:// or https://")
+    path = str(env.get(f"{_ENV}PATH") or values["path"] or DEFAULT_PATH)
+    collection = str(env.get(f"{_ENV}COLLECTION") or values["collection"])
+    if not collection or any(ch in collection for ch in '<>:"/\\|?*\x00'):
+        raise ConfigError("plugins.qdrant.collection must be a plain name")
+    durability = str(values["localDurability"])
+    if durability not in ("process", "power"):
+        raise ConfigError("plugins.qdrant.localDurability must be process or power")
+    from ditto_worker.retrieval import RetrievalConfig, create_embedding_provider
+
+    hybrid = RetrievalConfig.parse(values["hybrid"])
+    kind = env.get(f"{_ENV}EMBEDDING") or values["embedding"] or "none"
+    embedder = create_embedding_provider(str(kind), None, env)
+    kinds = _names(env.get(f"{_ENV}EMBED_KINDS") or values["embedKinds"], "embedKinds")
+    indexes = _names(values["payloadIndexes"], "payloadIndexes") or []
+    return QdrantMemoryStore(
+        url=url,
+        path=None if url else os.path.abspath(os.path.expanduser(path)),
+        collection=collection,
+        api_key=env.get(f"{_ENV}API_KEY") or None,
+        timeout_s=_number(values, "timeoutS", 0.1),
+        embedder=embedder,
+        embed_kinds=kinds,
+        hybrid=hybrid,
+        execution_retention_s=_number(values, "executionRetentionS", 0),
+        exact_search=_flag(values["exactSearch"], "exactSearch"),
+        durability=durability,
+        payload_indexes=indexes,
+    )

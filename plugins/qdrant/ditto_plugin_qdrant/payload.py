@@ -1,0 +1,334 @@
+"""Points of the Qdrant store: payload layout, typed shadow fields, filter translation.
+
+A memory is one point whose id is the memory id (a UUID string). Its payload holds the
+full record plus what filters and ordering need::
+
+    {"rec": "memory", "ns": <namespace>,           # tenant scope (memory.scope)
+     "id": <memory id>, "key": <key> (absent when none), "content": <any JSON>,
+     "metadata": <object or null>,
+     "createdAt": <ISO>, "updatedAt": <ISO>,          # ditto_worker.memory.filters format
+     "seq": <int µs>, "updatedUs": <int µs>,          # the same instants as integers
+     "ft": {h: type}, "fn": {h: number}, "fs": {h: string}, "fb": {h: bool}}
+
+``seq`` is the creation instant in microseconds since the epoch, unique within one store
+object (each record of a batch gets its own microsecond), so ``createdAt`` order is
+``seq`` order; records of different processes may share a ``seq``, and then the point id
+breaks the tie.
+
+Typed shadow fields: Qdrant matches a condition against *every element* of an array, has
+no float equality, treats ``null``, ``[]`` and a missing key alike in ``is_empty``, and
+has no way to test a value's type. The filter language (MongoDB semantics, MEM-PY-5)
+needs all of that exactly, so every metadata path (each nested object key, never into
+arrays) is written once more under a hash of the path ``h``: its type letter in ``ft``
+(``z`` null, ``n`` number, ``s`` string, ``b`` boolean, ``o`` object, ``a`` array) and
+its value in ``fn``/``fs``/``fb`` for scalars. A filter is translated to Qdrant
+conditions on those fields only, so ``{"tags": "a"}`` never matches ``["a", "b"]``,
+``{"n": 5.0}`` matches ``5`` (a numeric range ``[5, 5]``), and ``{"n": null}`` matches a
+``null`` or a missing ``n`` but not ``[]``.
+
+Declared limits (:data:`ditto_plugin_qdrant.search.capabilities`): a range operator
+with a string bound is ``UNSUPPORTED_FILTER`` on ``id``, ``key`` and metadata (Qdrant has
+no lexicographic range); on ``createdAt``/``updatedAt`` it is exact (the bound is turned
+into the microsecond it stands for). Numbers are compared as IEEE doubles, so integers
+beyond 2**53 lose precision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from qdrant_client import models
+
+from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.memory.filters import (
+    And,
+    Exists,
+    FieldRef,
+    FilterNode,
+    In,
+    Or,
+    Scalar,
+)
+
+__all__ = [
+    "CREATED",
+    "EXECUTION",
+    "MEMORY",
+    "NOTHING",
+    "UPDATED",
+    "field_hash",
+    "iso",
+    "memory_payload",
+    "namespace_filter",
+    "shadow_fields",
+    "to_condition",
+]
+
+MEMORY: Final = "memory"
+"""``rec`` of a memory point."""
+EXECUTION: Final = "execution"
+"""``rec`` of an execution record (:mod:`ditto_plugin_qdrant.executions`)."""
+CREATED: Final = "seq"
+"""Payload field of the creation instant (µs), the store's sequence."""
+UPDATED: Final = "updatedUs"
+"""Payload field of the last update instant (µs)."""
+_TIME_FIELDS: Final = {"createdAt": CREATED, "updatedAt": UPDATED}
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MIN_US: Final = -62135596800 * 1_000_000  # 0001-01-01T00:00:00Z
+_MAX_US: Final = 253402300799 * 1_000_000 + 999_999  # 9999-12-31T23:59:59.999999Z
+
+NOTHING: Final = models.Filter(
+    must=[models.FieldCondition(key=CREATED, range=models.Range(lt=_MIN_US - 1))]
+)
+"""A condition no memory point meets (its ``seq`` is never that small)."""
+_ALL: Final = models.Filter()
+
+
+def iso(us: int) -> str:
+    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` of ``us`` microseconds since the epoch (UTC)."""
+    t = _EPOCH + timedelta(microseconds=us)
+    return (
+        f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:"
+        f"{t.second:02d}.{t.microsecond:06d}Z"
+    )
+
+
+def field_hash(path: Sequence[str]) -> str:
+    """The shadow-field name of a metadata path: ``p`` + 24 hex digits (BLAKE2b-96 of the
+    path as a JSON list), safe in any Qdrant JSON path whatever the key's characters."""
+    text = json.dumps(list(path), ensure_ascii=False, separators=(",", ":"))
+    return "p" + hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()
+
+
+def _type_letter(value: Any) -> str:
+    if value is None:
+        return "z"
+    if isinstance(value, bool):
+        return "b"
+    if isinstance(value, int | float):
+        return "n"
+    if isinstance(value, str):
+        return "s"
+    return "a" if isinstance(value, list) else "o"
+
+
+def _walk(obj: Mapping[str, Any], prefix: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    for name, value in obj.items():
+        path = (*prefix, name)
+        yield path, value
+        if isinstance(value, dict):
+            yield from _walk(value, path)
+
+
+def shadow_fields(metadata: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The typed shadow fields of ``metadata`` (module docstring): ``{"ft", "fn", "fs",
+    "fb"}``, each ``{hash: value}``; empty maps are left out."""
+    out: dict[str, dict[str, Any]] = {"ft": {}, "fn": {}, "fs": {}, "fb": {}}
+    for path, value in _walk(metadata or {}, ()):
+        h = field_hash(path)
+        letter = _type_letter(value)
+        out["ft"][h] = letter
+        if letter in ("n", "s", "b"):
+            out["f" + letter][h] = value
+    return {name: fields for name, fields in out.items() if fields}
+
+
+def memory_payload(
+    namespace: str,
+    memory_id: str,
+    key: str | None,
+    content: Any,
+    metadata: Mapping[str, Any] | None,
+    created_us: int,
+    updated_us: int,
+) -> dict[str, Any]:
+    """The payload of one memory point (module docstring)."""
+    payload: dict[str, Any] = {
+        "rec": MEMORY,
+        "ns": namespace,
+        "id": memory_id,
+        "content": content,
+        "metadata": None if metadata is None else dict(metadata),
+        "createdAt": iso(created_us),
+        "updatedAt": iso(updated_us),
+        CREATED: created_us,
+        UPDATED: updated_us,
+        **shadow_fields(metadata),
+    }
+    if key is not None:
+        payload["key"] = key
+    return payload
+
+
+def namespace_filter(namespace: str, node: FilterNode | None) -> models.Filter:
+    """Memory points of ``namespace`` matching ``node`` (``None``: all of them)."""
+    must: list[models.Condition] = [
+        models.FieldCondition(key="ns", match=models.MatchValue(value=namespace)),
+        models.FieldCondition(key="rec", match=models.MatchValue(value=MEMORY)),
+    ]
+    if node is not None:
+        must.append(to_condition(node))
+    return models.Filter(must=must)
+
+
+# --- translation --------------------------------------------------------------------------
+
+
+def _match(key: str, value: str | bool) -> models.Condition:
+    return models.FieldCondition(key=key, match=models.MatchValue(value=value))
+
+
+def _empty(key: str) -> models.Condition:
+    return models.IsEmptyCondition(is_empty=models.PayloadField(key=key))
+
+
+def _present(key: str) -> models.Condition:
+    return models.Filter(must_not=[_empty(key)])
+
+
+def _not(condition: models.Condition) -> models.Condition:
+    return models.Filter(must_not=[condition])
+
+
+def _any(conditions: Sequence[models.Condition]) -> models.Condition:
+    if not conditions:
+        return NOTHING
+    return conditions[0] if len(conditions) == 1 else models.Filter(should=list(conditions))
+
+
+def _number(value: Scalar) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _string_range(field: FieldRef) -> MemoryError:
+    return MemoryError(
+        ErrorCode.UNSUPPORTED_FILTER,
+        f"range filters with a string bound are not supported on {field.name[:60]!r} by the "
+        "Qdrant store (only on createdAt/updatedAt)",
+    )
+
+
+def _parse_us(text: str) -> int | None:
+    """The microsecond ``text`` names when it is exactly a stored timestamp, else None."""
+    try:
+        t = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    delta = t - _EPOCH
+    us = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return us if iso(us) == text else None
+
+
+def _first_us(bound: str, inclusive: bool) -> int | None:
+    """The smallest µs whose timestamp is ``> bound`` (``>=`` when ``inclusive``), or None.
+
+    Timestamps have a fixed width, so their string order is their time order and the
+    predicate is monotone: a binary search over the representable range is exact.
+    """
+
+    def after(us: int) -> bool:
+        text = iso(us)
+        return text >= bound if inclusive else text > bound
+
+    if not after(_MAX_US):
+        return None
+    low, high = _MIN_US, _MAX_US
+    while low < high:
+        middle = (low + high) // 2
+        if after(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def _time_range(key: str, op: str, bound: Scalar) -> models.Condition:
+    if not isinstance(bound, str):
+        return NOTHING  # a timestamp is a string: it never compares with a number
+    first = _first_us(bound, inclusive=op in ("$gte", "$lt"))
+    if op in ("$gt", "$gte"):
+        if first is None:
+            return NOTHING
+        return models.FieldCondition(key=key, range=models.Range(gte=first))
+    return _ALL if first is None else models.FieldCondition(key=key, range=models.Range(lt=first))
+
+
+def _range(field: FieldRef, op: str, bound: Scalar) -> models.Condition:
+    if field.reserved and field.name in _TIME_FIELDS:
+        return _time_range(_TIME_FIELDS[field.name], op, bound)
+    if isinstance(bound, str):
+        raise _string_range(field)
+    if field.reserved or not _number(bound):
+        return NOTHING  # id and key are strings: never in a numeric range
+    limits: dict[str, Any] = {op[1:]: bound}
+    return models.FieldCondition(key=f"fn.{field_hash(field.path)}", range=models.Range(**limits))
+
+
+def _equal(field: FieldRef, value: Scalar) -> models.Condition:
+    """Records whose field equals ``value`` (``null``: is null or missing)."""
+    if field.reserved:
+        if field.name in _TIME_FIELDS:
+            us = _parse_us(value) if isinstance(value, str) else None
+            if us is None:
+                return NOTHING
+            return models.FieldCondition(
+                key=_TIME_FIELDS[field.name], range=models.Range(gte=us, lte=us)
+            )
+        if value is None:
+            return _empty("key") if field.name == "key" else NOTHING
+        return _match(field.name, value) if isinstance(value, str) else NOTHING
+    h = field_hash(field.path)
+    if value is None:
+        return _any([_empty(f"ft.{h}"), _match(f"ft.{h}", "z")])
+    if isinstance(value, bool):
+        return _match(f"fb.{h}", value)
+    if isinstance(value, str):
+        return _match(f"fs.{h}", value)
+    return models.FieldCondition(key=f"fn.{h}", range=models.Range(gte=value, lte=value))
+
+
+def _in(field: FieldRef, values: Sequence[Scalar]) -> models.Condition:
+    strings = [v for v in dict.fromkeys(values) if isinstance(v, str)]
+    others = [_equal(field, v) for v in dict.fromkeys(values) if not isinstance(v, str)]
+    if strings and field.reserved and field.name in ("id", "key"):
+        others.append(models.FieldCondition(key=field.name, match=models.MatchAny(any=strings)))
+    elif strings and not field.reserved:
+        key = f"fs.{field_hash(field.path)}"
+        others.append(models.FieldCondition(key=key, match=models.MatchAny(any=strings)))
+    else:
+        others += [_equal(field, v) for v in strings]
+    return _any(others)
+
+
+def _exists(field: FieldRef, exists: bool) -> models.Condition:
+    if field.reserved and field.name != "key":
+        return _ALL if exists else NOTHING  # id and the timestamps are always there
+    key = "key" if field.reserved else f"ft.{field_hash(field.path)}"
+    return _present(key) if exists else _empty(key)
+
+
+def to_condition(node: FilterNode) -> models.Condition:
+    """One Qdrant condition for a parsed filter (:func:`ditto_worker.memory.filters.
+    parse_filter`), with the filter language's semantics (module docstring).
+
+    Raises:
+        MemoryError: ``UNSUPPORTED_FILTER`` for a range with a string bound on ``id``,
+            ``key`` or metadata.
+    """
+    if isinstance(node, And):
+        return models.Filter(must=[to_condition(child) for child in node.children])
+    if isinstance(node, Or):
+        return models.Filter(should=[to_condition(child) for child in node.children])
+    if isinstance(node, Exists):
+        return _exists(node.field, node.exists)
+    if isinstance(node, In):
+        found = _in(node.field, node.values)
+        return _not(found) if node.negate else found
+    if node.op in ("$eq", "$ne"):
+        equal = _equal(node.field, node.value)
+        return equal if node.op == "$eq" else _not(equal)
+    return _range(node.field, node.op, node.value)
