@@ -79,6 +79,7 @@ from ditto_worker.contracts import (
 )
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import ALL_FILTER_OPERATORS, StoreCapabilities
+from ditto_worker.memory.cursors import new_cursor_secret
 from ditto_worker.memory.filters import (
     SortValue,
     decode_cursor,
@@ -263,6 +264,7 @@ class QdrantMemoryStore(NativeSearch):
         self._ready_lock = threading.Lock()
         self._ready = False
         self._pruned_at = 0.0
+        self._cursor_secret = ""
         self._clock = _Clock()
         self.capabilities = capabilities_for(embedder is not None, self._exact, self._conn.local)
 
@@ -298,6 +300,7 @@ class QdrantMemoryStore(NativeSearch):
                 "denseVector": self._dense,
                 "embedKinds": self._embed_kinds,
                 "keywords": TOKENIZER,
+                "cursorSecret": new_cursor_secret(),
             }
         }
 
@@ -357,7 +360,10 @@ class QdrantMemoryStore(NativeSearch):
 
             metadata = self._conn.call(options, setup)
             self._conn.call(options, lambda _client: self._conn.tune_local())
-            self._mismatch = self._check_metadata(metadata.get("ditto"))
+            recorded = metadata.get("ditto")
+            self._mismatch = self._check_metadata(recorded)
+            secret = recorded.get("cursorSecret") if isinstance(recorded, dict) else None
+            self._cursor_secret = str(secret or "")
             self._ready = True
 
     def _check_metadata(self, recorded: Any) -> str | None:
@@ -485,23 +491,25 @@ class QdrantMemoryStore(NativeSearch):
         field = UPDATED if terms and terms[0].field.name == "updatedAt" else CREATED
         desc = bool(terms) and terms[0].descending
         fingerprint = query_fingerprint(input.filter, input.order_by)
+        flt = namespace_filter(namespace_of(options), node)
+        self._begin(options)  # the cursor secret is the collection's
         after = None
         if input.cursor:
-            cursor = decode_cursor(input.cursor, fingerprint, 2)
+            cursor = decode_cursor(input.cursor, fingerprint, 2, self._cursor_secret)
             (rank, value), (id_rank, last_id) = cursor.values
             if rank != 1 or id_rank != 2 or not isinstance(value, int):
                 raise MemoryError(ErrorCode.INVALID_CURSOR, "invalid cursor: malformed")
             after = ((-value if desc else value), cursor.seq, str(last_id))
         limit = input.limit or 100
-        ns = self._begin(options)
-        flt = namespace_filter(ns, node)
         rows = self._ordered(flt, field, desc, after, limit + 1, options)
         page = rows[:limit]
         next_cursor = None
         if len(rows) > limit:
             last = page[-1]
             values: list[SortValue] = [(1, int(last.payload[field])), (2, str(last.id))]
-            next_cursor = encode_cursor(fingerprint, values, int(last.payload[CREATED]))
+            next_cursor = encode_cursor(
+                fingerprint, values, int(last.payload[CREATED]), self._cursor_secret
+            )
         return MemoryQueryOutput(items=[_item(p.payload) for p in page], next_cursor=next_cursor)
 
     def _ordered(
