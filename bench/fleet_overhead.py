@@ -75,7 +75,7 @@ def worker_app(redis_url: str, db_path: str) -> Any:
     from ditto_worker.fleet.launch import create_worker_app
 
     config = load_runtime_config({"fleet": {"brokerUrl": redis_url}}, env={})
-    app = create_worker_app(config, lambda: create_memory_worker(SqliteMemoryStore(db_path)))
+    app = create_worker_app(config, [lambda: create_memory_worker(SqliteMemoryStore(db_path))])
     app.task(name=NOOP, shared=False)(noop)
     app.conf.task_queues = [*app.conf.task_queues, Queue(NOOP, Exchange(NOOP), NOOP)]
     app.conf.task_routes = {**app.conf.task_routes, NOOP: {"queue": NOOP}}

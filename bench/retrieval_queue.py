@@ -48,7 +48,7 @@ def _worker_app(redis_url: str, db_path: str) -> Any:
         return create_retrieval_worker({"memories": provider})
 
     config = load_runtime_config({"fleet": {"brokerUrl": redis_url}}, env={})
-    return create_worker_app(config, retrieval_factory=retrieval)
+    return create_worker_app(config, [retrieval])
 
 
 def serve(redis_url: str, db_path: str, concurrency: int) -> None:

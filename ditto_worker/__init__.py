@@ -18,6 +18,7 @@ The layers, each a package:
 from __future__ import annotations
 
 from ditto_worker.config import RuntimeConfig, load_runtime_config_file
+from ditto_worker.context import create_context_worker
 from ditto_worker.contracts import (
     MAX_LIMIT,
     NODE_IDS,
@@ -74,6 +75,13 @@ from ditto_worker.memory.worker import (
     memory_update_node,
     memory_write_node,
 )
+from ditto_worker.runtime import (
+    KindCodes,
+    NodeSpec,
+    Runtime,
+    WorkerDefinition,
+    create_ditto,
+)
 
 __all__ = [
     # contracts
@@ -119,7 +127,13 @@ __all__ = [
     "Memory",
     "MemoryResources",
     "create_memory",
-    # worker definition
+    # runtime and worker definitions
+    "KindCodes",
+    "NodeSpec",
+    "Runtime",
+    "WorkerDefinition",
+    "create_context_worker",
+    "create_ditto",
     "MEMORY_WORKER_TYPE",
     "MemoryNode",
     "MemoryWorker",

@@ -41,6 +41,7 @@ __all__ = [
     "FleetSettings",
     "MemoryWorkerSettings",
     "NodeGroup",
+    "ProcessSettings",
     "RetrievalTargetSettings",
     "RetrievalWorkerSettings",
     "RuntimeConfig",
@@ -84,6 +85,13 @@ class FleetSettings(_Section):
         gt=0,
         description="Redis transport: how long an unacknowledged message (a mutation whose "
         "worker died) waits before redelivery, seconds. Longer than the longest call.",
+    )
+
+    max_input_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024,
+        description="Largest node input a worker accepts, bytes of JSON; larger is "
+        "INVALID_INPUT before any handler runs (every node kind).",
     )
 
     @property
@@ -205,12 +213,6 @@ class MemoryWorkerSettings(_Section):
     require_scope: bool = Field(
         default=False, description="Refuse calls without a scope (PERMISSION_DENIED)."
     )
-    max_input_bytes: int = Field(
-        default=16 * 1024 * 1024,
-        ge=1024,
-        description="Largest node input a worker accepts, bytes of JSON; larger is "
-        "INVALID_INPUT before any plugin runs.",
-    )
     state_db: str = Field(
         default="",
         description="Celery worker state file (--statedb): revoked task ids survive a "
@@ -256,6 +258,28 @@ class RetrievalWorkerSettings(_Section):
     )
 
 
+OWNED_WORKER_SECTIONS = ("memory", "retrieval", "context")
+"""``workers.<name>`` sections this project's config validates strictly."""
+
+
+class ProcessSettings(BaseModel):
+    """How ``ditto-worker worker`` runs the nodes of one worker kind (any kind).
+
+    Read from ``workers.<name>``: the typed sections of this project, or — for a kind of
+    another package — the keys ``concurrency``, ``pool``, ``stateDb`` and ``groups`` of its
+    section (its other keys are left to it, MEM-PY-7).
+    """
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    concurrency: int = Field(default=4, ge=1, description="Pool size.")
+    pool: Literal["prefork", "threads", "solo"] = Field(default="prefork", description="Pool.")
+    state_db: str = Field(default="", description="Celery worker state file (--statedb).")
+    groups: dict[str, NodeGroup] = Field(
+        default_factory=dict, description="Named queue groups of this kind (--nodes NAME)."
+    )
+
+
 class RuntimeConfig(BaseModel):
     """The whole validated config. ``memory`` is the seed's ``config.memory`` defaults."""
 
@@ -272,6 +296,11 @@ class RuntimeConfig(BaseModel):
     plugins: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="plugins.<name>: settings owned by each plugin."
     )
+    worker_sections: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="workers.<name> sections of kinds this project does not own, as written "
+        "(a `factory: module:function` key adds a worker kind; MEM-RT-1).",
+    )
     source: str | None = Field(default=None, description="The file it was loaded from.")
 
     @property
@@ -285,6 +314,44 @@ class RuntimeConfig(BaseModel):
     def plugin_settings(self, name: str) -> dict[str, Any]:
         """Settings of plugin ``name`` (``{}`` when the file has none)."""
         return dict(self.plugins.get(name) or {})
+
+    def worker_section(self, name: str) -> dict[str, Any]:
+        """The ``workers.<name>`` section as written (owned sections as validated)."""
+        owned = {
+            "memory": self.memory_worker,
+            "retrieval": self.retrieval_worker,
+            "context": self.context_worker,
+        }.get(name)
+        if owned is not None:
+            return owned.model_dump(by_alias=True)
+        return dict(self.worker_sections.get(name) or {})
+
+    def process_settings(self, name: str) -> ProcessSettings:
+        """Pool, concurrency, state db and groups of the worker kind ``name`` (lower case).
+
+        Raises:
+            ConfigError: a foreign section whose process keys are invalid.
+        """
+        section = self.worker_section(name)
+        keys = {"concurrency", "pool", "stateDb", "groups"}
+        picked = {k: v for k, v in section.items() if k in keys}
+        try:
+            return ProcessSettings.model_validate({_snake(k): v for k, v in picked.items()})
+        except ValidationError as exc:
+            raise ConfigError(f"invalid workers.{name}: {exc}") from exc
+
+    def defaults_for(self, kind: str) -> MemoryDefaults | None:
+        """The runtime-YAML defaults layer a kind's handlers get (``NodeContext.defaults``;
+        MEM-CONF-2): MEMORY's limits, RETRIEVAL's search limit, ``None`` for others."""
+        if kind == "MEMORY":
+            return self.memory
+        if kind == "RETRIEVAL":
+            return MemoryDefaults(search_limit=self.retrieval_worker.search_limit)
+        return None
+
+
+def _snake(key: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
 
 
 def _expand(value: Any, env: Mapping[str, str], where: str) -> Any:
@@ -345,6 +412,11 @@ def load_runtime_config(
             ),
             infer_worker=load_infer_settings(_section(workers, "infer", "workers."), env),
             plugins={k: dict(v or {}) for k, v in _section(raw, "plugins", "").items()},
+            worker_sections={
+                name: dict(value)
+                for name, value in workers.items()
+                if name not in OWNED_WORKER_SECTIONS and isinstance(value, dict)
+            },  # fmt: skip
             source=source,
         )
     except (ValidationError, ValueError, TypeError) as exc:

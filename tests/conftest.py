@@ -100,9 +100,16 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client.close()
 
 
-def fleet_config(broker: str, **memory: Any) -> RuntimeConfig:
-    """A RuntimeConfig pointing at ``broker`` (also the result backend)."""
-    data: dict[str, Any] = {"fleet": {"brokerUrl": broker, "resultBackend": broker}}
+FLEET_KEYS = {"maxInputBytes", "callTimeoutS", "visibilityTimeoutS"}
+
+
+def fleet_config(broker: str, **settings: Any) -> RuntimeConfig:
+    """A RuntimeConfig pointing at ``broker`` (also the result backend); ``settings`` go
+    to ``fleet`` (its keys) or ``workers.memory``."""
+    fleet = {"brokerUrl": broker, "resultBackend": broker}
+    fleet |= {k: v for k, v in settings.items() if k in FLEET_KEYS}
+    memory = {k: v for k, v in settings.items() if k not in FLEET_KEYS}
+    data: dict[str, Any] = {"fleet": fleet}
     if memory:
         data["workers"] = {"memory": memory}
     return load_runtime_config(data, env={})
@@ -128,11 +135,8 @@ def start_fleet_worker(redis_url: str) -> StartWorker:
         retrieval_factory: Callable[[], Any] | None = None,
         **memory_settings: Any,
     ) -> Iterator[Any]:
-        app = create_worker_app(
-            fleet_config(redis_url, **memory_settings),
-            worker_factory,
-            retrieval_factory=retrieval_factory,
-        )
+        workers = [worker_factory] + ([retrieval_factory] if retrieval_factory else [])
+        app = create_worker_app(fleet_config(redis_url, **memory_settings), workers)
         with start_worker(
             app,
             pool=pool,

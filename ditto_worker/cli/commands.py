@@ -16,16 +16,18 @@ import shutil
 import socket
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from ditto_worker.config import FleetSettings, RuntimeConfig, default_config
-from ditto_worker.contracts import FLEET_QUEUES, NODE_IDS, RETRIEVAL_SEARCH, to_wire
+from ditto_worker.contracts import to_wire
 from ditto_worker.errors import ConfigError, DittoError
+from ditto_worker.runtime.registry import NodeTable
 
-__all__ = ["app", "main", "resolve_nodes"]
+__all__ = ["NodeSelection", "app", "main", "resolve_nodes"]
 
 HELP = """Long-term memory for LLM agents, served by a Celery worker fleet.
 
@@ -75,42 +77,83 @@ def _config(path: Path | None, broker: str | None) -> RuntimeConfig:
     return config
 
 
-def resolve_nodes(config: RuntimeConfig, nodes: str | None) -> tuple[list[str], int]:
-    """Node ids and pool size for ``--nodes`` (group names and/or node ids, comma-separated).
+@dataclass(frozen=True)
+class NodeSelection:
+    """What ``--nodes`` selects: node ids and how one worker process runs them.
 
-    No ``--nodes``: all six MEMORY nodes with ``workers.memory.concurrency``. A single group
-    name: that group's nodes and concurrency; ``retrieval`` (or ``RETRIEVAL.SEARCH``) alone:
-    the retrieval queue with ``workers.retrieval.concurrency``. Otherwise the named nodes
-    with ``workers.memory.concurrency``.
+    Attributes:
+        nodes: node ids, in the order named (a kind or group expands in its own order).
+        concurrency: pool size (a single group's own, else the kind's).
+        pool: ``prefork`` | ``threads`` | ``solo`` (the first selected kind's).
+        state_db: Celery worker state file of that kind (``workers.<name>.stateDb``).
+        name: the worker name prefix (the first selected kind, lower case).
+    """
+
+    nodes: list[str]
+    concurrency: int
+    pool: str
+    state_db: str
+    name: str
+
+
+def _kind_names(table: NodeTable) -> dict[str, list[str]]:
+    kinds: dict[str, list[str]] = {}
+    for node, (definition, _) in table.items():
+        kinds.setdefault(definition.kind.lower(), []).append(node)
+    return kinds
+
+
+def resolve_nodes(
+    config: RuntimeConfig, nodes: str | None, table: NodeTable | None = None
+) -> NodeSelection:
+    """What ``--nodes`` names: kinds, groups and/or node ids, comma-separated.
+
+    A kind name (``memory``, ``retrieval``, ``context`` … lower case) is all its nodes; a
+    group (``workers.<kind>.groups.<name>``, e.g. ``reads``) is its nodes; anything else
+    must be a node id. No ``--nodes`` is ``memory``. Pool, concurrency and state db come
+    from the first kind named (``workers.<kind>``), a single group's concurrency from the
+    group.
 
     Raises:
-        ConfigError: a name that is neither a group nor a node id.
+        ConfigError: a name that is neither a kind, a group nor a node id.
     """
-    settings = config.memory_worker
-    if not nodes:
-        return list(NODE_IDS), settings.concurrency
-    names = [n.strip() for n in nodes.split(",") if n.strip()]
-    names = [RETRIEVAL_SEARCH if n.lower() == "retrieval" else n for n in names]
-    if names == [RETRIEVAL_SEARCH] or names == [RETRIEVAL_SEARCH.lower()]:
-        return [RETRIEVAL_SEARCH], config.retrieval_worker.concurrency
-    if len(names) == 1 and names[0] in settings.groups:
-        group = settings.groups[names[0]]
-        return list(group.nodes), group.concurrency
+    from ditto_worker.runtime.registry import node_table, worker_definitions
+
+    table = node_table(worker_definitions(config)) if table is None else table
+    kinds = _kind_names(table)
+    groups = {
+        group_name: (kind, group)
+        for kind in kinds
+        for group_name, group in config.process_settings(kind).groups.items()
+    }
+    names = [n.strip() for n in (nodes or "memory").split(",") if n.strip()]
     picked: list[str] = []
     for name in names:
-        found = settings.groups[name].nodes if name in settings.groups else [name.upper()]
-        for node in found:
-            if node not in FLEET_QUEUES:
-                raise ConfigError(f"--nodes: {name!r} is neither a group nor a node id")
-            if node not in picked:
-                picked.append(node)
-    return picked, settings.concurrency
+        if name.lower() in kinds:
+            found = kinds[name.lower()]
+        elif name in groups:
+            found = list(groups[name][1].nodes)
+        elif name.upper() in table:
+            found = [name.upper()]
+        else:
+            raise ConfigError(f"--nodes: {name!r} is neither a worker kind, a group nor a node id")
+        picked += [node for node in found if node not in picked]
+    unknown = [node for node in picked if node not in table]
+    if unknown:
+        raise ConfigError(f"--nodes: no worker kind serves {', '.join(unknown)}")
+    kind = table[picked[0]][0].kind.lower()
+    settings = config.process_settings(kind)
+    concurrency = settings.concurrency
+    if len(names) == 1 and names[0] in groups:
+        concurrency = groups[names[0]][1].concurrency
+    return NodeSelection(picked, concurrency, settings.pool, settings.state_db, kind)
 
 
 @app.command()
 def worker(
     nodes: Annotated[
-        str | None, typer.Option(help="Groups or node ids, comma-separated (default: all six).")
+        str | None,
+        typer.Option(help="Worker kinds, groups or node ids, comma-separated (default: memory)."),
     ] = None,
     concurrency: Annotated[int | None, typer.Option(help="Pool size; overrides YAML.")] = None,
     pool: Annotated[str | None, typer.Option(help="prefork | threads | solo.")] = None,
@@ -134,9 +177,10 @@ def worker(
 ) -> None:
     """Start a Celery worker on the queues of some nodes.
 
-    The nodes are --nodes: group names of workers.memory.groups (reads, writes, search),
-    node ids, or retrieval; default all six MEMORY nodes.
+    The nodes are --nodes: worker kinds (memory, retrieval, context, infer …), group names
+    (reads, writes, search) or node ids, comma-separated; default memory (its six nodes).
     """
+    from ditto_worker.fleet.celery_app import queue_for
     from ditto_worker.fleet.launch import create_worker_app
 
     cfg = _config(config, broker)
@@ -144,24 +188,19 @@ def worker(
         typer.echo("worker: no broker configured (set DITTO_BROKER_URL or --broker)", err=True)
         raise typer.Exit(2)
     try:
-        node_ids, default_concurrency = resolve_nodes(cfg, nodes)
+        celery_app = create_worker_app(cfg, store=store)
+        selection = resolve_nodes(cfg, nodes, celery_app.ditto_runtime.table)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
-    celery_app = create_worker_app(cfg, store=store)
-    retrieval_only = node_ids == [RETRIEVAL_SEARCH]
-    settings = cfg.retrieval_worker if retrieval_only else cfg.memory_worker
-    prefix = "retrieval" if retrieval_only else "memory"
-    state_db = statedb or settings.state_db  # revoked ids persisted across restarts
-    name = (
-        hostname
-        or f"{prefix}-{'-'.join(n.split('.')[1].lower() for n in node_ids)}@{socket.gethostname()}"
-    )
+    state_db = statedb or selection.state_db  # revoked ids persisted across restarts
+    suffix = "-".join(n.split(".", 1)[1].lower() for n in selection.nodes)
+    name = hostname or f"{selection.name}-{suffix}@{socket.gethostname()}"
     celery_app.worker_main([
         "worker",
-        "-Q", ",".join(FLEET_QUEUES[n] for n in node_ids),
-        "-c", str(concurrency or default_concurrency),
-        "-P", pool or settings.pool,
+        "-Q", ",".join(queue_for(n) for n in selection.nodes),
+        "-c", str(concurrency or selection.concurrency),
+        "-P", pool or selection.pool,
         "-l", loglevel,
         "-n", name,
         "-E",

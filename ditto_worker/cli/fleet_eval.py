@@ -88,7 +88,7 @@ def evaluate_on_fleet(
             return create_memory_worker(store, search=search)
 
         try:
-            with open_fleet(config, worker_factory=worker) as client:
+            with open_fleet(config, workers=[worker]) as client:
                 memory = FleetMemory(client)
                 start = time.perf_counter()
                 dia_by_id = ingest(memory, conv)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -42,7 +42,10 @@ from ditto_worker.memory.checks import describe
 from ditto_worker.memory.scope import Scope
 from ditto_worker.runtime import NodeContext, NodeSpec, WorkerDefinition
 
-__all__ = ["CONTEXT_LOAD", "CONTEXT_UPDATE", "ContextNodes", "create_context_worker"]
+if TYPE_CHECKING:
+    from ditto_worker.config import RuntimeConfig
+
+__all__ = ["CONTEXT_LOAD", "CONTEXT_UPDATE", "ContextNodes", "create_context_worker", "from_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -255,3 +258,10 @@ def create_context_worker(
         concurrency=settings.concurrency,
         close=cache.close if owned else None,
     )
+
+
+def from_config(config: RuntimeConfig) -> WorkerDefinition:
+    """The CONTEXT worker of a worker process, from ``workers.context`` in ``ditto.yaml``
+    (entry point ``context`` of the group ``ditto_worker.workers``). Connects to nothing
+    until the first call (redis-py's pool reconnects per process after a fork)."""
+    return create_context_worker(config.context_worker)

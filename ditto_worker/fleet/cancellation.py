@@ -4,7 +4,7 @@ Celery's ``revoke(terminate=True)`` is never used: it signals the pool process, 
 by then run another task, and does nothing on the thread and solo pools. Instead:
 
 * the worker keeps a :class:`CancelRegistry` of the calls it is running, each with its
-  :class:`~ditto_worker.memory.ports.CancelToken` (handed to the plugin in
+  :class:`~ditto_worker.runtime.cancel.CancelToken` (handed to the plugin in
   ``MemoryCallOptions.cancel``, which interrupts the driver — e.g.
   ``sqlite3.Connection.interrupt``) and the caller's deadline;
 * a caller cancels by execution id: on a Redis fleet the client sets the key
@@ -26,14 +26,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 
 import redis
 
-from ditto_worker.memory.ports import CancelToken
+from ditto_worker.runtime.cancel import CancelRegistry, local_registry
 
 __all__ = [
     "CANCEL_CHANNEL",
@@ -56,76 +52,6 @@ _TICK_S = 0.1
 def cancel_key(execution_id: str) -> str:
     """The Redis key flagging ``execution_id`` as cancelled."""
     return CANCEL_KEY_PREFIX + execution_id
-
-
-@dataclass
-class _Running:
-    token: CancelToken
-    deadline: float | None
-
-
-class CancelRegistry:
-    """The calls this process is running, by execution id; thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running: dict[str, _Running] = {}
-        self._flagged: dict[str, float] = {}  # cancelled before start: id -> expiry (time.time)
-
-    @contextmanager
-    def running(self, execution_id: str, deadline: float | None) -> Iterator[CancelToken]:
-        """Register a call for the duration of the block; yields its token.
-
-        The token is already cancelled when the id was flagged before the call started.
-        """
-        token = CancelToken()
-        with self._lock:
-            self._running[execution_id] = _Running(token, deadline)
-            flagged = self._flagged.pop(execution_id, None) is not None
-        if flagged:
-            token.cancel()
-        try:
-            yield token
-        finally:
-            with self._lock:
-                self._running.pop(execution_id, None)
-
-    def cancel(self, execution_id: str, ttl_s: float = 3600.0) -> bool:
-        """Cancel a running call, or flag it for ``ttl_s`` seconds if not running yet.
-
-        Returns:
-            True when a running call's token was cancelled.
-        """
-        with self._lock:
-            entry = self._running.get(execution_id)
-            if entry is None:
-                now = time.time()
-                self._flagged = {k: v for k, v in self._flagged.items() if v > now}
-                self._flagged[execution_id] = now + ttl_s
-                return False
-        entry.token.cancel()
-        return True
-
-    def expire_deadlines(self, now: float | None = None) -> int:
-        """Cancel every running call whose deadline has passed; returns how many."""
-        now = time.time() if now is None else now
-        with self._lock:
-            late = [r.token for r in self._running.values() if r.deadline and r.deadline <= now]
-        for token in late:
-            token.cancel()
-        return len(late)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._running)
-
-
-_LOCAL = CancelRegistry()
-
-
-def local_registry() -> CancelRegistry:
-    """The registry of this process (used by in-process fleets and by the watcher)."""
-    return _LOCAL
 
 
 class RedisCancelWatcher:

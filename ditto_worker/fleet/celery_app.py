@@ -1,7 +1,9 @@
 """The Celery app: one queue per node, routes keyed by task name, JSON only.
 
-Task names are the node ids (``MEMORY.GET`` …) and each has its own queue
-(``memory.get`` …; SPEC.md "Python mapping"). Only JSON crosses the broker: a pickled
+Task names are the node ids (``MEMORY.GET`` …) and each has its own queue, the
+lower-case id (``memory.get`` …; SPEC.md "Python mapping", MEM-RT-2). The node ids come
+from the worker definitions (:func:`~ditto_worker.runtime.registry.worker_definitions`);
+nothing here names a node kind. Only JSON crosses the broker: a pickled
 message is refused by the worker (``accept_content=["json"]``). Queues are declared
 explicitly and ``task_create_missing_queues`` is off, so a typo never creates a queue no
 worker reads. Task events are on for Flower.
@@ -21,13 +23,14 @@ from typing import Any
 from celery import Celery
 from kombu.entity import Exchange, Queue
 
-from ditto_worker.config import FleetSettings
-from ditto_worker.contracts import FLEET_QUEUES
+from ditto_worker.config import FleetSettings, RuntimeConfig, load_runtime_config
+from ditto_worker.runtime.definition import queue_of
 
 __all__ = [
     "DEADLINE_HEADER",
     "IN_PROCESS_POLL_S",
     "create_celery_app",
+    "fleet_nodes",
     "queue_for",
     "result_backend_url",
 ]
@@ -40,9 +43,15 @@ IN_PROCESS_POLL_S = 0.001
 
 
 def queue_for(node: str) -> str:
-    """The dedicated queue of ``node`` (``MEMORY.GET`` -> ``memory.get``, ``RETRIEVAL.SEARCH``
-    -> ``retrieval.search``)."""
-    return FLEET_QUEUES[node]
+    """The dedicated queue of ``node``: its lower-case id (``MEMORY.GET`` -> ``memory.get``)."""
+    return queue_of(node)
+
+
+def fleet_nodes(config: RuntimeConfig | None = None) -> list[str]:
+    """Every node id of the installed and configured worker kinds (sorted by kind)."""
+    from ditto_worker.runtime.registry import node_table, worker_definitions
+
+    return list(node_table(worker_definitions(config or load_runtime_config(None))))
 
 
 def _broker_urls(fleet: FleetSettings) -> tuple[str, str]:
@@ -62,6 +71,7 @@ def create_celery_app(
     main: str = "ditto_worker",
     results: bool = True,
     guarded_transport: bool = True,
+    nodes: list[str] | None = None,
 ) -> Celery:
     """Create a configured Celery app (no tasks registered).
 
@@ -71,6 +81,8 @@ def create_celery_app(
         results: ``False`` for a sending-only app (the :class:`DittoClient` of a Redis
             fleet reads results with its own listener; Celery's result consumer would
             subscribe one channel per sent task, celery#5320).
+        nodes: the node ids whose queues the app declares and routes (default:
+            :func:`fleet_nodes` of the default config).
         guarded_transport: use :mod:`ditto_worker.fleet.transport` for a Redis broker (keeps
             workers alive across Redis restarts); ``False`` for tools that must see the
             plain ``redis://`` transport (Flower reads queue lengths by URL scheme).
@@ -81,9 +93,11 @@ def create_celery_app(
     fleet = fleet or FleetSettings()
     broker, backend = _broker_urls(fleet)
     app = Celery(main, broker=broker, backend=backend if results else None, set_as_current=False)
+    nodes = fleet_nodes() if nodes is None else nodes
+    names = [queue_of(node) for node in nodes]
     queues = [
         Queue(q, Exchange(q, type="direct"), routing_key=q)  # type: ignore[no-untyped-call]
-        for q in FLEET_QUEUES.values()
+        for q in names
     ]
     conf: dict[str, Any] = {
         "task_serializer": "json",
@@ -93,7 +107,9 @@ def create_celery_app(
         "event_serializer": "json",
         "task_queues": queues,
         "task_default_queue": queues[0].name,
-        "task_routes": {node: {"queue": q, "routing_key": q} for node, q in FLEET_QUEUES.items()},
+        "task_routes": {
+            node: {"queue": queue_of(node), "routing_key": queue_of(node)} for node in nodes
+        },
         "task_create_missing_queues": False,
         "worker_send_task_events": True,
         "task_send_sent_event": True,

@@ -2,9 +2,10 @@
 
 ``DittoClient.invoke(node, input)`` and ``await DittoClient.ainvoke(node, input)`` return
 the same NodeResult as the direct SDK (MEM-NODE-3). Failures are NodeResults too: an
-unknown node is ``UNKNOWN_NODE`` before anything is sent; a call past its timeout is
-``timeout``/``MEMORY_TIMEOUT``; a cancelled call is ``cancelled``/``MEMORY_CANCELLED``
-(MEM-PY-2). Cancelling the asyncio task awaiting ``ainvoke`` cancels the call and
+unknown node is ``UNKNOWN_NODE`` (naming the closest known ids) before anything is sent;
+a call past its timeout is ``timeout`` with its kind's timeout code (``MEMORY_TIMEOUT``
+…); a cancelled call is ``cancelled`` with its kind's cancelled code (``MEMORY_CANCELLED``
+…; MEM-PY-2). Cancelling the asyncio task awaiting ``ainvoke`` cancels the call and
 re-raises ``asyncio.CancelledError``.
 
 Every message carries ``expires`` (= the deadline) and the ``ditto_deadline`` header
@@ -13,12 +14,18 @@ at its deadline. On timeout or cancel the client revokes the task and raises the
 cancel flag (:mod:`ditto_worker.fleet.cancellation`), which interrupts a running call in the
 plugin's driver. A committed write is never rolled back by a cancel (MEM-RUN-2).
 
+The node ids a client knows, with their output types and their kind's codes, come from the
+worker definitions (``nodes=``, or every installed and configured kind): an unknown node
+is answered before anything is sent, and a success's output is parsed once, here.
+
 Two ways of awaiting results:
 
 * Redis result backend (the fleet): one :class:`~ditto_worker.fleet.results.ResultListener` per
-  client — one pub/sub connection and one event loop thread for all calls, sync and async
-  — plus a small pool of sender threads (``send_threads``) for kombu's blocking publish.
-  Threads and Redis connections stay bounded however many calls are in flight.
+  client — one pub/sub connection (one pattern subscription for the ids the client makes)
+  and one event loop thread for all calls, sync and async. A sync ``invoke`` publishes its
+  message from the calling thread and blocks on a thread-safe future; ``ainvoke`` publishes
+  on a small pool of sender threads (``send_threads``; kombu's publish blocks). Threads and
+  Redis connections stay bounded however many calls are in flight.
 * in-process (``memory://``): Celery's ``AsyncResult`` polled every millisecond; ``ainvoke``
   runs ``invoke`` on the sender threads.
 
@@ -29,15 +36,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import functools
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
+from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import TimeoutError as ThreadTimeoutError
+from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,20 +58,10 @@ from kombu.exceptions import EncodeError, OperationalError
 from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
 
-from ditto_worker.config import FleetSettings
-from ditto_worker.contracts import (
-    FLEET_QUEUES,
-    RETRIEVAL_SEARCH,
-    MemoryDeleteOutput,
-    MemoryItem,
-    MemoryQueryOutput,
-    MemorySearchResult,
-    NodeResult,
-    NodeStatus,
-    to_wire,
-)
+from ditto_worker.config import FleetSettings, RuntimeConfig, load_runtime_config
+from ditto_worker.contracts import NodeResult, NodeStatus, to_wire
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
-from ditto_worker.fleet.cancellation import CANCEL_CHANNEL, cancel_key, local_registry
+from ditto_worker.fleet.cancellation import CANCEL_CHANNEL, cancel_key
 from ditto_worker.fleet.celery_app import (
     DEADLINE_HEADER,
     IN_PROCESS_POLL_S,
@@ -70,32 +70,43 @@ from ditto_worker.fleet.celery_app import (
     result_backend_url,
 )
 from ditto_worker.fleet.results import ResultListener
-from ditto_worker.memory.ports import CancelToken
 from ditto_worker.memory.scope import SCOPE_HEADER, Scope, parse_scope
+from ditto_worker.runtime.cancel import CancelToken, local_registry
+from ditto_worker.runtime.definition import KindCodes, NodeSpec, WorkerDefinition
 
-__all__ = ["OUTPUT_TYPES", "DittoClient"]
+__all__ = ["DittoClient", "NodeTable"]
 
 log = logging.getLogger(__name__)
 
-OUTPUT_TYPES: dict[str, Any] = {
-    "MEMORY.GET": list[MemoryItem],
-    "MEMORY.QUERY": MemoryQueryOutput,
-    "MEMORY.SEARCH": list[MemorySearchResult],
-    "MEMORY.WRITE": list[MemoryItem],
-    "MEMORY.UPDATE": list[MemoryItem],
-    "MEMORY.DELETE": MemoryDeleteOutput,
-    RETRIEVAL_SEARCH: list[MemorySearchResult],
-}
-"""Node id -> the type of its raw output (MEM-NODE-1)."""
+NodeTable = Mapping[str, tuple[WorkerDefinition, NodeSpec]]
+"""Node id -> (its worker definition, its spec): what a client knows of a node."""
 
-_RESULT_TYPES: dict[str, type[NodeResult[Any]]] = {
-    node: NodeResult[output]  # type: ignore[valid-type]
-    for node, output in OUTPUT_TYPES.items()
-}
 _CANCEL_POLL_S = 0.05
 _SLACK_S = 5.0  # how long past its deadline a call may take to report (slow broker)
-_FLAG_WAIT_S = 2.0  # how long a cancelled ainvoke waits for its cancel flag to be raised
+_FLAG_WAIT_S = 2.0  # how long a cancelled call waits for its cancel flag to be raised
 _MAX_PENDING_REVOKES = 256  # revoke broadcasts queued at most; more are skipped
+_UNKNOWN = KindCodes(ErrorCode.MEMORY_CANCELLED, ErrorCode.MEMORY_TIMEOUT,
+                     ErrorCode.MEMORY_BACKEND_ERROR)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Node:
+    result_type: Any  # NodeResult[<the node's output type>] (or NodeResult[Any])
+    codes: KindCodes
+
+
+def _known(nodes: NodeTable) -> dict[str, _Node]:
+    known = {}
+    for node, (definition, spec) in nodes.items():
+        output = spec.output if spec.output is not None else Any
+        known[node] = _Node(NodeResult[output], definition.kind_codes)  # type: ignore[valid-type]
+    return known
+
+
+def _installed(config: RuntimeConfig | None = None) -> NodeTable:
+    from ditto_worker.runtime.registry import node_table, worker_definitions
+
+    return node_table(worker_definitions(config or load_runtime_config(None)))
 
 
 def _jsonable(input: Any) -> Any:
@@ -108,16 +119,15 @@ def _failure(
     return NodeResult.failure(eid, node, code, message, status=status)
 
 
-def _timed_out(eid: str, node: str, message: str = "the call timed out") -> NodeResult[Any]:
-    return _failure(eid, node, ErrorCode.MEMORY_TIMEOUT, message, "timeout")
-
-
-def _cancelled(eid: str, node: str, message: str = "the call was cancelled") -> NodeResult[Any]:
-    return _failure(eid, node, ErrorCode.MEMORY_CANCELLED, message, "cancelled")
-
-
 def _is_redis(url: str) -> bool:
     return url.startswith(("redis://", "rediss://", "unix://"))
+
+
+def _unknown_node(eid: str, node: str, known: Mapping[str, Any]) -> NodeResult[Any]:
+    shown = node[:80] if isinstance(node, str) else repr(node)[:80]
+    close = difflib.get_close_matches(str(node).upper(), list(known), n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(known)}"
+    return _failure(eid, str(node), ErrorCode.UNKNOWN_NODE, f"unknown node {shown!r}{hint}")
 
 
 class DittoClient:
@@ -129,11 +139,16 @@ class DittoClient:
         default_timeout_s: timeout of a call when none is given, seconds
             (``fleet.callTimeoutS`` in ``ditto.yaml``).
         result_backend: a Redis URL to read results from with one
-            :class:`~ditto_worker.fleet.results.ResultListener`; ``None`` polls ``app``'s backend.
-        send_threads: threads publishing messages (kombu's publish blocks).
+            :class:`~ditto_worker.fleet.results.ResultListener`; ``None`` polls ``app``'s
+            backend.
+        send_threads: threads publishing the messages of ``ainvoke`` (kombu's publish
+            blocks).
         scope: the trusted tenant scope of every call that names none (a
-            :class:`~ditto_worker.memory.scope.Scope` or ``{"tenant", "user"}``); ``None``:
-            calls are unscoped unless they pass ``scope=``.
+            :class:`~ditto_worker.memory.scope.Scope` or ``{"tenant", "user"}``);
+            ``None``: calls are unscoped unless they pass ``scope=``.
+        nodes: the nodes this client may call (a node table of worker definitions,
+            :func:`~ditto_worker.runtime.registry.node_table`); ``None``: every installed
+            and configured worker kind.
 
     Raises:
         ConfigError: ``scope`` is malformed.
@@ -147,6 +162,7 @@ class DittoClient:
         result_backend: str | None = None,
         send_threads: int = 4,
         scope: Scope | Mapping[str, str] | None = None,
+        nodes: NodeTable | None = None,
     ) -> None:
         try:
             self._scope = parse_scope(scope)
@@ -154,6 +170,7 @@ class DittoClient:
             raise ConfigError(exc.safe_message) from None
         self.app = app
         self.default_timeout_s = default_timeout_s
+        self._nodes = _known(_installed() if nodes is None else nodes)
         self._poll_s = IN_PROCESS_POLL_S if str(app.conf.broker_url).startswith("memory") else 0.01
         self._listener = (
             ResultListener(result_backend, max_connections=send_threads)
@@ -171,12 +188,20 @@ class DittoClient:
         self._closed = False
 
     @classmethod
-    def from_fleet(cls, fleet: FleetSettings, **kwargs: Any) -> DittoClient:
+    def from_fleet(
+        cls, fleet: FleetSettings, *, nodes: NodeTable | None = None, **kwargs: Any
+    ) -> DittoClient:
         """A client of a broker fleet: a sending-only app plus a Redis result listener."""
+        table = _installed() if nodes is None else nodes
         backend = result_backend_url(fleet)
-        app = create_celery_app(fleet, results=not _is_redis(backend))
+        app = create_celery_app(fleet, results=not _is_redis(backend), nodes=list(table))
         kwargs.setdefault("default_timeout_s", fleet.call_timeout_s)
-        return cls(app, result_backend=backend, **kwargs)
+        return cls(app, result_backend=backend, nodes=table, **kwargs)
+
+    @property
+    def nodes(self) -> list[str]:
+        """The node ids this client knows."""
+        return list(self._nodes)
 
     # --- public API -----------------------------------------------------------------------
 
@@ -208,8 +233,8 @@ class DittoClient:
             ``INVALID_INPUT`` for input that is not JSON; ``PERMISSION_DENIED`` for a
             malformed scope or one the worker does not serve; ``MEMORY_BACKEND_ERROR`` when
             the broker or result backend is unreachable, or the client is closed;
-            ``INVALID_BACKEND_OUTPUT`` for a malformed reply), ``timeout``
-            (``MEMORY_TIMEOUT``) or ``cancelled`` (``MEMORY_CANCELLED``).
+            ``INVALID_BACKEND_OUTPUT`` for a malformed reply), ``timeout`` (the kind's
+            timeout code) or ``cancelled`` (the kind's cancelled code).
         """
         start = self._start(node, execution_id, cancel, scope, timeout)
         if isinstance(start, NodeResult):
@@ -220,13 +245,9 @@ class DittoClient:
                 return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the client is closed")
             if self._listener is None:
                 return self._invoke_polling(node, _jsonable(input), eid, deadline, cancel, bound)
-            coro = self._acall(node, _jsonable(input), eid, deadline, cancel, bound)
-            future = self._listener.submit(coro)
             try:
-                return future.result(timeout=max(0.0, deadline - time.time()) + _SLACK_S)
-            except ThreadTimeoutError:
-                future.cancel()
-                return _timed_out(eid, node, "the fleet did not answer in time")
+                return self._invoke_listening(node, _jsonable(input), eid, deadline, cancel,
+                                              bound)  # fmt: skip
             except Exception:
                 log.exception("unexpected error in %s", node)
                 return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the call failed")
@@ -265,9 +286,8 @@ class DittoClient:
                 except asyncio.CancelledError:
                     token.cancel()
                     raise
-            coro = self._acall(node, _jsonable(input), eid, deadline, cancel, bound)
             try:
-                return await asyncio.wrap_future(self._listener.submit(coro))
+                return await self._acall(node, _jsonable(input), eid, deadline, cancel, bound)
             except asyncio.CancelledError:
                 # the awaiting task is cancelled at once; raise the call's cancel flag before
                 # re-raising, so a caller that exits right away still leaves it cancelled
@@ -298,6 +318,20 @@ class DittoClient:
 
     # --- shared helpers -------------------------------------------------------------------
 
+    def _codes(self, node: str) -> KindCodes:
+        known = self._nodes.get(node)
+        return known.codes if known is not None else _UNKNOWN
+
+    def _timed_out(
+        self, eid: str, node: str, message: str = "the call timed out"
+    ) -> NodeResult[Any]:
+        return _failure(eid, node, self._codes(node).timeout, message, "timeout")
+
+    def _cancelled(
+        self, eid: str, node: str, message: str = "the call was cancelled"
+    ) -> NodeResult[Any]:
+        return _failure(eid, node, self._codes(node).cancelled, message, "cancelled")
+
     def _start(
         self,
         node: str,
@@ -308,11 +342,12 @@ class DittoClient:
     ) -> tuple[str, Scope | None, float] | NodeResult[Any]:
         """``(execution id, scope, deadline)`` of a call, or the NodeResult refusing it
         before anything is sent (unknown node, already cancelled, malformed scope)."""
-        eid = execution_id or str(uuid.uuid4())
-        if node not in FLEET_QUEUES:
-            return _failure(eid, node, ErrorCode.UNKNOWN_NODE, f"unknown node {node!r}")
+        listener = self._listener
+        eid = execution_id or (listener.new_id() if listener is not None else _new_id())
+        if node not in self._nodes:
+            return _unknown_node(eid, node, self._nodes)
         if cancel is not None and cancel.cancelled:
-            return _cancelled(eid, node, "cancelled before it was sent")
+            return self._cancelled(eid, node, "cancelled before it was sent")
         try:
             bound = self._scope if scope is None else parse_scope(scope)
         except MemoryError as exc:
@@ -357,7 +392,8 @@ class DittoClient:
 
     def _parse(self, payload: Any, node: str, eid: str) -> NodeResult[Any]:
         try:
-            return _RESULT_TYPES[node].model_validate(payload)
+            parsed: NodeResult[Any] = self._nodes[node].result_type.model_validate(payload)
+            return parsed
         except ValidationError:
             log.error("malformed NodeResult from %s", node)
             return _failure(
@@ -371,7 +407,9 @@ class DittoClient:
         if status == "SUCCESS":
             return self._parse(meta.get("result"), node, eid)
         if status == "REVOKED":
-            return _cancelled(eid, node) if cancelled else _timed_out(eid, node, "the call expired")
+            if cancelled:
+                return self._cancelled(eid, node)
+            return self._timed_out(eid, node, "the call expired")
         log.error("node task %s ended %s without a NodeResult", node, status)
         return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the node task failed")
 
@@ -379,7 +417,7 @@ class DittoClient:
         try:
             self.app.control.revoke(eid)
         except Exception:  # a revoke that cannot be sent is covered by expires + cancel flag
-            log.warning("could not broadcast revoke for %s", eid, exc_info=True)
+            log.warning("could not broadcast revoke for %s", eid)
 
     def _revoke_later(self, eid: str) -> None:
         """Broadcast the revoke of ``eid`` on the revoke thread, without waiting for it."""
@@ -403,10 +441,57 @@ class DittoClient:
 
     # --- Redis fleet: the listener path ---------------------------------------------------
 
+    def _invoke_listening(
+        self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
+        scope: Scope | None,
+    ) -> NodeResult[Any]:  # fmt: skip
+        """The sync path: publish from this thread, block on the listener's future."""
+        listener = self._listener
+        assert listener is not None
+        result, setup = listener.expect(eid)
+        stop: ThreadFuture[None] = ThreadFuture()
+        unregister = cancel.on_cancel(lambda: _settle(stop)) if cancel is not None else None
+        try:
+            if setup is not None:
+                try:
+                    setup.result(timeout=max(0.0, deadline - time.time()))
+                except ThreadTimeoutError:
+                    return self._timed_out(eid, node, "the fleet did not take the call in time")
+                except RedisError:
+                    return self._unreachable(eid, node)
+            try:
+                self._send(node, payload, eid, deadline, scope)
+            except (EncodeError, OperationalError) as exc:
+                return self._send_failure(exc, node, eid)
+            waited: list[ThreadFuture[Any]] = [result, stop]
+            wait_futures(waited, timeout=max(0.0, deadline - time.time()),
+                         return_when=FIRST_COMPLETED)  # fmt: skip
+            if result.done() and not result.cancelled():
+                return self._from_meta(result.result(), node, eid, stop.done())
+            if stop.done():
+                with contextlib.suppress(Exception):
+                    listener.submit(self._acancel(eid, deadline)).result(_FLAG_WAIT_S)
+                return self._cancelled(eid, node)
+            # past the deadline the worker stops the call itself (ditto_deadline header) and
+            # never starts it (expires): no flag needed, the revoke is a courtesy
+            self._revoke_later(eid)
+            return self._timed_out(eid, node)
+        finally:
+            if unregister is not None:
+                unregister()
+            listener.forget(eid)
+
+    def _unreachable(self, eid: str, node: str) -> NodeResult[Any]:
+        log.error("result backend unreachable during %s", node)
+        return _failure(
+            eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the result backend is unreachable"
+        )
+
     async def _acall(
         self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
         scope: Scope | None,
     ) -> NodeResult[Any]:  # fmt: skip
+        """The asyncio path: publish on a sender thread, await the listener's future."""
         listener = self._listener
         assert listener is not None
         loop = asyncio.get_running_loop()
@@ -416,53 +501,47 @@ class DittoClient:
             loop.call_soon_threadsafe(cancelled.set)
 
         unregister = cancel.on_cancel(on_cancel) if cancel else None
+        result, setup = listener.expect(eid)
         waiter: asyncio.Future[Any] | None = None
         try:
-            result = await asyncio.wait_for(listener.subscribe(eid), deadline - time.time())
+            if setup is not None:
+                await asyncio.wait_for(asyncio.wrap_future(setup), deadline - time.time())
             send = loop.run_in_executor(self._senders, self._send, node, payload, eid, deadline,
                                         scope)  # fmt: skip
             try:  # a send still queued at the deadline may go out later: it expires unrun
                 await asyncio.wait_for(send, max(0.0, deadline - time.time()))
             except (EncodeError, OperationalError) as exc:
                 return self._send_failure(exc, node, eid)
+            answer = asyncio.wrap_future(result)
             waiter = loop.create_task(cancelled.wait())
-            pending: set[asyncio.Future[Any]] = {result, waiter}
             await asyncio.wait(
-                pending, timeout=max(0.0, deadline - time.time()),
+                {answer, waiter}, timeout=max(0.0, deadline - time.time()),
                 return_when=asyncio.FIRST_COMPLETED,
             )  # fmt: skip
-            if result.done() and not result.cancelled():
-                return self._from_meta(result.result(), node, eid, cancelled.is_set())
+            if answer.done() and not answer.cancelled():
+                return self._from_meta(answer.result(), node, eid, cancelled.is_set())
+            answer.cancel()
             if cancelled.is_set():
-                await self._acancel(eid, deadline)
-                return _cancelled(eid, node)
-            # past the deadline the worker stops the call itself (ditto_deadline header) and
-            # never starts it (expires): no flag needed, the revoke is a courtesy
+                await asyncio.wrap_future(listener.submit(self._acancel(eid, deadline)))
+                return self._cancelled(eid, node)
             self._revoke_later(eid)
-            return _timed_out(eid, node)
+            return self._timed_out(eid, node)
         except TimeoutError:
             self._revoke_later(eid)
-            return _timed_out(eid, node, "the fleet did not take the call in time")
+            return self._timed_out(eid, node, "the fleet did not take the call in time")
         except RedisError:
-            log.error("result backend unreachable during %s", node)
-            return _failure(
-                eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the result backend is unreachable"
-            )
-        except asyncio.CancelledError:
-            await self._acancel(eid, deadline)
-            raise
-        except Exception:  # never let a driver surprise escape as an exception
-            log.exception("unexpected error while awaiting %s", node)
-            return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the result backend failed")
+            return self._unreachable(eid, node)
         finally:
             if waiter is not None:
                 waiter.cancel()
             if unregister is not None:
                 unregister()
-            listener.release_soon(eid)  # the unsubscribe never delays the caller
+            listener.forget(eid)
 
     async def _acancel(self, eid: str, deadline: float) -> None:
-        """Flag ``eid`` cancelled (stops it if running, prevents it if not) and revoke it."""
+        """Flag ``eid`` cancelled (stops it if running, prevents it if not) and revoke it.
+
+        Runs on the listener's loop."""
         listener = self._listener
         assert listener is not None
         ttl_s = max(1, int(deadline - time.time()) + 60)
@@ -489,7 +568,9 @@ class DittoClient:
             if remaining <= 0 or (cancel is not None and cancel.cancelled):
                 local_registry().cancel(eid)
                 self._revoke_later(eid)
-                return _timed_out(eid, node) if remaining <= 0 else _cancelled(eid, node)
+                if remaining <= 0:
+                    return self._timed_out(eid, node)
+                return self._cancelled(eid, node)
             wait_s = remaining if cancel is None else min(remaining, _CANCEL_POLL_S)
             try:
                 payload = result.get(timeout=wait_s, interval=self._poll_s, propagate=True)
@@ -497,9 +578,20 @@ class DittoClient:
                 continue
             except TaskRevokedError:
                 if cancel is not None and cancel.cancelled:
-                    return _cancelled(eid, node)
-                return _timed_out(eid, node, "the call expired")
+                    return self._cancelled(eid, node)
+                return self._timed_out(eid, node, "the call expired")
             except Exception:
                 log.exception("node task %s failed without a NodeResult", node)
                 return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the node task failed")
             return self._parse(payload, node, eid)
+
+
+def _settle(future: ThreadFuture[None]) -> None:
+    with contextlib.suppress(Exception):  # already settled
+        future.set_result(None)
+
+
+def _new_id() -> str:
+    import uuid
+
+    return str(uuid.uuid4())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from celery import Celery
@@ -19,27 +19,45 @@ from celery.contrib.testing.worker import start_worker
 from celery.worker import state
 
 from ditto_worker.config import RuntimeConfig
-from ditto_worker.contracts import FLEET_QUEUES
-from ditto_worker.fleet.celery_app import create_celery_app
+from ditto_worker.fleet.celery_app import create_celery_app, queue_for
 from ditto_worker.fleet.client import DittoClient
-from ditto_worker.fleet.tasks import FleetRuntime, RetrievalFactory, WorkerFactory, register_tasks
+from ditto_worker.fleet.tasks import FleetRuntime, register_tasks
+from ditto_worker.runtime.definition import WorkerSource
 
-__all__ = ["create_worker_app", "open_fleet"]
+__all__ = ["create_worker_app", "open_fleet", "with_store"]
+
+
+def with_store(config: RuntimeConfig, store: str | None) -> RuntimeConfig:
+    """``config`` with ``workers.memory.store`` (and the retrieval targets' store) set to
+    ``store`` (the ``--store`` option); unchanged when ``store`` is ``None``."""
+    if not store:
+        return config
+    memory = config.memory_worker.model_copy(update={"store": store})
+    targets = {
+        name: target.model_copy(update={"store": store})
+        for name, target in config.retrieval_worker.targets.items()
+    }
+    retrieval = config.retrieval_worker.model_copy(update={"targets": targets})
+    return config.model_copy(update={"memory_worker": memory, "retrieval_worker": retrieval})
 
 
 def create_worker_app(
     config: RuntimeConfig,
-    worker_factory: WorkerFactory | None = None,
+    workers: Sequence[WorkerSource] | None = None,
+    *,
     store: str | None = None,
-    retrieval_factory: RetrievalFactory | None = None,
 ) -> Celery:
-    """A Celery app with the MEMORY and RETRIEVAL tasks registered, served per ``config``.
+    """A Celery app with one task per node of every worker definition, served per ``config``.
 
-    The factories replace the default builders (the store plugin of ``ditto.yaml``; the
-    targets of ``workers.retrieval``), e.g. to serve injected plugin objects.
+    Args:
+        config: the runtime config.
+        workers: definitions (or zero-argument factories, called once per process) to
+            serve; ``None``: every installed and configured worker kind.
+        store: store plugin name overriding ``workers.memory.store`` (``--store``).
     """
-    app = create_celery_app(config.fleet)
-    runtime = FleetRuntime(config, worker_factory, store=store, retrieval_factory=retrieval_factory)
+    config = with_store(config, store)
+    runtime = FleetRuntime(config, workers)
+    app = create_celery_app(config.fleet, nodes=runtime.nodes)
     register_tasks(app, runtime)
     return app
 
@@ -48,15 +66,15 @@ def create_worker_app(
 def open_fleet(
     config: RuntimeConfig,
     *,
-    worker_factory: WorkerFactory | None = None,
+    workers: Sequence[WorkerSource] | None = None,
     store: str | None = None,
 ) -> Iterator[DittoClient]:
     """Yield a :class:`DittoClient`; in-process mode also runs a worker until exit.
 
     Args:
         config: runtime config; ``config.fleet.in_process`` decides the mode.
-        worker_factory: in-process only: builds the MemoryWorker (default: the store
-            plugin from ``ditto.yaml`` via its entry point).
+        workers: in-process only: the definitions to serve (default: every installed and
+            configured kind, the store plugin from ``ditto.yaml``).
         store: in-process only: plugin name overriding ``workers.memory.store``.
     """
     timeout_s = config.fleet.call_timeout_s
@@ -67,7 +85,8 @@ def open_fleet(
         finally:
             client.close()
         return
-    app = create_worker_app(config, worker_factory, store)
+    app = create_worker_app(config, workers, store=store)
+    runtime: FleetRuntime = app.ditto_runtime
     stopped = threading.Event()
     try:
         with start_worker(
@@ -75,11 +94,11 @@ def open_fleet(
             pool="solo",
             perform_ping_check=False,
             loglevel=logging.WARNING,
-            queues=list(FLEET_QUEUES.values()),
+            queues=[queue_for(node) for node in runtime.nodes],
             shutdown_timeout=30.0,
         ):
             try:
-                yield DittoClient(app, default_timeout_s=timeout_s)
+                yield DittoClient(app, default_timeout_s=timeout_s, nodes=runtime.table)
             finally:
                 _begin_stop(app, stopped)
     finally:

@@ -7,15 +7,20 @@ no awaitable form (celery#6603). :class:`ResultListener` replaces both:
 
 * one ``redis.asyncio`` pub/sub connection and a small connection pool, driven by one event
   loop in one daemon thread, serve every ``invoke`` and ``ainvoke`` of the client;
-* a call subscribes its channel *before* its message is sent (waiting for Redis to confirm),
-  then reads the stored key once (a result stored before the subscription, e.g. for a
-  re-sent execution id, is not missed), and unsubscribes when it ends — result, timeout or
-  cancel — so no channel outlives its call;
+* execution ids the client makes start with the listener's own prefix
+  (:meth:`ResultListener.new_id`), and one pattern subscription
+  (``PSUBSCRIBE celery-task-meta-<prefix>*``), confirmed once, receives all their results:
+  such a call costs no Redis command of its own on the result side;
+* a call with an execution id of the caller's choosing subscribes its own channel before
+  its message is sent, and the stored key is read when Redis confirms the subscription (a
+  result stored before it, e.g. for a re-sent execution id, is not missed); it is
+  unsubscribed in the background when the call ends;
+* a waiting call is a thread-safe future: a sync ``invoke`` blocks on it in its own thread
+  (its message is published from that thread too), an ``ainvoke`` awaits it on its loop;
 * the pub/sub connection always holds one private channel of the listener's own, and one
-  reader task reads it for the client's whole life: the connection is never idle-unsubscribed,
-  so no command ever reads from it concurrently with the reader;
-* after a lost connection the listener reconnects, re-subscribes the pending channels and
-  re-reads their keys.
+  reader task reads it for the client's whole life;
+* after a lost connection the listener reconnects, subscribes again, and reads the stored
+  key of every waiting call once the subscriptions are confirmed.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import threading
 import uuid
 from collections.abc import Coroutine
@@ -40,6 +46,7 @@ RESULT_KEY_PREFIX = "celery-task-meta-"
 """Celery's Redis result key (and channel) prefix."""
 
 T = TypeVar("T")
+Meta = dict[str, Any]
 
 
 class ResultListener:
@@ -54,11 +61,17 @@ class ResultListener:
     def __init__(self, url: str, *, max_connections: int = 4) -> None:
         self.url = url
         self._max_connections = max_connections
+        self.prefix = secrets.token_hex(4)  # the first group of every id this client makes
+        self._pattern = f"{RESULT_KEY_PREFIX}{self.prefix}-*"
         self.loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ditto-results", daemon=True)
-        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self._releases: set[asyncio.Task[None]] = set()  # background unsubscribes / reads
+        self._waiting: dict[str, ThreadFuture[Meta]] = {}
+        self._explicit: set[str] = set()  # channels subscribed one by one
+        self._guard = threading.Lock()  # _waiting / _explicit, from any thread
+        self._pattern_ready = False  # the pattern subscription is confirmed (loop thread)
+        self._ready: asyncio.Event | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self._client: aioredis.Redis | None = None
         self._pubsub: Any = None
         self._reader: asyncio.Task[None] | None = None
@@ -77,6 +90,7 @@ class ResultListener:
         self._client = aioredis.Redis(connection_pool=pool)
         self._pubsub = self._client.pubsub()
         self._lock = asyncio.Lock()
+        self._ready = asyncio.Event()
         self._started.set()
         self.loop.run_forever()
 
@@ -90,118 +104,157 @@ class ResultListener:
         assert self._client is not None
         return self._client
 
-    # --- per call (on the listener loop) --------------------------------------------------
+    def new_id(self) -> str:
+        """A fresh execution id (a uuid4 whose first group is this listener's prefix) whose
+        result the pattern subscription receives."""
+        rest = uuid.uuid4().hex
+        return f"{self.prefix}-{rest[8:12]}-4{rest[13:16]}-{rest[16:20]}-{rest[20:]}"
 
-    async def subscribe(self, task_id: str) -> asyncio.Future[dict[str, Any]]:
-        """Subscribe ``task_id``'s result channel; returns the future of its result meta.
+    # --- per call (any thread) ------------------------------------------------------------
 
-        Returns once the SUBSCRIBE is written, without waiting for Redis to confirm it (a
-        busy loop confirms late, and a call must not wait on that). No result can be
-        missed: when the confirmation arrives the stored result key is read too, and
-        Celery stores the key before (atomically with) publishing it.
+    def expect(self, task_id: str) -> tuple[ThreadFuture[Meta], ThreadFuture[None] | None]:
+        """Start waiting for ``task_id``'s result, before its message is sent.
+
+        Returns:
+            ``(result, setup)``: ``result`` resolves to the task's result meta (Celery's
+            ``{"status", "result", …}``); ``setup`` is ``None`` when nothing has to be
+            waited for, else a future the caller waits on before sending (the pattern
+            subscription is not confirmed yet, or the id is the caller's own and its
+            channel is being subscribed). Call :meth:`forget` when the call ends.
         """
         channel = RESULT_KEY_PREFIX + task_id
-        result: asyncio.Future[dict[str, Any]] = self.loop.create_future()
-        self._pending[channel] = result
-        assert self._lock is not None
+        result: ThreadFuture[Meta] = ThreadFuture()
+        explicit = not task_id.startswith(self.prefix + "-")
+        with self._guard:
+            self._waiting[channel] = result
+            if explicit:
+                self._explicit.add(channel)
+        if not explicit and self._pattern_ready:
+            return result, None
+        return result, self.submit(self._setup(channel, explicit))
+
+    def forget(self, task_id: str) -> None:
+        """The call ended: stop waiting (and unsubscribe its own channel in the background)."""
+        channel = RESULT_KEY_PREFIX + task_id
+        with self._guard:
+            self._waiting.pop(channel, None)
+            explicit = channel in self._explicit
+            self._explicit.discard(channel)
+        if explicit:
+            self.loop.call_soon_threadsafe(self._spawn, self._unsubscribe(channel))
+
+    # --- on the loop ----------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = self.loop.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _setup(self, channel: str, explicit: bool) -> None:
+        assert self._lock is not None and self._ready is not None
         async with self._lock:
             if not self._pubsub.subscribed:
                 await self._pubsub.subscribe(self._home)  # keeps the connection subscribed
-            await self._pubsub.subscribe(channel)
+                await self._pubsub.psubscribe(self._pattern)
+            if explicit:
+                await self._pubsub.subscribe(channel)
         if self._reader is None or self._reader.done():
             self._reader = self.loop.create_task(self._read())
-        return result
+        if not explicit:
+            await self._ready.wait()
 
-    async def read_stored(self, task_id: str) -> None:
-        """Resolve the call's future from the stored key if the result is already there."""
-        channel = RESULT_KEY_PREFIX + task_id
-        raw = await self.client.get(channel)
-        if raw is not None:
-            self._resolve(channel, raw)
-
-    def release_soon(self, task_id: str) -> None:
-        """Forget the call now and unsubscribe its channel in the background (on the
-        listener's loop; the caller does not wait for Redis)."""
-        self._pending.pop(RESULT_KEY_PREFIX + task_id, None)
-        task = self.loop.create_task(self.release(task_id))
-        self._releases.add(task)
-        task.add_done_callback(self._releases.discard)
-
-    async def _read_stored_quietly(self, channel: str) -> None:
-        try:
-            await self.read_stored(channel.removeprefix(RESULT_KEY_PREFIX))
-        except RedisError:  # the reader recovers and reads every pending key again
-            log.warning("could not read the stored result of %s", channel)
-
-    async def release(self, task_id: str) -> None:
-        """Forget the call and unsubscribe its channel."""
-        channel = RESULT_KEY_PREFIX + task_id
-        self._pending.pop(channel, None)
+    async def _unsubscribe(self, channel: str) -> None:
         assert self._lock is not None
         try:
             async with self._lock:
                 await self._pubsub.unsubscribe(channel)
         except RedisError:
-            log.warning("could not unsubscribe %s", channel, exc_info=True)
+            log.warning("could not unsubscribe a result channel")
 
-    # --- the reader -----------------------------------------------------------------------
+    async def read_stored(self, channel: str) -> None:
+        """Resolve ``channel``'s waiting call from the stored key if the result is there."""
+        raw = await self.client.get(channel)
+        if raw is not None:
+            self._resolve(channel, raw)
+
+    async def _read_stored_quietly(self, channels: list[str]) -> None:
+        try:
+            for channel in channels:
+                await self.read_stored(channel)
+        except RedisError:  # the reader recovers and reads every waiting key again
+            log.warning("could not read stored results")
 
     def _resolve(self, channel: str, raw: bytes | str) -> None:
-        future = self._pending.get(channel)
+        with self._guard:
+            future = self._waiting.get(channel)
         if future is None or future.done():
             return
         try:
             meta = json.loads(raw)
         except (ValueError, TypeError):
-            log.warning("undecodable result on %s", channel)
+            log.warning("undecodable result on a result channel")
             return
-        if isinstance(meta, dict):
-            future.set_result(meta)
+        if isinstance(meta, dict) and not future.done():
+            try:
+                future.set_result(meta)
+            except Exception:  # resolved concurrently by a stored-key read
+                pass
 
-    def _confirm(self, channel: str) -> None:
-        """The subscription is active: read the key, in case the result came before it."""
-        future = self._pending.get(channel)
-        if future is not None and not future.done():
-            task = self.loop.create_task(self._read_stored_quietly(channel))
-            self._releases.add(task)
-            task.add_done_callback(self._releases.discard)
+    def _confirmed(self, kind: str, channel: str) -> None:
+        """A subscription is active: read the stored keys it might have missed."""
+        assert self._ready is not None
+        if kind == "psubscribe":
+            self._pattern_ready = True
+            self._ready.set()
+            with self._guard:
+                missed = [c for c in self._waiting if c not in self._explicit]
+        else:
+            with self._guard:
+                missed = [channel] if channel in self._waiting else []
+        if missed:
+            self._spawn(self._read_stored_quietly(missed))
 
     async def _read(self) -> None:
         while True:
             try:
                 message = await self._pubsub.get_message(timeout=1.0)
             except RedisError:
-                log.warning("result listener lost Redis; reconnecting", exc_info=True)
+                log.warning("result listener lost Redis; reconnecting")
                 await asyncio.sleep(0.2)
                 await self._recover()
                 continue
             if message is None:
                 continue
+            kind = message.get("type")
             channel = message.get("channel")
             channel = channel.decode() if isinstance(channel, bytes) else str(channel)
-            if message.get("type") == "subscribe":
-                self._confirm(channel)
-            elif message.get("type") == "message":
+            if kind in ("message", "pmessage"):
                 self._resolve(channel, message["data"])
+            elif kind in ("subscribe", "psubscribe"):
+                self._confirmed(kind, channel)
 
     async def _recover(self) -> None:
+        assert self._lock is not None and self._ready is not None
+        self._pattern_ready = False
+        self._ready.clear()
         try:
-            assert self._lock is not None
             async with self._lock:
-                channels = list(self._pending)
+                with self._guard:
+                    channels = list(self._explicit)
                 await self._pubsub.subscribe(self._home, *channels)
-            for channel in channels:
-                await self.read_stored(channel.removeprefix(RESULT_KEY_PREFIX))
+                await self._pubsub.psubscribe(self._pattern)
         except RedisError:
-            log.warning("result listener still cannot reach Redis", exc_info=True)
+            log.warning("result listener still cannot reach Redis")
 
     # --- shutdown -------------------------------------------------------------------------
 
     async def _aclose(self) -> None:
-        for future in list(self._pending.values()):
+        with self._guard:
+            waiting = list(self._waiting.values())
+        for future in waiting:
             future.cancel()
-        if self._releases:  # let background unsubscribes finish (bounded)
-            await asyncio.wait(list(self._releases), timeout=2.0)
+        if self._background:  # let background unsubscribes finish (bounded)
+            await asyncio.wait(list(self._background), timeout=2.0)
         if self._reader is not None:
             self._reader.cancel()
         await self._pubsub.aclose()
@@ -222,4 +275,5 @@ class ResultListener:
     @property
     def pending(self) -> int:
         """Calls currently awaiting a result."""
-        return len(self._pending)
+        with self._guard:
+            return len(self._waiting)

@@ -30,12 +30,12 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import OperationalError
 
-from ditto_worker.contracts import FLEET_QUEUES
 from ditto_worker.errors import DittoError
 
 __all__ = [
     "BrokerUnavailableError",
     "QueueStatus",
+    "app_nodes",
     "build_rows",
     "collect_status",
     "queue_backlog",
@@ -149,7 +149,7 @@ def build_rows(
     backlog: Mapping[str, int],
     consumers: Mapping[str, Sequence[str]],
     pool_sizes: Mapping[str, int],
-    nodes: Mapping[str, str] = FLEET_QUEUES,
+    nodes: Mapping[str, str],
 ) -> list[QueueStatus]:
     """One :class:`QueueStatus` per node, in ``nodes`` order.
 
@@ -157,7 +157,7 @@ def build_rows(
         backlog: ``{queue: messages waiting}``; a missing queue counts 0.
         consumers: ``{queue: [worker_name, ...]}`` (see :func:`queue_consumers`).
         pool_sizes: ``{worker_name: pool size}`` (see :func:`worker_pool_sizes`).
-        nodes: ``{node_id: queue}``; default the six MEMORY nodes and RETRIEVAL.SEARCH.
+        nodes: ``{node_id: queue}`` (:func:`app_nodes`).
 
     Returns:
         ``len(nodes)`` rows.
@@ -201,6 +201,12 @@ def render_table(rows: Sequence[QueueStatus]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def app_nodes(app: Celery) -> dict[str, str]:
+    """``{node_id: queue}`` of every node ``app`` routes (its worker definitions' nodes)."""
+    routes = app.conf.task_routes or {}
+    return {node: str(route["queue"]) for node, route in routes.items()}
+
+
 def collect_status(app: Celery, timeout_s: float = 1.0) -> list[QueueStatus]:
     """Read backlog from the broker and workers from a ``celery inspect`` broadcast.
 
@@ -211,13 +217,14 @@ def collect_status(app: Celery, timeout_s: float = 1.0) -> list[QueueStatus]:
             broadcasts: ``active_queues`` and ``stats``).
 
     Returns:
-        Seven rows, one per node (:func:`build_rows`).
+        One row per node the app routes (:func:`build_rows`).
 
     Raises:
         BrokerUnavailableError: the broker could not be reached.
     """
-    backlog = queue_backlog(app, list(FLEET_QUEUES.values()))
+    nodes = app_nodes(app)
+    backlog = queue_backlog(app, list(nodes.values()))
     inspect = app.control.inspect(timeout=timeout_s)
     consumers = queue_consumers(inspect.active_queues())
     pool_sizes = worker_pool_sizes(inspect.stats()) if consumers else {}
-    return build_rows(backlog, consumers, pool_sizes)
+    return build_rows(backlog, consumers, pool_sizes, nodes)

@@ -1,213 +1,264 @@
-"""One thin Celery task per MEMORY node, named by node id (``MEMORY.GET`` …).
+"""One Celery task per node id, for every node of every worker definition (MEM-RT-2).
 
-A task parses nothing itself: it hands the JSON input to the process's
-:class:`~ditto_worker.memory.worker.MemoryWorker` (which validates it, calls the plugin and
-builds the NodeResult) and returns the NodeResult's wire JSON. Every outcome, failures
-included, is a returned NodeResult; tasks never raise for a node failure and are never
-retried automatically (MEM-ERR-5).
+The fleet knows no node kind by name: a :class:`FleetRuntime` holds this process's
+worker definitions (from the ``ditto_worker.workers`` entry points and ``ditto.yaml``, or
+injected) and :func:`register_tasks` registers each node as a task named by its node id,
+routed to its own queue (the lower-case id). A task parses nothing itself: it builds the
+call's :class:`~ditto_worker.runtime.NodeContext` once from the message (execution id,
+deadline, trusted scope, cancel token) and hands the JSON input to
+:func:`~ditto_worker.runtime.execute.run_node`, then returns the NodeResult's wire JSON.
+Every outcome, failures included, is a returned NodeResult; tasks never raise for a node
+failure and are never retried automatically (MEM-ERR-5). Nodes whose ``NodeSpec`` is a
+mutation ack late and are redelivered if their worker process dies (the handler applies
+an execution id at most once).
 
-The plugin is built once per worker process, after fork, through the ``ditto_worker.stores``
-entry point named in ``ditto.yaml`` (MEM-PY-1) — never at import time.
+Per-process resources: each definition's ``open`` hook runs in every pool process before
+it serves — ``worker_process_init`` (prefork children and the solo pool) and
+``worker_init`` for the threads pool (which has no process init) — and handlers still
+build what they need on first use.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from celery import Celery, Task
+from celery import Celery, Task, signals
+from celery.worker.request import Request
 
 from ditto_worker.config import RuntimeConfig
-from ditto_worker.contracts import FLEET_QUEUES, RETRIEVAL_SEARCH, NodeResult, to_wire
-from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.contracts import NodeResult, to_wire
+from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.fleet.cancellation import RedisCancelWatcher, local_registry
 from ditto_worker.fleet.celery_app import DEADLINE_HEADER
 from ditto_worker.memory.scope import SCOPE_HEADER, parse_scope
-from ditto_worker.memory.worker import MemoryWorker, NodeContext, create_memory_worker
-from ditto_worker.retrieval.delegation import RetrievalWorker, set_default_client
+from ditto_worker.runtime.context import NodeContext
+from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition, WorkerSource
+from ditto_worker.runtime.execute import run_node
+from ditto_worker.runtime.process import PerProcess
+from ditto_worker.runtime.registry import node_table, worker_definitions
 
-__all__ = ["FleetRuntime", "register_tasks"]
+__all__ = ["INPUT_BYTES", "FleetRuntime", "SizedRequest", "register_tasks"]
 
 log = logging.getLogger(__name__)
 
-WorkerFactory = Callable[[], MemoryWorker]
-RetrievalFactory = Callable[[], RetrievalWorker]
+INPUT_BYTES = "ditto_input_bytes"
+"""Request attribute: bytes of the message body as it came off the broker."""
 
 
-MUTATIONS = frozenset({"MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"})
-"""Nodes whose tasks ack late (redelivered after a worker crash; applied once)."""
+class SizedRequest(Request):  # type: ignore[misc]
+    """Celery's request, recording the size of the message body it was built from, so the
+    task checks ``fleet.maxInputBytes`` without serialising the input again."""
+
+    def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(message, *args, **kwargs)
+        body = self._body
+        self._request_dict[INPUT_BYTES] = len(body) if isinstance(body, bytes | str) else 0
 
 
-def _json_size(value: Any) -> int:
-    """Bytes of ``value`` as compact JSON (what crossed the broker, near enough)."""
-    try:
-        return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-    except (TypeError, ValueError):
-        return 0  # not JSON: the SDK's validation answers INVALID_INPUT
-
-
-def _fleet_client(fleet: Any) -> Any:
-    from ditto_worker.fleet.client import DittoClient
-
-    return DittoClient.from_fleet(fleet)
-
-
-class _Unavailable(Exception):
-    """A worker definition could not be built (logged; answered as a failed NodeResult)."""
+def _header(request: Any, name: str) -> Any:
+    headers = request.headers or {}
+    return headers.get(name, getattr(request, name, None))
 
 
 class FleetRuntime:
-    """Builds and holds this process's worker definitions, once per process id.
-
-    The MEMORY worker (store plugin) and the RETRIEVAL worker (search pipelines) are each
-    built on the first call that needs them, so a retrieval-only worker never opens the
-    store and a memory-only worker never loads a model. After a fork both are built anew.
+    """This process's worker definitions and the per-call envelope of the fleet.
 
     Args:
-        config: the runtime config (store name, plugin settings, YAML limits, targets).
-        worker_factory: builds the MEMORY worker; default: the store plugin named in
-            ``workers.memory.store`` (or ``store``) via its entry point.
-        store: plugin name overriding ``workers.memory.store``.
-        retrieval_factory: builds the RETRIEVAL worker; default: the targets of
-            ``workers.retrieval`` in ``ditto.yaml``.
+        config: the runtime config (fleet settings, defaults per kind, plugin settings).
+        workers: the definitions to serve (a definition, or a zero-argument factory called
+            once per process); ``None``: every installed and configured worker kind
+            (:func:`~ditto_worker.runtime.registry.worker_definitions`).
     """
 
-    def __init__(
-        self,
-        config: RuntimeConfig,
-        worker_factory: WorkerFactory | None = None,
-        store: str | None = None,
-        retrieval_factory: RetrievalFactory | None = None,
-    ) -> None:
+    def __init__(self, config: RuntimeConfig, workers: Sequence[WorkerSource] | None = None):
         self.config = config
-        self._factory = worker_factory or self._from_entry_point
-        self._retrieval_factory = retrieval_factory or self._retrieval_from_config
-        self._store_name = store
+        self._sources = None if workers is None else list(workers)
         self._lock = threading.Lock()
-        self._built: dict[str, Any] = {}
-        self._pid = -1
+        self._pid = os.getpid()
+        self.definitions = self._build()
+        self.table = node_table(self.definitions)
+        self._client = PerProcess(self._make_client)
+        self._watcher: PerProcess[RedisCancelWatcher | None] = PerProcess(self._make_watcher)
+        self._app: Celery | None = None
 
-    def _from_entry_point(self) -> MemoryWorker:
-        from ditto_worker.runtime.registry import build_store
+    def _build(self) -> list[WorkerDefinition]:
+        if self._sources is None:
+            return worker_definitions(self.config)
+        return [s if isinstance(s, WorkerDefinition) else s() for s in self._sources]
 
-        store = build_store(self.config, self._store_name)
-        settings = self.config.memory_worker
-        scope = None if settings.scope is None else settings.scope.model_dump()
-        search = None
-        if settings.search_target:
-            from ditto_worker.retrieval.delegation import RemoteRetrievalSearchProvider
-
-            search = RemoteRetrievalSearchProvider(target={"name": settings.search_target})
-        return create_memory_worker(
-            store, search=search, scope=scope, require_scope=settings.require_scope
-        )
-
-    def _retrieval_from_config(self) -> RetrievalWorker:
-        from ditto_worker.retrieval.config import build_retrieval_worker
-
-        return build_retrieval_worker(self.config)
-
-    def _get(self, name: str, factory: Callable[[], Any]) -> Any:
+    def _current(self) -> dict[str, tuple[WorkerDefinition, NodeSpec]]:
+        """The node table of this process: factories are called again after a fork."""
+        if self._pid == os.getpid() or self._sources is None:
+            return self.table
         with self._lock:
             if self._pid != os.getpid():
-                self._built, self._pid = {}, os.getpid()
-            if name not in self._built:
-                self._built[name] = factory()
-            return self._built[name]
+                if any(not isinstance(s, WorkerDefinition) for s in self._sources):
+                    self.definitions = self._build()
+                    self.table = node_table(self.definitions)
+                self._pid = os.getpid()
+        return self.table
 
-    def _watcher(self, app: Celery | None) -> RedisCancelWatcher | None:
+    @property
+    def nodes(self) -> list[str]:
+        """Every node id this runtime can serve."""
+        return list(self.table)
+
+    def open(self, nodes: Iterable[str] | None = None) -> None:
+        """Run the ``open`` hook of each definition serving ``nodes`` (default: all).
+
+        Raises:
+            Exception: whatever a hook raised (a store or model that cannot be built).
+        """
+        wanted = set(self.table if nodes is None else nodes)
+        for definition in {
+            id(d): d for n, (d, _) in self._current().items() if n in wanted
+        }.values():
+            if definition.open is not None:
+                definition.open()
+
+    def close(self) -> None:
+        """Run each definition's ``close`` hook (resources it owns)."""
+        for definition in self.definitions:
+            if definition.close is not None:
+                definition.close()
+
+    # --- sub-calls and cancel flags (one per process) -------------------------------------
+
+    def _make_client(self) -> Any:
+        from ditto_worker.fleet.client import DittoClient
+
+        if self.config.fleet.in_process and self._app is not None:
+            return DittoClient(self._app, nodes=self.table)
+        return DittoClient.from_fleet(self.config.fleet, nodes=self.table)
+
+    def _make_watcher(self) -> RedisCancelWatcher | None:
+        app = self._app
         backend = str(app.conf.result_backend or "") if app is not None else ""
         if not backend.startswith(("redis://", "rediss://", "unix://")):
             return None
-        watcher: RedisCancelWatcher = self._get("watcher", lambda: RedisCancelWatcher(backend))
-        return watcher
+        return RedisCancelWatcher(backend)
 
-    @property
-    def worker(self) -> MemoryWorker:
-        """This process's MEMORY worker, built on first use (after a fork, built anew)."""
-        worker: MemoryWorker = self._get("memory", self._factory)
-        return worker
+    def _sub_invoke(self, parent: NodeContext) -> Callable[..., NodeResult[Any]]:
+        def invoke(node: str, input: Any, *, timeout: float | None = None,
+                   execution_id: str | None = None) -> NodeResult[Any]:  # fmt: skip
+            remaining = parent.remaining_s
+            if remaining is not None:
+                timeout = remaining if timeout is None else min(timeout, remaining)
+            result: NodeResult[Any] = self._client.get().invoke(
+                node, input, timeout=timeout, cancel=parent.cancel, scope=parent.scope,
+                execution_id=execution_id,
+            )  # fmt: skip
+            return result
 
-    def _handler(self, node: str, app: Celery | None) -> MemoryWorker | RetrievalWorker:
-        try:
-            if node == RETRIEVAL_SEARCH:
-                return self._get("retrieval", self._retrieval_factory)  # type: ignore[no-any-return]
-            if not self.config.fleet.in_process:
-                # MEM-RET-5: a RemoteRetrievalSearchProvider without a client uses this fleet
-                fleet = self.config.fleet
-                self._get("client", lambda: set_default_client(lambda: _fleet_client(fleet)))
-            return self.worker
-        except Exception as exc:
-            log.exception("cannot build the worker for %s", node)
-            raise _Unavailable(node) from exc
+        return invoke
+
+    # --- one call -------------------------------------------------------------------------
+
+    def _refusal(self, task: Task, node: str, eid: str) -> NodeResult[Any] | None:
+        size = int(getattr(task.request, INPUT_BYTES, 0) or 0)
+        cap = self.config.fleet.max_input_bytes
+        if size > cap:
+            message = f"Invalid input: {size} bytes exceed the {cap}-byte limit (maxInputBytes)"
+            return NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, message)
+        return None
 
     def run(self, task: Task, node: str, input: Any) -> dict[str, Any]:
         """Run ``node`` for the task's current request; returns the NodeResult wire JSON.
 
         The call runs with a cancel token registered under its execution id (see
-        :mod:`ditto_worker.fleet.cancellation`); a call flagged cancelled before it started is
-        answered ``cancelled`` without running. A worker definition that cannot be built
-        (bad config, store or model unavailable) answers ``MEMORY_BACKEND_ERROR``.
+        :mod:`ditto_worker.fleet.cancellation`); a call flagged cancelled before it started
+        is answered ``cancelled`` without running.
         """
-        eid = str(task.request.id)
-        watcher = self._watcher(task.app)
-        headers = task.request.headers or {}
-        raw_deadline = headers.get(DEADLINE_HEADER, getattr(task.request, DEADLINE_HEADER, None))
+        request = task.request
+        eid = str(request.id)
+        definition, spec = self._current()[node]
+        raw_deadline = _header(request, DEADLINE_HEADER)
         deadline = float(raw_deadline) if isinstance(raw_deadline, int | float) else None
         try:
-            sent = headers.get(SCOPE_HEADER, getattr(task.request, SCOPE_HEADER, None))
-            scope = parse_scope(sent)
-        except MemoryError as exc:
+            scope = parse_scope(_header(request, SCOPE_HEADER))
+        except NodeError as exc:
             return to_wire(NodeResult.failure(eid, node, exc.code, exc.safe_message))
-        if watcher is not None and watcher.is_flagged(eid):
-            cancelled = NodeResult.failure(
-                eid, node, ErrorCode.MEMORY_CANCELLED, "cancelled before it started", "cancelled"
-            )
-            return to_wire(cancelled)
-        size, cap = _json_size(input), self.config.memory_worker.max_input_bytes
-        if size > cap:
-            message = f"Invalid input: {size} bytes exceed the {cap}-byte limit (maxInputBytes)"
-            return to_wire(NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, message))
-        try:
-            handler = self._handler(node, task.app)
-        except _Unavailable:
-            failed = NodeResult.failure(
-                eid, node, ErrorCode.MEMORY_BACKEND_ERROR, f"{node} is not available on this worker"
-            )
-            return to_wire(failed)
+        refused = self._refusal(task, node, eid)
+        if refused is not None:
+            return to_wire(refused)
+        watcher = self._watcher.get()
         with local_registry().running(eid, deadline) as token:
-            ctx = NodeContext(eid, token, deadline, self.config.memory, scope)
-            return to_wire(handler.handle(node, input, ctx))
+            if watcher is not None and watcher.is_flagged(eid):
+                token.cancel()
+            ctx = NodeContext(
+                eid, node, token, deadline, scope,
+                defaults=self.config.defaults_for(definition.kind),
+            )  # fmt: skip
+            ctx = _with_invoke(ctx, self._sub_invoke(ctx))
+            return to_wire(run_node(definition, spec, input, ctx))
 
 
-def _make_task(app: Celery, runtime: FleetRuntime, node: str) -> None:
-    def run_node(self: Task, input: Any = None) -> dict[str, Any]:
+def _with_invoke(ctx: NodeContext, invoke: Callable[..., NodeResult[Any]]) -> NodeContext:
+    from dataclasses import replace
+
+    return replace(ctx, invoke=invoke)
+
+
+def _make_task(app: Celery, runtime: FleetRuntime, node: str, spec: NodeSpec) -> None:
+    def run_node_task(self: Task, input: Any = None) -> dict[str, Any]:
         return runtime.run(self, node, input)
 
-    run_node.__doc__ = f"Celery task for {node}: NodeResult JSON for the given input."
-    # Mutations ack late and are redelivered if their worker process dies: the store's
-    # execution id record makes the redelivery apply nothing twice (issue 7).
-    mutation = node in MUTATIONS
+    run_node_task.__doc__ = f"Celery task for {node}: NodeResult JSON for the given input."
     app.task(
         name=node,
         bind=True,
         shared=False,
         ignore_result=False,
-        acks_late=mutation,
-        reject_on_worker_lost=mutation,
-    )(run_node)
+        acks_late=spec.mutation,
+        reject_on_worker_lost=spec.mutation,
+        Request=SizedRequest,
+    )(run_node_task)
+
+
+def _open_quietly(runtime: FleetRuntime, nodes: Iterable[str] | None) -> None:
+    try:
+        runtime.open(nodes)
+    except Exception as exc:  # each call retries and answers the failure
+        log.error("a worker definition could not open its resources (%s)", type(exc).__name__)
 
 
 def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
-    """Register the six MEMORY tasks and RETRIEVAL.SEARCH on ``app``, served by ``runtime``.
+    """Register one task per node of ``runtime`` on ``app`` and its per-process hooks.
 
     A worker consumes only the queues it is started with (``--nodes``), so registering
-    every task is harmless.
+    every task is harmless; the ``open`` hooks run for the nodes of those queues.
     """
-    for node in FLEET_QUEUES:
-        _make_task(app, runtime, node)
+    runtime._app = app
+    for node, (_, spec) in runtime.table.items():
+        _make_task(app, runtime, node, spec)
     app.ditto_runtime = runtime
+
+    def served(sender: Any) -> list[str] | None:
+        queues = getattr(getattr(sender, "app", None), "amqp", None)
+        names = getattr(getattr(queues, "queues", None), "consume_from", None)
+        if not names:
+            return None
+        wanted = set(names)
+        return [n for n, (_, spec) in runtime.table.items() if spec.queue in wanted]
+
+    def process_init(sender: Any = None, **_: Any) -> None:  # prefork children, solo
+        if not getattr(app, "_ditto_pool_threads", False):
+            _open_quietly(runtime, None)
+
+    def worker_init(sender: Any = None, **_: Any) -> None:
+        owner: Any = getattr(sender, "app", None)
+        if owner is None or owner is not app:
+            return
+        pool = str(getattr(sender, "pool_cls", "") or "")
+        if "thread" in pool.lower():  # the threads pool has no worker_process_init
+            app._ditto_pool_threads = True
+            _open_quietly(runtime, served(sender))
+
+    # held by the app, connected weakly: an app that is gone leaves no handler behind
+    app._ditto_signal_handlers = (process_init, worker_init)
+    signals.worker_process_init.connect(process_init, weak=True)
+    signals.worker_init.connect(worker_init, weak=True)

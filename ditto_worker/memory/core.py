@@ -171,6 +171,7 @@ class Memory:
         execution_id: str | None = None,
         deadline: float | None = None,
         scope: Scope | None = None,
+        runtime: Any = None,
     ) -> NodeResult[Any]:
         """Run one MEMORY node and wrap its raw output once (MEM-NODE-1).
 
@@ -187,6 +188,10 @@ class Memory:
             scope: the trusted tenant scope (from the host, never the input); the store
                 confines the call to it (:mod:`ditto_worker.memory.scope`). ``None``: the
                 unscoped namespace.
+            runtime: what the plugin may use for sub-calls (``MemoryCallOptions.runtime``,
+                the seed's ``runtime`` option): inside a worker, the call's
+                ``NodeContext.invoke``, whose sub-calls inherit deadline, cancellation and
+                scope.
 
         Returns:
             A NodeResult: ``success`` with the contract-model output, or ``failed`` /
@@ -214,7 +219,9 @@ class Memory:
         if scope is not None and not self._isolates_scope(node):
             return NodeResult.failure(eid, node, ErrorCode.PERMISSION_DENIED,
                                       "this memory store cannot isolate scopes")  # fmt: skip
-        options = MemoryCallOptions(cancel=cancel, deadline=deadline, execution_id=eid, scope=scope)
+        options = MemoryCallOptions(
+            cancel=cancel, deadline=deadline, execution_id=eid, scope=scope, runtime=runtime
+        )
         return _run(eid, node, prepared, options)
 
     def get(

@@ -60,6 +60,11 @@ class MemoryCallOptions:
             operations; :mod:`ditto_worker.memory.scope`), or ``None`` for the unscoped
             namespace. Never taken from the request body.
         extra: JSON-safe values from the host (never from the request body).
+        runtime: the seed's ``MemoryCallOptions.runtime``: a callable
+            ``invoke(node, input, *, timeout=None) -> NodeResult`` for sub-calls (inside a
+            worker, the call's ``NodeContext.invoke``: sub-calls inherit its deadline,
+            cancellation and scope), or ``None`` outside a runtime. A
+            ``RemoteRetrievalSearchProvider`` without an explicit client uses it (MEM-RET-5).
     """
 
     cancel: CancelToken | None = None
@@ -67,6 +72,7 @@ class MemoryCallOptions:
     execution_id: str | None = None
     scope: Scope | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    runtime: Any = None
 
     @property
     def remaining_s(self) -> float | None:

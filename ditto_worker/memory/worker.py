@@ -1,8 +1,8 @@
 """The MEMORY worker definition: node descriptors, handlers and ``create_memory_worker``.
 
-Transport-free: the Celery task layer builds a :class:`NodeContext` per message and calls
-``worker.handle(node, input, ctx)``, then serializes the NodeResult with
-:func:`~ditto_worker.contracts.to_wire`. Nothing here imports Celery.
+A MEMORY worker is data (SPEC.md MEM-RT-1): a :class:`~ditto_worker.runtime.WorkerDefinition`
+of kind ``MEMORY`` whose six nodes run the validating SDK over the injected plugin
+objects. The runtime serves it embedded or on the fleet; nothing here imports Celery.
 
 Source: the seed's ``createMemoryWorker`` and node descriptors (``memoryGetNode`` …
 ``.type`` / ``.define(workerType, handler)``); SPEC.md MEM-NODE-2/3, MEM-RUN-4.
@@ -11,19 +11,30 @@ Source: the seed's ``createMemoryWorker`` and node descriptors (``memoryGetNode`
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from types import MappingProxyType
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from ditto_worker.contracts import NODE_IDS, MemoryDefaults, NodeResult
+from ditto_worker.contracts import (
+    NODE_IDS,
+    MemoryDeleteOutput,
+    MemoryItem,
+    MemoryQueryOutput,
+    MemorySearchResult,
+    NodeResult,
+)
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
 from ditto_worker.memory.core import DefaultsArg, Memory
-from ditto_worker.memory.ports import CancelToken, MemorySearchProvider, MemoryStore
-from ditto_worker.memory.scope import Scope, parse_scope, resolve_scope
+from ditto_worker.memory.ports import MemorySearchProvider, MemoryStore
+from ditto_worker.memory.scope import Scope, parse_scope
+from ditto_worker.runtime.context import NodeContext
+from ditto_worker.runtime.definition import Handler, NodeSpec, WorkerDefinition
+from ditto_worker.runtime.process import PerProcess
+
+if TYPE_CHECKING:
+    from ditto_worker.config import RuntimeConfig
 
 __all__ = [
     "MEMORY_WORKER_TYPE",
@@ -33,6 +44,7 @@ __all__ = [
     "NodeDefinition",
     "NodeHandler",
     "create_memory_worker",
+    "from_config",
     "memory_delete_node",
     "memory_get_node",
     "memory_query_node",
@@ -44,38 +56,29 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MEMORY_WORKER_TYPE = "MEMORY"
-"""The worker type that owns the six MEMORY nodes."""
+"""The worker kind that owns the six MEMORY nodes."""
 
-
-@dataclass(frozen=True)
-class NodeContext:
-    """What the host knows about one node call (never taken from the request body).
-
-    Attributes:
-        execution_id: the call id (the Celery task id on the fleet).
-        cancel: the call's cancel token, passed on to the plugin (MEM-PY-2).
-        deadline: absolute ``time.time()`` seconds after which the caller gave up.
-        defaults: the runtime-YAML layer (``workers.memory`` of ``ditto.yaml``), below
-            the factory defaults (MEM-CONF-2).
-        scope: the tenant scope the caller's trusted side sent (the ``ditto_scope``
-            message header), or ``None``; :meth:`MemoryWorker.handle` resolves it against
-            the worker's own bound scope (:mod:`ditto_worker.memory.scope`).
-    """
-
-    execution_id: str
-    cancel: CancelToken | None = None
-    deadline: float | None = None
-    defaults: MemoryDefaults | None = None
-    scope: Scope | None = None
-
-
-NodeHandler = Callable[[Any, NodeContext], NodeResult[Any]]
+NodeHandler = Handler
 """``handler(input, ctx) -> NodeResult``; ``input`` is the raw node input (a JSON dict)."""
+
+OUTPUT_TYPES: dict[str, Any] = {
+    "MEMORY.GET": list[MemoryItem],
+    "MEMORY.QUERY": MemoryQueryOutput,
+    "MEMORY.SEARCH": list[MemorySearchResult],
+    "MEMORY.WRITE": list[MemoryItem],
+    "MEMORY.UPDATE": list[MemoryItem],
+    "MEMORY.DELETE": MemoryDeleteOutput,
+}
+"""Node id -> the type of its raw output (MEM-NODE-1)."""
+
+MUTATIONS = frozenset({"MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"})
+"""Nodes that change the store: acked late and redelivered after a worker crash; the store
+applies an execution id at most once (issue 7)."""
 
 
 @dataclass(frozen=True)
 class NodeDefinition:
-    """One node registered on a worker type: ``handler`` answers calls to ``node``."""
+    """One replacement handler for a node of a worker kind (``MemoryNode.define``)."""
 
     worker_type: str
     node: str
@@ -108,79 +111,48 @@ memory_delete_node = MemoryNode("MEMORY.DELETE")
 
 
 @dataclass(frozen=True)
-class MemoryWorker:
-    """A MEMORY worker definition: one handler per node id (MEM-NODE-3).
+class MemoryWorker(WorkerDefinition):
+    """A MEMORY worker definition: the six nodes over one :class:`Memory` (MEM-NODE-3).
 
-    Attributes:
-        type: the worker type, ``"MEMORY"``.
-        handlers: node id -> handler, all six node ids; read-only.
-        concurrency: concurrent entries allowed (MEM-RUN-1), or ``None`` for the
-            host's default; it creates no DB pool.
-        memory: the SDK the built-in handlers run on, or ``None``.
-        scope: the tenant scope this worker is bound to (``workers.memory.scope``), or
-            ``None``: it serves the scope each call's trusted header names.
-        require_scope: refuse calls that arrive without any scope.
+    Attributes (besides :class:`~ditto_worker.runtime.WorkerDefinition`'s):
+        memory: the SDK the built-in handlers run on, or ``None`` when the definition
+            builds it per process (:func:`from_config`).
     """
 
-    type: str
-    handlers: Mapping[str, NodeHandler]
-    concurrency: int | None = None
-    memory: Memory | None = None
-    scope: Scope | None = None
-    require_scope: bool = False
+    memory: Memory | None = field(default=None, compare=False)
 
-    def handle(self, node: str, input: Any, ctx: NodeContext) -> NodeResult[Any]:
-        """Answer one node call; never raises for a call failure.
+    @property
+    def type(self) -> str:
+        """The worker kind, ``"MEMORY"`` (the seed's worker type)."""
+        return self.kind
 
-        Returns:
-            The handler's NodeResult; ``failed``/``UNKNOWN_NODE`` for a node id not in
-            ``handlers``; ``failed``/``PERMISSION_DENIED`` when the call's scope differs
-            from the worker's bound one, or is missing and :attr:`require_scope`;
-            ``failed``/``MEMORY_BACKEND_ERROR`` if an override raised (logged);
-            ``failed``/``INVALID_BACKEND_OUTPUT`` if an override returned something that
-            is not a NodeResult. The handler receives ``ctx`` with the resolved scope.
-        """
-        node = node if isinstance(node, str) else str(node)
-        eid = ctx.execution_id or str(uuid.uuid4())
-        handler = self.handlers.get(node)
-        if handler is None:
-            return NodeResult.failure(eid, node, ErrorCode.UNKNOWN_NODE, "Unknown MEMORY node id.")
+    @property
+    def handlers(self) -> Mapping[str, NodeHandler]:
+        """Node id -> handler, all six node ids."""
+        return {node: spec.handler for node, spec in self.nodes.items()}
+
+
+def _as_node_result(handler: NodeHandler, node: str) -> NodeHandler:
+    """An override answers a NodeResult (or its wire dict); anything else is a bad output."""
+
+    def run(input: Any, ctx: NodeContext) -> NodeResult[Any]:
+        result = handler(input, ctx)
+        if isinstance(result, NodeResult):
+            return result
         try:
-            scope = resolve_scope(self.scope, ctx.scope, self.require_scope)
-        except MemoryError as exc:
-            return NodeResult.failure(eid, node, exc.code, exc.safe_message)
-        if scope != ctx.scope:
-            ctx = replace(ctx, scope=scope)
-        try:
-            result: object = handler(input, ctx)
-        except Exception:
-            logger.error("%s %s: the node handler raised", node, eid, exc_info=True)
+            return NodeResult[Any].model_validate(result)
+        except ValidationError:
             return NodeResult.failure(
-                eid,
-                node,
-                ErrorCode.MEMORY_BACKEND_ERROR,
-                "The node handler failed; see the worker log for details.",
-            )
-        return _as_node_result(result, node, eid)
+                ctx.execution_id, node, ErrorCode.INVALID_BACKEND_OUTPUT,
+                "The node handler did not return a NodeResult.",
+            )  # fmt: skip
+
+    return run
 
 
-def _as_node_result(result: object, node: str, eid: str) -> NodeResult[Any]:
-    if isinstance(result, NodeResult):
-        return result
-    try:
-        return NodeResult[Any].model_validate(result)
-    except ValidationError:
-        return NodeResult.failure(
-            eid,
-            node,
-            ErrorCode.INVALID_BACKEND_OUTPUT,
-            "The node handler did not return a NodeResult.",
-        )
-
-
-def _sdk_handler(memory: Memory, node: str) -> NodeHandler:
+def _sdk_handler(memory: Callable[[], Memory], node: str) -> NodeHandler:
     def handler(input: Any, ctx: NodeContext) -> NodeResult[Any]:
-        return memory.execute(
+        return memory().execute(
             node,
             input,
             ctx.defaults,
@@ -188,10 +160,34 @@ def _sdk_handler(memory: Memory, node: str) -> NodeHandler:
             execution_id=ctx.execution_id,
             deadline=ctx.deadline,
             scope=ctx.scope,
+            runtime=ctx.invoke,
         )
 
     handler.__name__ = handler.__qualname__ = f"memory_{node.split('.')[-1].lower()}_handler"
     return handler
+
+
+def _specs(memory: Callable[[], Memory], overrides: Sequence[NodeDefinition]) -> list[NodeSpec]:
+    handlers: dict[str, NodeHandler] = {node: _sdk_handler(memory, node) for node in NODE_IDS}
+    replaced: set[str] = set()
+    for definition in overrides:
+        if definition.worker_type != MEMORY_WORKER_TYPE or definition.node not in handlers:
+            raise ConfigError(f"override for {definition.node!r} is not a MEMORY node definition")
+        if definition.node in replaced:
+            raise ConfigError(f"override for {definition.node!r} given twice")
+        replaced.add(definition.node)
+        handlers[definition.node] = _as_node_result(definition.handler, definition.node)
+    return [
+        NodeSpec(node, handlers[node], mutation=node in MUTATIONS, output=OUTPUT_TYPES[node])
+        for node in NODE_IDS
+    ]
+
+
+def _bound(scope: Scope | Mapping[str, str] | None) -> Scope | None:
+    try:
+        return parse_scope(scope)
+    except MemoryError as exc:
+        raise ConfigError(exc.safe_message) from None
 
 
 def create_memory_worker(
@@ -228,25 +224,43 @@ def create_memory_worker(
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
     ):
         raise ConfigError("concurrency must be an integer >= 1")
-    try:
-        bound = parse_scope(scope)
-    except MemoryError as exc:
-        raise ConfigError(exc.safe_message) from None
+    bound = _bound(scope)
     memory = Memory(store, search, defaults)
-    handlers: dict[str, NodeHandler] = {node: _sdk_handler(memory, node) for node in NODE_IDS}
-    replaced: set[str] = set()
-    for definition in overrides:
-        if definition.worker_type != MEMORY_WORKER_TYPE or definition.node not in handlers:
-            raise ConfigError(f"override for {definition.node!r} is not a MEMORY node definition")
-        if definition.node in replaced:
-            raise ConfigError(f"override for {definition.node!r} given twice")
-        replaced.add(definition.node)
-        handlers[definition.node] = definition.handler
+    specs = _specs(lambda: memory, overrides)
     return MemoryWorker(
-        type=MEMORY_WORKER_TYPE,
-        handlers=MappingProxyType(handlers),
-        concurrency=concurrency,
-        memory=memory,
-        scope=bound,
-        require_scope=require_scope,
-    )
+        MEMORY_WORKER_TYPE, {s.id: s for s in specs}, concurrency, None, None, None, bound,
+        require_scope, memory=memory,
+    )  # fmt: skip
+
+
+def _memory_from_config(config: RuntimeConfig) -> Memory:
+    from ditto_worker.runtime.registry import build_store
+
+    store = build_store(config)
+    search = None
+    if config.memory_worker.search_target:
+        from ditto_worker.retrieval.delegation import RemoteRetrievalSearchProvider
+
+        search = RemoteRetrievalSearchProvider(target={"name": config.memory_worker.search_target})
+    return Memory(store, search)
+
+
+def from_config(config: RuntimeConfig) -> MemoryWorker:
+    """The MEMORY worker of a worker process, from ``workers.memory`` in ``ditto.yaml``.
+
+    The store plugin (``workers.memory.store``, its settings ``plugins.<store>``) is built
+    once per process, on :attr:`open` (before the worker announces ready) or on the first
+    call — never at import and never in a parent process that forks later.
+    ``workers.memory.searchTarget`` delegates MEMORY.SEARCH to RETRIEVAL.SEARCH
+    (MEM-RET-2); ``scope`` / ``requireScope`` bind the worker (:mod:`.scope`).
+
+    Raises:
+        ConfigError: an invalid ``workers.memory.scope``.
+    """
+    settings = config.memory_worker
+    memory = PerProcess(lambda: _memory_from_config(config))
+    bound = _bound(None if settings.scope is None else settings.scope.model_dump())
+    return MemoryWorker(
+        MEMORY_WORKER_TYPE, {s.id: s for s in _specs(memory.get, ())}, settings.concurrency,
+        None, None, memory.open, bound, settings.require_scope,
+    )  # fmt: skip

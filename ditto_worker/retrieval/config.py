@@ -13,10 +13,13 @@ from typing import Any
 from ditto_worker.config import RuntimeConfig
 from ditto_worker.contracts import MemoryDefaults
 from ditto_worker.errors import ConfigError
+from ditto_worker.memory.core import Memory
 from ditto_worker.memory.ports import MemorySearchProvider
-from ditto_worker.retrieval.delegation import RetrievalWorker, create_retrieval_worker
+from ditto_worker.retrieval.delegation import retrieval_definition, search_only
+from ditto_worker.runtime.definition import WorkerDefinition
+from ditto_worker.runtime.process import PerProcess
 
-__all__ = ["build_retrieval_worker", "native_search"]
+__all__ = ["build_retrieval_worker", "from_config", "native_search"]
 
 
 def native_search(store: Any) -> MemorySearchProvider:
@@ -38,21 +41,32 @@ def _provider(config: RuntimeConfig, store_name: str, pipeline: dict[str, Any]) 
     return build_pipeline_provider(store, pipeline, config)
 
 
-def build_retrieval_worker(config: RuntimeConfig) -> RetrievalWorker:
-    """One search provider per configured target, behind RETRIEVAL.SEARCH.
+def _targets(config: RuntimeConfig) -> dict[str, Memory]:
+    settings = config.retrieval_worker
+    if not settings.targets:
+        raise ConfigError("workers.retrieval.targets is empty")
+    providers = {
+        name: _provider(config, target.store, target.pipeline)
+        for name, target in settings.targets.items()
+    }
+    return search_only(providers, MemoryDefaults(search_limit=settings.search_limit))
+
+
+def build_retrieval_worker(config: RuntimeConfig) -> WorkerDefinition:
+    """One search provider per configured target, behind RETRIEVAL.SEARCH, built now.
 
     Raises:
         ConfigError: no targets, an unknown store plugin, or a store without search.
     """
-    settings = config.retrieval_worker
-    if not settings.targets:
-        raise ConfigError("workers.retrieval.targets is empty")
-    targets = {
-        name: _provider(config, target.store, target.pipeline)
-        for name, target in settings.targets.items()
-    }
-    return create_retrieval_worker(
-        targets,
-        defaults=MemoryDefaults(search_limit=settings.search_limit),
-        concurrency=settings.concurrency,
-    )
+    targets = _targets(config)
+    return retrieval_definition(lambda: targets, config.retrieval_worker.concurrency)
+
+
+def from_config(config: RuntimeConfig) -> WorkerDefinition:
+    """The RETRIEVAL worker of a worker process, from ``workers.retrieval`` in ``ditto.yaml``.
+
+    Each target's store and pipeline (models included) are built once per process, on
+    ``open`` (before the worker announces ready) or on the first call — never at import.
+    """
+    targets = PerProcess(lambda: _targets(config))
+    return retrieval_definition(targets.get, config.retrieval_worker.concurrency, targets.open)

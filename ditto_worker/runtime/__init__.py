@@ -1,25 +1,35 @@
-"""The runtime every worker kind runs on (SPEC.md MEM-RT): definitions and NodeContext.
+"""The runtime every worker kind runs on (SPEC.md MEM-RT).
 
-Imports no Celery (MEM-RT-5).
+Worker definitions as data (:class:`WorkerDefinition`, :class:`NodeSpec`), the
+:class:`NodeContext` a handler gets, :class:`CancelToken`, and :func:`create_ditto`, which
+serves definitions embedded (no Celery import) or calls them on the fleet. Imports no
+Celery (MEM-RT-5).
 """
 
 from __future__ import annotations
 
+from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.runtime.context import NodeContext, SubInvoke
 from ditto_worker.runtime.definition import (
     Handler,
     KindCodes,
     NodeSpec,
     WorkerDefinition,
+    WorkerSource,
     queue_of,
 )
+from ditto_worker.runtime.runtime import Runtime, create_ditto
 
 __all__ = [
+    "CancelToken",
     "Handler",
     "KindCodes",
     "NodeContext",
     "NodeSpec",
+    "Runtime",
     "SubInvoke",
     "WorkerDefinition",
+    "WorkerSource",
+    "create_ditto",
     "queue_of",
 ]

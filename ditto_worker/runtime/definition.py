@@ -21,17 +21,27 @@ Nothing here imports Celery or opens a connection (MEM-RT-5).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ditto_worker.errors import ConfigError, ErrorCode
 
 if TYPE_CHECKING:
+    from ditto_worker.contracts import NodeResult
+    from ditto_worker.memory.scope import Scope
     from ditto_worker.runtime.context import NodeContext
 
-__all__ = ["Handler", "KindCodes", "NodeSpec", "WorkerDefinition", "queue_of"]
+__all__ = [
+    "Handler",
+    "KindCodes",
+    "NodeSpec",
+    "WorkerDefinition",
+    "WorkerSource",
+    "queue_of",
+]
 
 Handler = Callable[[Any, "NodeContext"], Any]
 """``handler(input, ctx) -> raw output | NodeResult``; raises ``NodeError`` when it fails."""
@@ -109,6 +119,13 @@ class WorkerDefinition:
         codes: the runtime's codes for this kind (:meth:`KindCodes.for_kind` by default).
         close: releases what the definition owns (called by ``Runtime.close``), or ``None``.
             Application-owned plugin objects are never closed (MEM-RUN-3).
+        open: acquires this process's resources (a store from ``ditto.yaml``, a model)
+            and checks them, or ``None``. A worker process calls it once before it
+            announces ready (after the fork, in each pool process) and refuses to start
+            when it raises; handlers still build what they need on first use.
+        scope: binds every call of this definition to one tenant scope; a call whose
+            trusted scope names another is ``PERMISSION_DENIED``.
+        require_scope: refuse calls that arrive without any scope (``PERMISSION_DENIED``).
 
     Raises:
         ConfigError: a node id that does not belong to ``kind``, or a concurrency < 1.
@@ -119,6 +136,9 @@ class WorkerDefinition:
     concurrency: int | None = None
     codes: KindCodes | None = None
     close: Callable[[], None] | None = field(default=None, compare=False)
+    open: Callable[[], None] | None = field(default=None, compare=False)
+    scope: Scope | None = None
+    require_scope: bool = False
 
     def __post_init__(self) -> None:
         if not self.kind or not self.kind.replace("_", "").isalnum() or not self.kind.isupper():
@@ -143,6 +163,9 @@ class WorkerDefinition:
         concurrency: int | None = None,
         codes: KindCodes | None = None,
         close: Callable[[], None] | None = None,
+        open: Callable[[], None] | None = None,
+        scope: Scope | None = None,
+        require_scope: bool = False,
     ) -> WorkerDefinition:
         """Build a definition from a list of node specs (ids must be distinct).
 
@@ -154,10 +177,37 @@ class WorkerDefinition:
             if spec.id in table:
                 raise ConfigError(f"node {spec.id!r} given twice")
             table[spec.id] = spec
-        return cls(kind, table, concurrency, codes, close)
+        return cls(kind, table, concurrency, codes, close, open, scope, require_scope)
 
     @property
     def kind_codes(self) -> KindCodes:
         """:attr:`codes`, never ``None`` after construction."""
         assert self.codes is not None
         return self.codes
+
+    def handle(self, node: str, input: Any, ctx: NodeContext) -> NodeResult[Any]:
+        """Answer one call in this process, as the runtime would (no queue, no pool).
+
+        Returns:
+            The node's NodeResult (:func:`ditto_worker.runtime.execute.run_node`);
+            ``failed``/``UNKNOWN_NODE`` for a node id this definition does not have.
+        """
+        from ditto_worker.contracts import NodeResult
+        from ditto_worker.runtime.execute import run_node
+
+        node = node if isinstance(node, str) else str(node)
+        spec = self.nodes.get(node)
+        eid = ctx.execution_id or str(uuid.uuid4())
+        if spec is None:
+            return NodeResult.failure(
+                eid, node, ErrorCode.UNKNOWN_NODE, f"unknown {self.kind} node {node[:80]!r}"
+            )
+        if eid != ctx.execution_id:
+            ctx = replace(ctx, execution_id=eid)
+        return run_node(self, spec, input, ctx)
+
+
+WorkerSource = WorkerDefinition | Callable[[], WorkerDefinition]
+"""A definition, or a zero-argument factory the runtime calls to build it (once per
+process: after a fork the factory is called again, so each pool process owns its own
+plugin objects)."""

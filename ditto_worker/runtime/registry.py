@@ -1,23 +1,52 @@
-"""Store plugins by name, through the ``ditto_worker.stores`` entry point group.
+"""Plugins and worker kinds by name, through entry points (MEM-PY-1, MEM-RT-1).
 
-Used only when a worker process builds its plugin from ``ditto.yaml`` (MEM-PY-1); the SDK
-factories take plugin objects and never come here. A plugin's entry point names a
-factory ``create_store(settings: dict, env: Mapping[str, str]) -> MemoryStore``.
+* Store plugins: group ``ditto_worker.stores``; an entry point names a factory
+  ``create_store(settings: dict, env: Mapping[str, str]) -> MemoryStore``. Used only when
+  a worker process builds its store from ``ditto.yaml``; the SDK factories take plugin
+  objects and never come here.
+* Worker kinds: group ``ditto_worker.workers``; an entry point names a factory
+  ``from_config(config: RuntimeConfig) -> WorkerDefinition``, and ``workers.<name>.factory:
+  "module:function"`` in ``ditto.yaml`` adds one more. A factory must be cheap: it opens
+  nothing (its definition's ``open`` and handlers build resources per process), so a
+  client may call it only to learn node ids and output types. MEMORY, RETRIEVAL and
+  CONTEXT are entry points of this package like any other kind: the fleet's code names
+  none of them.
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ditto_worker.config import RuntimeConfig
 from ditto_worker.errors import ConfigError
+from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition
 
-__all__ = ["ENTRY_POINT_GROUP", "available_stores", "build_store"]
+if TYPE_CHECKING:
+    from ditto_worker.config import RuntimeConfig
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "WORKER_GROUP",
+    "NodeTable",
+    "available_stores",
+    "build_store",
+    "node_table",
+    "worker_definitions",
+]
+
+logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "ditto_worker.stores"
+WORKER_GROUP = "ditto_worker.workers"
+"""Entry point group of worker kinds: ``name = "module:from_config"``."""
+
+WorkerFactory = Callable[["RuntimeConfig"], WorkerDefinition]
+NodeTable = Mapping[str, tuple[WorkerDefinition, NodeSpec]]
+"""Node id -> (its worker definition, its spec)."""
 
 StoreFactory = Callable[[dict[str, Any], Mapping[str, str]], Any]
 
@@ -48,3 +77,89 @@ def build_store(
         )
     factory: StoreFactory = matches[0].load()
     return factory(config.plugin_settings(name), os.environ if env is None else env)
+
+
+def _load_reference(reference: str, where: str) -> WorkerFactory:
+    module, _, attribute = reference.partition(":")
+    if not module or not attribute:
+        raise ConfigError(f"{where}: {reference!r} is not 'module:function'")
+    try:
+        target: Any = importlib.import_module(module)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"{where}: cannot load {reference!r} ({type(exc).__name__})") from exc
+    if not callable(target):
+        raise ConfigError(f"{where}: {reference!r} is not callable")
+    factory: WorkerFactory = target
+    return factory
+
+
+def _factories(config: RuntimeConfig) -> dict[str, Callable[[], WorkerFactory]]:
+    found: dict[str, Callable[[], WorkerFactory]] = {
+        ep.name: ep.load for ep in entry_points(group=WORKER_GROUP)
+    }
+    for name, section in sorted(config.worker_sections.items()):
+        reference = section.get("factory")
+        if isinstance(reference, str):
+            where = f"workers.{name}.factory"
+            found[name] = lambda r=reference, w=where: _load_reference(r, w)  # type: ignore[misc]
+    return found
+
+
+def worker_definitions(
+    config: RuntimeConfig, names: Iterable[str] | None = None
+) -> list[WorkerDefinition]:
+    """The worker definitions of this installation and config, one per kind.
+
+    Args:
+        config: the runtime config handed to every factory.
+        names: only these entry point / section names (lower case); ``None``: all.
+
+    Returns:
+        Definitions sorted by kind; node ids are distinct across kinds.
+
+    Raises:
+        ConfigError: a ``workers.<name>.factory`` that cannot be loaded, a factory that
+            does not return a ``WorkerDefinition``, two definitions of one kind, or a node id
+            served by two kinds. An installed entry point that fails to load is logged and
+            skipped (a broken third-party package does not stop the fleet).
+    """
+    wanted = None if names is None else set(names)
+    definitions: dict[str, WorkerDefinition] = {}
+    for name, load in sorted(_factories(config).items()):
+        if wanted is not None and name not in wanted:
+            continue
+        try:
+            factory = load()
+        except ConfigError:
+            raise
+        except Exception as exc:  # an installed package's broken entry point
+            logger.warning("worker kind %r cannot be loaded (%s); skipped", name,
+                           type(exc).__name__)  # fmt: skip
+            continue
+        definition = factory(config)
+        if not isinstance(definition, WorkerDefinition):
+            raise ConfigError(f"worker factory {name!r} did not return a WorkerDefinition")
+        if definition.kind in definitions:
+            raise ConfigError(f"two worker definitions of kind {definition.kind}")
+        definitions[definition.kind] = definition
+    node_table(definitions.values())  # checks node ids are distinct
+    return [definitions[kind] for kind in sorted(definitions)]
+
+
+def node_table(
+    definitions: Iterable[WorkerDefinition],
+) -> dict[str, tuple[WorkerDefinition, NodeSpec]]:
+    """Node id -> (its definition, its spec).
+
+    Raises:
+        ConfigError: a node id served by two definitions.
+    """
+    table: dict[str, tuple[WorkerDefinition, NodeSpec]] = {}
+    for definition in definitions:
+        for node, spec in definition.nodes.items():
+            if node in table:
+                raise ConfigError(f"node {node} is served by two worker definitions")
+            table[node] = (definition, spec)
+    return table

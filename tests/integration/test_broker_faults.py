@@ -44,7 +44,9 @@ def own_redis() -> Iterator[RedisServer]:
 
 def test_redis_restart_during_load(own_redis: RedisServer, tmp_path: Path) -> None:
     store = SqliteMemoryStore(tmp_path / "m.sqlite")
-    app = create_worker_app(fleet_config(own_redis.url + "/0"), lambda: create_memory_worker(store))
+    app = create_worker_app(
+        fleet_config(own_redis.url + "/0"), [lambda: create_memory_worker(store)]
+    )
     client = DittoClient.from_fleet(FleetSettings(broker_url=own_redis.url + "/0"))
     outcomes: list[tuple[str, str | None, float]] = []
     stop = threading.Event()

@@ -19,14 +19,14 @@ import redis
 from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_plugin_sqlite.db import transaction
 from ditto_worker import CancelToken, create_memory, create_memory_worker, to_wire
-from ditto_worker.contracts import FLEET_QUEUES
+from ditto_worker.contracts import NODE_QUEUES
 from ditto_worker.fleet.client import DittoClient
 from ditto_worker.fleet.results import RESULT_KEY_PREFIX
 from ditto_worker.retrieval.delegation import RemoteRetrievalSearchProvider, create_retrieval_worker
 
 pytestmark = pytest.mark.integration
 
-ALL_QUEUES = list(FLEET_QUEUES.values())
+ALL_QUEUES = [*NODE_QUEUES.values(), "retrieval.search"]
 SLOW_SQL = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
 
 

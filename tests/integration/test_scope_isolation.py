@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_worker import Scope, create_memory, create_memory_worker
 from ditto_worker.config import FleetSettings
-from ditto_worker.contracts import FLEET_QUEUES
+from ditto_worker.contracts import NODE_QUEUES
 from ditto_worker.fleet.client import DittoClient
 from ditto_worker.retrieval.delegation import RemoteRetrievalSearchProvider, create_retrieval_worker
 from ditto_worker.testing import InMemoryMemoryStore
@@ -199,7 +199,7 @@ def test_no_cross_tenant_reads_updates_or_deletes(fresh_memory: Callable[[], Any
 # --- the fleet ------------------------------------------------------------------------------
 
 
-ALL_QUEUES = list(FLEET_QUEUES.values())
+ALL_QUEUES = [*NODE_QUEUES.values(), "retrieval.search"]
 
 
 def test_scope_travels_from_the_client_to_every_node_and_the_retrieval_queue(

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from ditto_worker.config import FleetSettings
-from ditto_worker.fleet.celery_app import create_celery_app
+from ditto_worker.fleet.celery_app import create_celery_app, fleet_nodes
 from ditto_worker.fleet.status import collect_status
 from ditto_worker.memory.worker import create_memory_worker
 from ditto_worker.testing import create_store
@@ -48,8 +48,10 @@ def test_status_counts_backlog_and_workers_per_node(
         )
     sender.close()
 
-    assert set(rows) == {"MEMORY.GET", "MEMORY.QUERY", "MEMORY.SEARCH", "MEMORY.WRITE",
-                         "MEMORY.UPDATE", "MEMORY.DELETE", "RETRIEVAL.SEARCH"}  # fmt: skip
+    assert set(rows) == set(fleet_nodes())  # every installed worker kind's nodes (MEM-RT-2)
+    expected = ["MEMORY.GET", "MEMORY.QUERY", "MEMORY.SEARCH", "MEMORY.WRITE", "MEMORY.UPDATE",
+                "MEMORY.DELETE", "RETRIEVAL.SEARCH", "CONTEXT.UPDATE", "CONTEXT.LOAD"]  # fmt: skip
+    assert set(expected) <= set(rows)
     for node in ["MEMORY.GET", "MEMORY.QUERY"]:
         assert (rows[node].backlog, rows[node].workers, rows[node].processes) == (0, 1, 3)
     assert (rows["MEMORY.SEARCH"].backlog, rows["MEMORY.SEARCH"].workers) == (BACKLOG, 0)
@@ -62,4 +64,4 @@ def test_status_counts_backlog_and_workers_per_node(
     table = {line.split()[0]: line.split()[1:] for line in lines[1:]}
     assert table["MEMORY.GET"] == ["memory.get", "0", "1", "3"]
     assert table["MEMORY.SEARCH"] == ["memory.search", str(BACKLOG), "0", "0"]
-    assert len(table) == 7
+    assert len(table) == len(fleet_nodes())

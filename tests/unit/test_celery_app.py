@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from ditto_worker.config import FleetSettings
-from ditto_worker.contracts import FLEET_QUEUES, NODE_QUEUES
-from ditto_worker.fleet.celery_app import create_celery_app
+from ditto_worker.contracts import NODE_QUEUES
+from ditto_worker.fleet.celery_app import create_celery_app, fleet_nodes
 
 
 def test_one_queue_per_node_and_routes_by_task_name() -> None:
+    # MEM-RT-2: every node of every installed worker kind, its own lower-case queue
     app = create_celery_app(FleetSettings(broker_url="redis://127.0.0.1:1/0"))
     queues = {q.name: q for q in app.conf.task_queues}
-    assert set(queues) == set(FLEET_QUEUES.values())
-    assert FLEET_QUEUES["RETRIEVAL.SEARCH"] == "retrieval.search"
+    nodes = fleet_nodes()
+    assert set(queues) == {node.lower() for node in nodes}
+    assert {"RETRIEVAL.SEARCH", "CONTEXT.UPDATE", "CONTEXT.LOAD", *NODE_QUEUES} <= set(nodes)
     assert NODE_QUEUES == {
         "MEMORY.GET": "memory.get",
         "MEMORY.QUERY": "memory.query",
@@ -20,8 +22,13 @@ def test_one_queue_per_node_and_routes_by_task_name() -> None:
         "MEMORY.UPDATE": "memory.update",
         "MEMORY.DELETE": "memory.delete",
     }
-    for node, queue in FLEET_QUEUES.items():
-        assert app.amqp.router.route({}, node)["queue"].name == queue
+    for node in nodes:
+        assert app.amqp.router.route({}, node)["queue"].name == node.lower()
+
+
+def test_an_app_declares_only_the_nodes_it_is_given() -> None:
+    app = create_celery_app(FleetSettings(broker_url="redis://127.0.0.1:1/0"), nodes=["ECHO.SAY"])
+    assert [q.name for q in app.conf.task_queues] == ["echo.say"]
 
 
 def test_json_only_and_events_on() -> None:

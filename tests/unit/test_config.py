@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,9 +92,14 @@ def test_missing_file_and_non_mapping(tmp_path: Path) -> None:
         load_runtime_config_file(bad, env={})
 
 
+def _picked(config: Any, nodes: str | None) -> tuple[list[str], int, str]:
+    selection = resolve_nodes(config, nodes)
+    return selection.nodes, selection.concurrency, selection.pool
+
+
 def test_resolve_nodes_groups_ids_and_concurrency() -> None:
     config = load_runtime_config(None, env={})
-    assert resolve_nodes(config, None) == (
+    assert _picked(config, None) == (
         [
             "MEMORY.GET",
             "MEMORY.QUERY",
@@ -103,11 +109,16 @@ def test_resolve_nodes_groups_ids_and_concurrency() -> None:
             "MEMORY.DELETE",
         ],
         4,
+        "prefork",
     )
-    assert resolve_nodes(config, "writes") == (
+    assert _picked(config, "writes") == (
         ["MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"],
         2,
+        "prefork",
     )
-    assert resolve_nodes(config, "MEMORY.GET,search") == (["MEMORY.GET", "MEMORY.SEARCH"], 4)
+    assert _picked(config, "MEMORY.GET,search") == (["MEMORY.GET", "MEMORY.SEARCH"], 4, "prefork")
+    # any worker kind by name, with its own section's pool and concurrency (MEM-RT-1)
+    assert _picked(config, "retrieval") == (["RETRIEVAL.SEARCH"], 2, "threads")
+    assert _picked(config, "context")[0] == ["CONTEXT.UPDATE", "CONTEXT.LOAD"]
     with pytest.raises(ConfigError):
         resolve_nodes(config, "bogus")

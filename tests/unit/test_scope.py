@@ -99,7 +99,8 @@ def test_worker_config_binds_the_scope() -> None:
 
     data = {"workers": {"memory": {"store": "memory", "requireScope": True,
                                    "scope": {"tenant": "acme", "user": "a:b"}}}}  # fmt: skip
-    worker = FleetRuntime(load_runtime_config(data, env={})).worker
+    runtime = FleetRuntime(load_runtime_config(data, env={}))
+    worker, _ = runtime.table["MEMORY.GET"]
     assert (worker.scope, worker.require_scope) == (Scope("acme", "a:b"), True)
     with pytest.raises(ConfigError):
         load_runtime_config({"workers": {"memory": {"scope": {"tenant": "acme"}}}}, env={})
@@ -114,7 +115,7 @@ def test_a_malformed_scope_header_never_reaches_the_store(header: Any) -> None:
     from ditto_worker.fleet.tasks import FleetRuntime
 
     spy = Spy()
-    runtime = FleetRuntime(load_runtime_config({}, env={}), lambda: create_memory_worker(spy))
+    runtime = FleetRuntime(load_runtime_config({}, env={}), [lambda: create_memory_worker(spy)])
     request = SimpleNamespace(id="e1", headers={"ditto_scope": header})
     reply = runtime.run(SimpleNamespace(request=request, app=None), "MEMORY.QUERY", {})  # type: ignore[arg-type]
     assert reply["status"] == "failed" and reply["error"]["code"] == "PERMISSION_DENIED"

@@ -10,10 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 from ditto_worker.cli.commands import app
-from ditto_worker.contracts import FLEET_QUEUES
+from ditto_worker.config import FleetSettings
 from ditto_worker.fleet import monitor, status
+from ditto_worker.fleet.celery_app import create_celery_app
 from ditto_worker.fleet.status import (
     QueueStatus,
+    app_nodes,
     build_rows,
     queue_consumers,
     render_table,
@@ -51,14 +53,17 @@ def test_worker_pool_sizes_skips_replies_without_a_size() -> None:
 
 
 def test_build_rows_one_per_node_in_node_order() -> None:
+    nodes = app_nodes(create_celery_app(FleetSettings(broker_url="redis://127.0.0.1:1/0")))
     rows = build_rows(
         {"memory.get": 3, "memory.search": 7},
         queue_consumers(ACTIVE_QUEUES),
         worker_pool_sizes(STATS),
+        nodes,
     )
-    assert [r.node for r in rows] == list(FLEET_QUEUES)
-    assert rows[0] == QueueStatus("MEMORY.GET", "memory.get", 3, workers=2, processes=12)
+    assert [r.node for r in rows] == list(nodes)
+    assert {"MEMORY.GET", "RETRIEVAL.SEARCH", "CONTEXT.UPDATE"} <= set(nodes)
     by_node = {r.node: r for r in rows}
+    assert by_node["MEMORY.GET"] == QueueStatus("MEMORY.GET", "memory.get", 3, 2, 12)
     assert by_node["MEMORY.SEARCH"] == QueueStatus("MEMORY.SEARCH", "memory.search", 7, 0, 0)
     assert by_node["MEMORY.WRITE"].workers == 1 and by_node["MEMORY.WRITE"].processes == 2
     assert by_node["MEMORY.DELETE"] == QueueStatus("MEMORY.DELETE", "memory.delete", 0, 0, 0)

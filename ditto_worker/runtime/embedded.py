@@ -1,0 +1,267 @@
+"""The embedded runtime: worker definitions served in-process, without Celery (MEM-RT-2).
+
+Used by :func:`~ditto_worker.runtime.runtime.create_ditto` when no broker is configured.
+Each definition gets a thread pool of its ``concurrency`` (MEM-RUN-1: it limits concurrent
+entry); every call is :func:`~ditto_worker.runtime.execute.run_node` in a pool thread with
+the same :class:`~ditto_worker.runtime.context.NodeContext`, deadline, cancellation and
+NodeResults as on the fleet:
+
+* the input crosses as JSON (it is serialised and parsed, as it would be on a broker), so
+  input that is not JSON data is ``INVALID_INPUT`` here too and a handler never shares the
+  caller's objects;
+* a call's token is cancelled when the caller cancels, and when its deadline passes (a
+  ticker thread runs while calls are in flight), so handlers that pass the token to their
+  driver stop; the caller gets its NodeResult by the deadline (plus
+  :data:`REPORT_SLACK_S`) even from a handler that ignores the token;
+* ``ctx.invoke`` runs a sub-call through this runtime, inheriting the deadline, the
+  cancellation and the scope (MEM-RT-3). A sub-call into a definition whose pool is full of
+  callers waiting for it would wait until their deadline; give such definitions the
+  concurrency they need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from ditto_worker.contracts import NodeResult, NodeStatus, to_wire
+from ditto_worker.errors import ErrorCode, NodeError
+from ditto_worker.memory.scope import Scope, parse_scope
+from ditto_worker.runtime.cancel import CancelRegistry, CancelToken
+from ditto_worker.runtime.context import NodeContext
+from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition
+from ditto_worker.runtime.execute import run_node
+from ditto_worker.runtime.registry import node_table
+
+if TYPE_CHECKING:
+    from ditto_worker.config import RuntimeConfig
+
+__all__ = ["DEFAULT_CONCURRENCY", "REPORT_SLACK_S", "EmbeddedRuntime"]
+
+DEFAULT_CONCURRENCY = 8
+"""Pool size of a definition that declares no ``concurrency``."""
+REPORT_SLACK_S = 0.25
+"""How long past its deadline a call may take to report, seconds."""
+_TICK_S = 0.01
+
+
+def _as_json(input: Any) -> Any:
+    """``input`` as it would arrive from a broker (JSON out and back)."""
+    if isinstance(input, BaseModel):
+        return to_wire(input)
+    return json.loads(json.dumps(input, allow_nan=False))
+
+
+class EmbeddedRuntime:
+    """Serves worker definitions in this process (see the module docstring).
+
+    Args:
+        definitions: the worker definitions to serve.
+        config: the runtime config (``fleet.callTimeoutS``, the YAML defaults per kind).
+        scope: the trusted scope of calls that name none.
+
+    Raises:
+        ConfigError: a node id served by two definitions.
+    """
+
+    def __init__(
+        self,
+        definitions: Sequence[WorkerDefinition],
+        config: RuntimeConfig,
+        scope: Scope | None = None,
+    ) -> None:
+        self.definitions = list(definitions)
+        self.table = node_table(self.definitions)
+        self.config = config
+        self._scope = scope
+        self._pools = {
+            id(d): ThreadPoolExecutor(
+                d.concurrency or DEFAULT_CONCURRENCY, thread_name_prefix=f"ditto-{d.kind.lower()}"
+            )
+            for d in self.definitions
+        }
+        self._registry = CancelRegistry()
+        self._idle = threading.Condition()
+        self._in_flight = 0
+        self._closed = False
+        self._ticker: threading.Thread | None = None
+
+    # --- deadlines ------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        while True:
+            with self._idle:
+                if self._in_flight == 0:
+                    self._ticker = None
+                    return
+            self._registry.expire_deadlines()
+            time.sleep(_TICK_S)
+
+    def _enter(self) -> bool:
+        with self._idle:
+            if self._closed:
+                return False
+            self._in_flight += 1
+            if self._ticker is None:
+                self._ticker = threading.Thread(target=self._tick, name="ditto-deadlines",
+                                                daemon=True)  # fmt: skip
+                self._ticker.start()
+            return True
+
+    def _leave(self) -> None:
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    # --- one call -------------------------------------------------------------------------
+
+    def _prepare(
+        self, node: str, input: Any, timeout: float | None, cancel: CancelToken | None,
+        execution_id: str | None, scope: Scope | Mapping[str, str] | None,
+    ) -> tuple[WorkerDefinition, NodeSpec, Any, NodeContext] | NodeResult[Any]:  # fmt: skip
+        eid = execution_id or str(uuid.uuid4())
+        entry = self.table.get(node)
+        if entry is None:
+            message = f"unknown node {str(node)[:80]!r}; known: {', '.join(self.table)}"
+            return NodeResult.failure(eid, str(node), ErrorCode.UNKNOWN_NODE, message)
+        definition, spec = entry
+        codes = definition.kind_codes
+        if cancel is not None and cancel.cancelled:
+            return NodeResult.failure(eid, node, codes.cancelled, "cancelled before it was sent",
+                                      "cancelled")  # fmt: skip
+        try:
+            bound = self._scope if scope is None else parse_scope(scope)
+            payload = _as_json(input)
+        except NodeError as exc:
+            return NodeResult.failure(eid, node, exc.code, exc.safe_message)
+        except (TypeError, ValueError):
+            return NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, "input is not JSON data")
+        limit = self.config.fleet.call_timeout_s if timeout is None else timeout
+        ctx = NodeContext(eid, node, cancel or CancelToken(), time.time() + limit, bound,
+                          defaults=self.config.defaults_for(definition.kind))  # fmt: skip
+        return definition, spec, payload, ctx
+
+    def _run(
+        self, definition: WorkerDefinition, spec: NodeSpec, payload: Any, caller: NodeContext
+    ) -> NodeResult[Any]:
+        with self._registry.running(caller.execution_id, caller.deadline) as token:
+            unlink = caller.cancel.on_cancel(token.cancel)
+            try:
+                ctx = replace(caller, cancel=token)
+                ctx = replace(ctx, invoke=self._sub_invoke(ctx))
+                return run_node(definition, spec, payload, ctx)
+            finally:
+                unlink()
+
+    def _late(self, ctx: NodeContext, codes_status: tuple[str, NodeStatus]) -> NodeResult[Any]:
+        code, status = codes_status
+        message = "the call was cancelled" if status == "cancelled" else "the call timed out"
+        return NodeResult.failure(ctx.execution_id, ctx.node, code, message, status)
+
+    def _sub_invoke(self, parent: NodeContext) -> Any:
+        def invoke(node: str, input: Any, *, timeout: float | None = None,
+                   execution_id: str | None = None) -> NodeResult[Any]:  # fmt: skip
+            remaining = parent.remaining_s
+            if remaining is not None:
+                timeout = remaining if timeout is None else min(timeout, remaining)
+            return self.invoke(node, input, timeout=timeout, cancel=parent.cancel,
+                               execution_id=execution_id, scope=parent.scope)  # fmt: skip
+
+        return invoke
+
+    def invoke(
+        self,
+        node: str,
+        input: Any,
+        *,
+        timeout: float | None = None,
+        cancel: CancelToken | None = None,
+        execution_id: str | None = None,
+        scope: Scope | Mapping[str, str] | None = None,
+    ) -> NodeResult[Any]:
+        """Run ``node`` in this process and wait for its NodeResult (arguments and results
+        as :meth:`ditto_worker.fleet.DittoClient.invoke`)."""
+        prepared = self._prepare(node, input, timeout, cancel, execution_id, scope)
+        if isinstance(prepared, NodeResult):
+            return prepared
+        definition, spec, payload, ctx = prepared
+        if not self._enter():
+            return NodeResult.failure(ctx.execution_id, node, ErrorCode.MEMORY_BACKEND_ERROR,
+                                      "the runtime is closed")  # fmt: skip
+        try:
+            future = self._pools[id(definition)].submit(self._run, definition, spec, payload, ctx)
+            return self._wait(future, definition, ctx)
+        finally:
+            self._leave()
+
+    def _wait(
+        self, future: Future[NodeResult[Any]], definition: WorkerDefinition, ctx: NodeContext
+    ) -> NodeResult[Any]:
+        codes = definition.kind_codes
+        assert ctx.deadline is not None
+        try:
+            return future.result(timeout=max(0.0, ctx.deadline - time.time()) + REPORT_SLACK_S)
+        except FutureTimeout:
+            self._registry.cancel(ctx.execution_id)
+            if ctx.cancel.cancelled:
+                return self._late(ctx, (codes.cancelled, "cancelled"))
+            return self._late(ctx, (codes.timeout, "timeout"))
+
+    async def ainvoke(
+        self,
+        node: str,
+        input: Any,
+        *,
+        timeout: float | None = None,
+        cancel: CancelToken | None = None,
+        execution_id: str | None = None,
+        scope: Scope | Mapping[str, str] | None = None,
+    ) -> NodeResult[Any]:
+        """``invoke`` for asyncio; cancelling the awaiting task cancels the call and
+        re-raises ``asyncio.CancelledError`` (MEM-PY-2)."""
+        prepared = self._prepare(node, input, timeout, cancel, execution_id, scope)
+        if isinstance(prepared, NodeResult):
+            return prepared
+        definition, spec, payload, ctx = prepared
+        if not self._enter():
+            return NodeResult.failure(ctx.execution_id, node, ErrorCode.MEMORY_BACKEND_ERROR,
+                                      "the runtime is closed")  # fmt: skip
+        try:
+            future = self._pools[id(definition)].submit(self._run, definition, spec, payload, ctx)
+            assert ctx.deadline is not None
+            wait_s = max(0.0, ctx.deadline - time.time()) + REPORT_SLACK_S
+            try:
+                return await asyncio.wait_for(asyncio.wrap_future(future), wait_s)
+            except TimeoutError:
+                self._registry.cancel(ctx.execution_id)
+                codes = definition.kind_codes
+                return self._late(ctx, (codes.timeout, "timeout"))
+            except asyncio.CancelledError:
+                ctx.cancel.cancel()
+                self._registry.cancel(ctx.execution_id)
+                raise
+        finally:
+            self._leave()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Drain accepted calls (up to ``timeout_s``), stop the pools and run each
+        definition's ``close`` hook; application-owned plugin objects are not closed
+        (MEM-RUN-3). New calls fail with ``MEMORY_BACKEND_ERROR``."""
+        with self._idle:
+            self._closed = True
+            self._idle.wait_for(lambda: self._in_flight == 0, timeout=timeout_s)
+        for pool in self._pools.values():
+            pool.shutdown(wait=True)
+        for definition in self.definitions:
+            if definition.close is not None:
+                definition.close()

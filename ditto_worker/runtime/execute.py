@@ -1,0 +1,133 @@
+"""The one envelope around every node call, embedded or on the fleet (MEM-RT-2/4).
+
+:func:`run_node` is what "a node call" means, wherever it runs: the embedded runtime
+calls it in a pool thread, a Celery task calls it in a worker process. In order:
+
+1. the trusted scope is resolved against the definition's own binding
+   (:func:`ditto_worker.memory.scope.resolve_scope`) -> ``PERMISSION_DENIED``;
+2. a call cancelled before it started is ``cancelled`` (the kind's cancelled code), one
+   whose deadline has passed is ``timeout`` (the kind's timeout code) — the handler is
+   not called;
+3. the handler runs: a returned :class:`~ditto_worker.contracts.NodeResult` is the answer
+   as it stands (the MEMORY SDK and ``.define`` overrides own every NodeResult rule);
+   a raw output is checked against ``NodeSpec.output`` (``INVALID_BACKEND_OUTPUT``) and
+   wrapped once;
+4. :class:`~ditto_worker.errors.NodeError` -> ``failed`` with its code and safe message
+   (its code being the kind's cancelled / timeout code gives that status); any other
+   exception -> ``failed`` with the kind's failure code and a generic message, logged
+   with its type and stack but never its message or the call's input (memories and
+   model text are personal data);
+5. a raw-output handler that returns after its call was cancelled or its deadline passed
+   answers ``cancelled`` / ``timeout`` whatever it returned (MEM-RUN-2: the work it did
+   is not rolled back).
+
+Never raises for a call failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from dataclasses import replace
+from functools import lru_cache
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from ditto_worker.contracts import NodeResult, NodeStatus
+from ditto_worker.errors import ErrorCode, NodeError
+from ditto_worker.memory.scope import resolve_scope
+from ditto_worker.runtime.context import NodeContext
+from ditto_worker.runtime.definition import KindCodes, NodeSpec, WorkerDefinition
+
+__all__ = ["run_node"]
+
+logger = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=256)
+def _adapter(output: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(output)
+
+
+def _stopped(ctx: NodeContext, codes: KindCodes, when: str) -> NodeResult[Any] | None:
+    if ctx.cancel.cancelled:
+        return NodeResult.failure(
+            ctx.execution_id, ctx.node, codes.cancelled, f"the call was cancelled {when}",
+            "cancelled",
+        )  # fmt: skip
+    if ctx.expired:
+        return NodeResult.failure(
+            ctx.execution_id, ctx.node, codes.timeout, f"the call's deadline passed {when}",
+            "timeout",
+        )  # fmt: skip
+    return None
+
+
+def _from_error(exc: NodeError, ctx: NodeContext, codes: KindCodes) -> NodeResult[Any]:
+    status: NodeStatus = (
+        "cancelled"
+        if exc.code == codes.cancelled
+        else "timeout"
+        if exc.code == codes.timeout
+        else "failed"
+    )
+    return NodeResult.failure(ctx.execution_id, ctx.node, exc.code, exc.safe_message, status)
+
+
+def _wrap(raw: Any, spec: NodeSpec, ctx: NodeContext) -> NodeResult[Any]:
+    output = raw
+    if spec.output is not None:
+        try:
+            output = _adapter(spec.output).validate_python(raw)
+        except ValidationError:
+            return NodeResult.failure(
+                ctx.execution_id, ctx.node, ErrorCode.INVALID_BACKEND_OUTPUT,
+                f"{ctx.node} returned an output that breaks its contract",
+            )  # fmt: skip
+    return NodeResult[Any](execution_id=ctx.execution_id, node=ctx.node, status="success",
+                           output=output)  # fmt: skip
+
+
+def run_node(
+    definition: WorkerDefinition, spec: NodeSpec, input: Any, ctx: NodeContext
+) -> NodeResult[Any]:
+    """Run one call of ``spec`` (a node of ``definition``) with ``ctx``; see the module doc.
+
+    Args:
+        definition: the worker definition serving the node (its codes and scope binding).
+        spec: the node.
+        input: the node's JSON input (wire names).
+        ctx: the call's context; ``ctx.node`` is set to ``spec.id`` when empty.
+
+    Returns:
+        The call's NodeResult (any status); never raises for a call failure.
+    """
+    if ctx.node != spec.id:
+        ctx = replace(ctx, node=spec.id)
+    codes = definition.kind_codes
+    try:
+        scope = resolve_scope(definition.scope, ctx.scope, definition.require_scope)
+    except NodeError as exc:
+        return _from_error(exc, ctx, codes)
+    if scope != ctx.scope:
+        ctx = replace(ctx, scope=scope)
+    stopped = _stopped(ctx, codes, "before it started")
+    if stopped is not None:
+        return stopped
+    try:
+        raw = spec.handler(input, ctx)
+    except NodeError as exc:
+        return _from_error(exc, ctx, codes)
+    except Exception as exc:
+        logger.error(
+            "%s %s: the handler raised %s\n%s", spec.id, ctx.execution_id, type(exc).__name__,
+            "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+        )  # fmt: skip
+        return NodeResult.failure(
+            ctx.execution_id, ctx.node, codes.failed,
+            "the node handler failed; see the worker log for details",
+        )  # fmt: skip
+    if isinstance(raw, NodeResult):
+        return raw
+    return _stopped(ctx, codes, "while it ran") or _wrap(raw, spec, ctx)
