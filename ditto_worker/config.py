@@ -258,7 +258,7 @@ class RetrievalWorkerSettings(_Section):
     )
 
 
-OWNED_WORKER_SECTIONS = ("memory", "retrieval", "context")
+OWNED_WORKER_SECTIONS = ("memory", "retrieval", "context", "infer")
 """``workers.<name>`` sections this project's config validates strictly."""
 
 
@@ -321,6 +321,7 @@ class RuntimeConfig(BaseModel):
             "memory": self.memory_worker,
             "retrieval": self.retrieval_worker,
             "context": self.context_worker,
+            "infer": self.infer_worker,
         }.get(name)
         if owned is not None:
             return owned.model_dump(by_alias=True)

@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.infer.contracts import InferGenerateInput, InferGenerateOutput
@@ -43,7 +43,15 @@ from ditto_worker.infer.endpoint import CallAbort, CallAborted, ChatEndpoint, Ch
 from ditto_worker.infer.settings import InferSettings, load_infer_settings
 from ditto_worker.runtime import NodeContext, NodeSpec, WorkerDefinition
 
-__all__ = ["INFER_GENERATE", "InferGenerate", "create_infer_worker"]
+if TYPE_CHECKING:
+    from ditto_worker.config import RuntimeConfig
+
+__all__ = [
+    "INFER_GENERATE",
+    "InferGenerate",
+    "create_infer_worker",
+    "from_config",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -344,3 +352,10 @@ def create_infer_worker(
     return WorkerDefinition.of(
         "INFER", [spec], concurrency=resolved.concurrency, close=handler.close
     )
+
+
+def from_config(config: RuntimeConfig) -> WorkerDefinition:
+    """The INFER worker of a worker process, from ``workers.infer`` in ``ditto.yaml`` (entry
+    point ``infer`` of the group ``ditto_worker.workers``); nothing connects or starts
+    before the first call."""
+    return create_infer_worker(config.infer_worker)
