@@ -156,6 +156,7 @@ def test_a_text_reply_repeatable_at_temperature_zero(
 def test_a_schema_reply_is_valid_json_of_the_schema(
     definition: WorkerDefinition, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # MEM-INF-2
     out = generate(
         definition,
         {"messages": PREFERENCE_MESSAGES, "responseSchema": PREFERENCE_SCHEMA, "maxTokens": 96},
@@ -170,6 +171,7 @@ def test_a_schema_reply_is_valid_json_of_the_schema(
 def test_a_reply_cut_by_max_tokens_is_invalid_output(
     definition: WorkerDefinition, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # MEM-INF-2
     with pytest.raises(NodeError) as info:
         generate(
             definition,
@@ -208,6 +210,7 @@ def test_no_prompt_or_reply_text_in_our_logs_or_the_servers(
 def test_a_cancelled_call_frees_the_server_within_a_second(
     definition: WorkerDefinition, model: Any
 ) -> None:
+    # MEM-INF-3
     cancel = CancelToken()
     box = run_in_thread(
         definition, {"messages": LONG, "maxTokens": 400}, NodeContext("c1", cancel=cancel)
@@ -228,6 +231,7 @@ def test_a_cancelled_call_frees_the_server_within_a_second(
 def test_the_deadline_stops_a_call_and_frees_the_server(
     definition: WorkerDefinition, model: Any
 ) -> None:
+    # MEM-INF-3
     deadline = time.time() + 3.0  # 400 tokens take far longer; the prompt far less
     box = run_in_thread(
         definition, {"messages": LONG, "maxTokens": 400}, NodeContext("d1", deadline=deadline)

@@ -31,6 +31,7 @@ def test_yaml_keys_are_camel_case_and_strict() -> None:
 
 
 def test_env_overrides_yaml_and_dotenv(tmp_path: Path) -> None:
+    # MEM-INF-1
     dotenv = tmp_path / ".env"
     dotenv.write_text(
         "DITTO_WORKER_INFER_BASE_URL=http://dotenv/v1\n"
@@ -53,6 +54,7 @@ def test_a_missing_dotenv_is_fine(tmp_path: Path) -> None:
 
 
 def test_the_key_is_never_read_from_yaml() -> None:
+    # MEM-INF-1
     with pytest.raises(ConfigError) as info:
         load_infer_settings({"apiKey": "sk-in-yaml"}, env={}, dotenv_path=None)
     assert "DITTO_WORKER_INFER_API_KEY" in str(info.value)

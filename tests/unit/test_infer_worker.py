@@ -68,6 +68,7 @@ def test_the_definition_is_one_node_on_its_own_queue_with_concurrency_one() -> N
 
 
 def test_a_text_reply_and_the_request_it_sends(caplog: pytest.LogCaptureFixture) -> None:
+    # MEM-INF-1
     with FakeChatServer(reply_script("REPLY-", "MARKER")) as fake:
         definition = worker(fake.base_url)
         out = call(definition, {"messages": MSGS})
@@ -146,6 +147,7 @@ def test_refused_credentials_are_unavailable_without_the_key(
     ],
 )
 def test_an_error_status_is_unavailable_and_never_retried(status: int, message: str) -> None:
+    # MEM-INF-3, MEM-ERR-5
     def script(conn: FakeConn) -> None:
         conn.start(status, "application/json")
         conn.write('{"error": {"message": "PROMPT-MARKER-7d1 leaked"}}')
@@ -158,6 +160,7 @@ def test_an_error_status_is_unavailable_and_never_retried(status: int, message: 
 
 
 def test_a_refused_connection_is_unavailable(caplog: pytest.LogCaptureFixture) -> None:
+    # MEM-INF-3
     base_url = f"http://user:pw-SECRET@127.0.0.1:{free_port()}/v1"
     err = failure(worker(base_url), {"messages": MSGS})
     assert err.code == ErrorCode.INFER_UNAVAILABLE
@@ -272,6 +275,7 @@ def stalled(conn: FakeConn) -> None:
 
 
 def test_cancel_closes_the_request_at_once() -> None:
+    # MEM-INF-3
     cancel = CancelToken()
     with FakeChatServer(stalled) as fake:
         threading.Timer(0.3, cancel.cancel).start()
@@ -286,6 +290,7 @@ def test_cancel_closes_the_request_at_once() -> None:
 
 
 def test_the_deadline_closes_the_request() -> None:
+    # MEM-INF-3
     with FakeChatServer(stalled) as fake:
         ctx = NodeContext("e", deadline=time.time() + 0.3)
         started = time.monotonic()
@@ -324,6 +329,7 @@ def test_a_call_cancelled_or_expired_before_it_starts_sends_nothing() -> None:
 
 
 def test_a_schema_reply_is_parsed_and_validated() -> None:
+    # MEM-INF-2
     with FakeChatServer(reply_script('{"language": "de", ', '"style": "short"}')) as fake:
         out = call(worker(fake.base_url), {"messages": MSGS, "responseSchema": SCHEMA})
     assert out["json"] == {"language": "de", "style": "short"}
@@ -350,6 +356,7 @@ def test_a_schema_reply_is_parsed_and_validated() -> None:
 def test_a_reply_that_does_not_validate_is_invalid_output_without_its_text(
     reply: str, message: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # MEM-INF-2
     with FakeChatServer(reply_script(reply)) as fake:
         err = failure(worker(fake.base_url), {"messages": MSGS, "responseSchema": SCHEMA})
     assert (err.code, err.safe_message) == (ErrorCode.INFER_INVALID_OUTPUT, message)
@@ -397,6 +404,7 @@ def test_a_null_structured_reply_is_kept() -> None:
 def test_bad_input_is_invalid_input_naming_the_field_before_any_request(
     input: Any, field: str
 ) -> None:
+    # MEM-ERR-1
     with FakeChatServer(reply_script("x")) as fake:
         err = failure(worker(fake.base_url), input)
     assert err.code == ErrorCode.INVALID_INPUT
