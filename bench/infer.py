@@ -3,11 +3,11 @@
 Runs >= 30 preference-extraction prompts (a user message stating a language and a style;
 the reply is JSON of :data:`SCHEMA` with an exact quote) at temperature 0 through each
 *path* and prints, per path: calls, JSON-valid rate (the reply parses and matches the
-schema; ``INFER_INVALID_OUTPUT`` counts as invalid), language-correct and quote-verbatim
-rates (how good the 0.5B model is at the task, not a property of our code), p50 / p95
-latency per call, completion tokens/s end to end (summed completion tokens / summed call
-time, prompt evaluation included), and the ratio of each path's p50 and total time to the
-``direct`` path's. Also: the server's start time, its RSS after the run, and its own
+schema; ``INFER_INVALID_OUTPUT`` counts as invalid), how many were cut at ``maxTokens``,
+language-correct and quote-verbatim rates (how good the 0.5B model is at the task, not a
+property of our code), p50 / p95 latency per call, completion tokens/s end to end (summed
+completion tokens / summed call time, prompt evaluation included), and the ratio of each
+path's p50 and total time to the ``direct`` path's. Also: the server's start time, its RSS after the run, and its own
 decode speed (llama.cpp's ``timings.predicted_per_second``, median over direct calls).
 
 Paths (:data:`PATHS`; each a ``(prompt) -> Call`` function):
@@ -56,7 +56,7 @@ SCHEMA: dict[str, Any] = {
     "properties": {
         "language": {"type": "string", "enum": LANGUAGES},
         "style": {"type": "string", "enum": ["brief", "detailed"]},
-        "quote": {"type": "string", "maxLength": 160},
+        "quote": {"type": "string", "maxLength": 120},
     },
     "required": ["language", "style", "quote"],
     "additionalProperties": False,
@@ -75,7 +75,7 @@ PHRASINGS = [
     "Keep the progress updates {style} and in {lang}, please.",
 ]
 STYLE_WORDS = {"brief": "short", "detailed": "detailed"}
-MAX_TOKENS = 96
+MAX_TOKENS = 160  # the longest valid reply (a 120-character quote) fits
 VALIDATOR = Draft202012Validator(SCHEMA)
 
 
@@ -94,6 +94,7 @@ class Call:
     completion_tokens: int
     reply: Any
     decode_tok_s: float | None = None
+    cut: bool = False  # finishReason length (INFER_INVALID_OUTPUT "cut off")
 
 
 def prompts(n: int) -> list[Prompt]:
@@ -155,7 +156,7 @@ def direct_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
                     speed = chunk["timings"].get("predicted_per_second")
         latency = time.perf_counter() - started
         reply = valid("".join(parts)) if finish == "stop" else None
-        return Call(latency, tokens, reply, speed)
+        return Call(latency, tokens, reply, speed, cut=finish == "length")
 
     return run
 
@@ -178,7 +179,8 @@ def handler_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
         except NodeError as exc:
             if exc.code != ErrorCode.INFER_INVALID_OUTPUT:
                 raise
-            return Call(time.perf_counter() - started, MAX_TOKENS, None)
+            cut = "cut off" in exc.safe_message
+            return Call(time.perf_counter() - started, MAX_TOKENS if cut else 0, None, cut=cut)
         return Call(
             time.perf_counter() - started, out["usage"]["completionTokens"], out.get("json")
         )
@@ -200,6 +202,7 @@ def summarize(calls: list[tuple[Prompt, Call]]) -> dict[str, float]:
     return {
         "calls": len(calls),
         "json_valid": len(ok) / len(calls),
+        "cut": sum(c.cut for _, c in calls),
         "language_ok": sum(c.reply["language"] == p.language for p, c in ok) / len(calls),
         "quote_verbatim": sum(c.reply["quote"] in p.message for p, c in ok) / len(calls),
         "p50_ms": statistics.median(latencies),
@@ -258,12 +261,15 @@ def report(
         f"INFER.GENERATE, {n_prompts} preference-extraction prompts x {args.rounds} rounds, "
         f"temperature 0, maxTokens {MAX_TOKENS}, json_schema response format"
     )
-    header = "path      calls  json-valid  language  quote  p50 ms  p95 ms  tok/s  p50 x  total x"
+    header = (
+        "path      calls  json-valid  cut  language  quote  p50 ms  p95 ms  tok/s  p50 x  total x"
+    )
     print(header)
     for name in names:
         s = stats[name]
         print(
-            f"{name:<9} {s['calls']:>5}  {s['json_valid']:>10.0%}  {s['language_ok']:>8.0%}  "
+            f"{name:<9} {s['calls']:>5}  {s['json_valid']:>10.0%}  {s['cut']:>3}  "
+            f"{s['language_ok']:>8.0%}  "
             f"{s['quote_verbatim']:>5.0%}  {s['p50_ms']:>6.0f}  {s['p95_ms']:>6.0f}  "
             f"{s['tok_s']:>5.1f}  {s['p50_ms'] / base['p50_ms']:>5.3f}  "
             f"{s['total_s'] / base['total_s']:>7.3f}"
