@@ -7,8 +7,9 @@ schema; ``INFER_INVALID_OUTPUT`` counts as invalid), how many were cut at ``maxT
 language-correct and quote-verbatim rates (how good the 0.5B model is at the task, not a
 property of our code), p50 / p95 latency per call, completion tokens/s end to end (summed
 completion tokens / summed call time, prompt evaluation included), and the ratio of each
-path's p50 and total time to the ``direct`` path's. Also: the server's start time, its RSS after the run, and its own
-decode speed (llama.cpp's ``timings.predicted_per_second``, median over direct calls).
+path's p50 and total time to the ``direct`` path's. Also: the server's start time, its RSS
+after the run, and its own decode speed (llama.cpp's ``timings.predicted_per_second``,
+median over direct calls).
 
 Paths (:data:`PATHS`; each a ``(prompt) -> Call`` function):
 
