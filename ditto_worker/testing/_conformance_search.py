@@ -1,7 +1,10 @@
-"""Conformance: SEARCH strategies and keyword search (English, Chinese without spaces).
+"""Conformance: SEARCH strategies and keyword search (English, Chinese without spaces,
+combining marks, Thai/Lao/Khmer/Myanmar, Unicode normalisation, JSON field names and keys,
+the most selective query terms, per-scope statistics, the score scale).
 
 Rules: MEM-SEARCH-1/2/3/4. Keyword tests run when ``keyword_strategy`` is declared;
-Chinese when ``keyword_cjk`` is too.
+scripts without spaces when ``keyword_cjk`` is too; per-scope statistics when ``scope``
+is. The terms every store indexes are :mod:`ditto_worker.memory.text`'s (issue 13).
 """
 
 from __future__ import annotations
@@ -14,7 +17,14 @@ from ditto_worker.testing._conformance_harness import Harness
 
 __all__ = [
     "test_keyword_chinese_without_spaces",
+    "test_keyword_combining_marks_stay_in_words",
     "test_keyword_english",
+    "test_keyword_json_field_names_and_keys",
+    "test_keyword_keeps_the_most_selective_terms",
+    "test_keyword_one_match_score_is_readable",
+    "test_keyword_scores_use_only_the_scope_own_records",
+    "test_keyword_scripts_without_spaces",
+    "test_keyword_unicode_normalisation",
     "test_keyword_filter_applies_before_limit",
     "test_keyword_follows_updates_and_deletes",
     "test_keyword_query_is_never_syntax",
@@ -90,7 +100,9 @@ def test_keyword_english(conformance: Harness) -> None:
     assert conformance.search_keys("dog Luna") == ["pet"]
     assert conformance.search_keys("hiking") == ["obj"]
     assert conformance.search_keys("oat milk") == ["list"]
-    assert "obj" not in conformance.search_keys("title 42")  # keys and numbers: not text
+    assert conformance.search_keys("title") == ["obj"]  # JSON field names are text
+    assert conformance.search_keys("42") == []  # numbers are not
+    assert conformance.search_keys("pet") == ["pet"]  # a record's key is text
     assert conformance.search_keys("xylophone") == []
     assert conformance.search_keys("") == []
     assert conformance.search_keys("?!... ---") == []
@@ -180,3 +192,137 @@ def test_exhaustive_search_returns_min_of_limit_and_matches(conformance: Harness
             assert len(results) == expected, (strategy, flt, limit, len(results))
             if flt is not None:
                 assert all(r.memory.metadata == flt for r in results), strategy
+
+
+def test_keyword_combining_marks_stay_in_words(conformance: Harness) -> None:
+    # issue 13: a Devanagari vowel sign is part of its word, never a separator
+    conformance.require_keyword()
+    conformance.write([
+        {"key": "quarterly", "content": "पासवर्ड हर तिमाही बदला जाता है"},
+        {"key": "with-you", "content": "मैं तुम्हारे साथ हूँ"},
+        {"key": "bengali", "content": "আমি প্রতি মাসে পাসওয়ার্ড বদলাই"},
+        {"key": "tamil", "content": "நான் தமிழ் கற்றுக்கொள்கிறேன்"},
+    ])  # fmt: skip
+    assert conformance.search_keys("तिमाही") == ["quarterly"]
+    assert conformance.search_keys("साथ") == ["with-you"]
+    assert conformance.search_keys("हूँ") == ["with-you"]
+    assert conformance.search_keys("पासवर्ड") == ["quarterly"]
+    assert conformance.search_keys("পাসওয়ার্ড") == ["bengali"]
+    assert conformance.search_keys("தமிழ்") == ["tamil"]
+    assert conformance.search_keys("ि ा") == []  # lone marks are no word
+
+
+SCRIPTS_WITHOUT_SPACES: dict[str, tuple[str, str]] = {
+    # key: (text, a word inside it)
+    "thai": ("ฉันชอบเรียนภาษาไทยมาก", "ภาษาไทย"),
+    "lao": ("ຂ້ອຍມັກຮຽນພາສາລາວຫຼາຍ", "ພາສາລາວ"),
+    "khmer": ("ខ្ញុំចូលចិត្តរៀនភាសាខ្មែរណាស់", "ភាសាខ្មែរ"),
+    "myanmar": ("ကျွန်တော်မြန်မာစာကိုလေ့လာနေတယ်", "မြန်မာစာ"),
+    "japanese": ("私は毎朝コーヒーを飲みます", "コーヒー"),
+}
+
+
+def test_keyword_scripts_without_spaces(conformance: Harness) -> None:
+    # issue 13: Thai, Lao, Khmer, Myanmar (and kana) are segmented as Chinese is
+    conformance.require_keyword(cjk=True)
+    conformance.write([{"key": key, "content": text}
+                       for key, (text, _) in SCRIPTS_WITHOUT_SPACES.items()])  # fmt: skip
+    conformance.write([{"key": "thai-weather", "content": "วันนี้อากาศดีมาก"}])
+    for key, (_, word) in SCRIPTS_WITHOUT_SPACES.items():
+        assert conformance.search_keys(word)[:1] == [key], key
+    assert conformance.search_keys("เรียนภาษา")[:1] == ["thai"]
+    assert conformance.search_keys("อากาศ")[:1] == ["thai-weather"]
+
+
+FULLWIDTH = "\uff27\uff49\uff4e\uff54\uff41\uff4d\uff41"  # Ｇｉｎｔａｍａ
+
+
+def test_keyword_unicode_normalisation(conformance: Harness) -> None:
+    # issue 13: NFKC and case folding on the indexed text and on the query
+    conformance.require_keyword()
+    conformance.write([
+        {"key": "composed", "content": "We met in Z\u00fcrich last May."},
+        {"key": "fullwidth", "content": f"{FULLWIDTH} is my favourite"},
+        {"key": "ascii", "content": "Gintoki from Gintama"},
+        {"key": "german", "content": "Die STRASSE ist lang"},
+    ])  # fmt: skip
+    assert conformance.search_keys("Zu\u0308rich") == ["composed"]  # decomposed query
+    assert conformance.search_keys("ZÜRICH") == ["composed"]
+    assert conformance.search_keys("zurich") == ["composed"]  # Latin diacritics folded
+    assert set(conformance.search_keys("Gintama")) == {"fullwidth", "ascii"}
+    assert set(conformance.search_keys(FULLWIDTH)) == {"fullwidth", "ascii"}
+    assert conformance.search_keys("Straße") == ["german"]  # case folding: ß = ss
+
+
+def test_keyword_json_field_names_and_keys(conformance: Harness) -> None:
+    # issue 13 (the seed's example): field names and the record's key are searchable
+    conformance.require_keyword()
+    conformance.write([
+        {"key": "preference", "content": {"language": "zh-CN"}, "metadata": {"source": "user"}},
+        {"key": "address", "content": {"home": {"city": "Lyon", "zip": 69001}}},
+        {"key": "note", "content": "nothing about settings"},
+    ])  # fmt: skip
+    assert conformance.search_keys("preferred language") == ["preference"]
+    assert conformance.search_keys("preference") == ["preference"]
+    assert conformance.search_keys("language") == ["preference"]
+    assert conformance.search_keys("city") == ["address"]  # nested field names too
+    assert conformance.search_keys("home Lyon") == ["address"]
+    assert conformance.search_keys("user source") == []  # metadata is not indexed
+
+
+def test_keyword_keeps_the_most_selective_terms(conformance: Harness) -> None:
+    # issue 13: of more than 64 distinct query terms the most selective are kept, not the
+    # first 64 (a rare word in 70th place still counts)
+    conformance.require_keyword()
+    common = [f"wd{i}" for i in range(69)]
+    conformance.write([{"key": f"c{i}", "content": " ".join(common)} for i in range(5)])
+    conformance.write([{"key": "rare", "content": "the quetzalcoatl temple"}])
+    assert "rare" in conformance.search_keys(" ".join([*common, "quetzalcoatl"]))
+    assert conformance.search_keys(" ".join(["quetzalcoatl", *common])) == conformance.search_keys(
+        " ".join([*common, "quetzalcoatl"])
+    )  # the terms kept do not depend on their order
+
+
+def test_keyword_one_match_score_is_readable(conformance: Harness) -> None:
+    # issue 13: a one-match keyword search has a readable score (not 9.39e-07)
+    conformance.require_keyword()
+    conformance.write([{"key": "only", "content": "the lighthouse keeper"}])
+    (result,) = conformance.ok(
+        "MEMORY.SEARCH", {"query": "lighthouse", "strategy": conformance.caps.keyword_strategy}
+    )
+    assert result.score is not None and 0.01 < result.score < 100, result.score
+
+
+def test_keyword_scores_use_only_the_scope_own_records(conformance: Harness) -> None:
+    # issue 19: a tenant's keyword scores depend only on its own records: another tenant's
+    # writes (of the same words, or many others) change neither its ranking nor its scores
+    from ditto_worker.memory.scope import Scope
+
+    conformance.require_keyword()
+    if not conformance.caps.scope:
+        pytest.skip("scope not declared")
+    mine = conformance.scoped(Scope("t-stats", "u1"))
+    other = conformance.scoped(Scope("t-stats", "u2"))
+    mine.write([
+        {"key": "a", "content": "the red fox jumps over the lazy dog"},
+        {"key": "b", "content": "a red apple and a green pear"},
+        {"key": "c", "content": "the dog sleeps"},
+    ])  # fmt: skip
+    queries = ["red dog", "green apple fox", "sleeps"]
+
+    def scores() -> list[list[tuple[str, float]]]:
+        return [
+            [(str(r.memory.key), float(r.score)) for r in mine.ok(
+                "MEMORY.SEARCH", {"query": q, "strategy": conformance.caps.keyword_strategy})]
+            for q in queries
+        ]  # fmt: skip
+
+    before = scores()
+    other.write([{"key": f"o{i}", "content": "red red dog dog apple fox sleeps " * (i % 3 + 1)}
+                 for i in range(40)])  # fmt: skip
+    conformance.write([{"key": "unscoped", "content": "red dog " * 20}])
+    after = scores()
+    assert [[key for key, _ in rows] for rows in after] == [[k for k, _ in r] for r in before]
+    for rows_before, rows_after in zip(before, after, strict=True):
+        for (_, s1), (_, s2) in zip(rows_before, rows_after, strict=True):
+            assert s2 == pytest.approx(s1, rel=1e-9, abs=1e-12)

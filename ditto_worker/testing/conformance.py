@@ -6,12 +6,13 @@ with mixed types, nested paths), explicit failures for what a plugin does not su
 keyset paging across inserts and deletes, literal ``_ % - ' "`` and non-ASCII in keys,
 prefixes and values, signed cursors that refuse any edit or forgery, timestamps with
 offsets compared as instants, lone surrogates and undeclared SEARCH options refused before
-the store, a 10,000-record WRITE, deleting more than 1,000 matches, any JSON
-content (string, number, object, list, ``null``), keyword search over English and over
-Chinese without spaces, tenant scope on all six operations with colliding-looking scope
-values. Plugin-side rules covered: MEM-GET-2/3/5, MEM-QUERY-2/3/4,
-MEM-WRITE-2/3, MEM-UPDATE-1/2/4, MEM-DELETE-2/3, MEM-SEARCH-2/3 (and MEM-PY-5/6/11/12,
-MEM-RUN-2).
+the store, a 10,000-record WRITE, deleting more than 1,000 matches, any JSON content
+(string, number, object, list, ``null``), keyword search over English, Chinese,
+Thai/Lao/Khmer/Myanmar, words with combining marks, NFKC/case-folded text, JSON field
+names and keys, with the most selective query terms and per-scope statistics, tenant
+scope on all six operations with colliding-looking scope values. Plugin-side rules
+covered: MEM-GET-2/3/5, MEM-QUERY-2/3/4, MEM-WRITE-2/3, MEM-UPDATE-1/2/4, MEM-DELETE-2/3,
+MEM-SEARCH-2/3 (and MEM-PY-5/6/11/12, MEM-RUN-2).
 
 Use it from a plugin's own repository (``pip install ditto-worker[dev]`` for pytest)::
 
@@ -40,7 +41,7 @@ tests what is declared and checks that what is not declared fails explicitly
 ``SEARCH_UNAVAILABLE``); tests of undeclared features are skipped.
 
 Calls go through :func:`ditto_worker.create_memory`, so plugin outputs are also checked
-by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 40 tests; the two volume
+by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 47 tests; the two volume
 tests write 10,000 and 2,800 records. Add ``pytest.register_assert_rewrite(
 "ditto_worker.testing")`` in a ``conftest.py`` for detailed assertion messages (done
 automatically when ``ditto_worker.testing`` is imported under pytest).
@@ -99,10 +100,17 @@ from ditto_worker.testing._conformance_scope import (
 from ditto_worker.testing._conformance_search import (
     test_exhaustive_search_returns_min_of_limit_and_matches,
     test_keyword_chinese_without_spaces,
+    test_keyword_combining_marks_stay_in_words,
     test_keyword_english,
     test_keyword_filter_applies_before_limit,
     test_keyword_follows_updates_and_deletes,
+    test_keyword_json_field_names_and_keys,
+    test_keyword_keeps_the_most_selective_terms,
+    test_keyword_one_match_score_is_readable,
     test_keyword_query_is_never_syntax,
+    test_keyword_scores_use_only_the_scope_own_records,
+    test_keyword_scripts_without_spaces,
+    test_keyword_unicode_normalisation,
     test_search_results_carry_full_records,
     test_search_strategies_are_explicit,
 )
@@ -127,7 +135,14 @@ __all__ = [
     "test_get_union_each_once",
     "test_key_conflict_policy",
     "test_keyword_chinese_without_spaces",
+    "test_keyword_combining_marks_stay_in_words",
     "test_keyword_english",
+    "test_keyword_json_field_names_and_keys",
+    "test_keyword_keeps_the_most_selective_terms",
+    "test_keyword_one_match_score_is_readable",
+    "test_keyword_scores_use_only_the_scope_own_records",
+    "test_keyword_scripts_without_spaces",
+    "test_keyword_unicode_normalisation",
     "test_keyword_filter_applies_before_limit",
     "test_keyword_follows_updates_and_deletes",
     "test_keyword_query_is_never_syntax",

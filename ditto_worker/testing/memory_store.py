@@ -12,8 +12,9 @@ import functools
 import json
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from ditto_worker.contracts import (
@@ -47,7 +48,14 @@ from ditto_worker.memory.filters import (
 )
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
-from ditto_worker.memory.text import TOKENS, cjk_grams, content_text
+from ditto_worker.memory.text import (
+    bm25,
+    bm25_idf,
+    index_terms,
+    keyword_text,
+    query_terms,
+    select_terms,
+)
 
 __all__ = ["InMemoryMemoryStore", "create_store"]
 
@@ -69,19 +77,7 @@ def _check_cancel(options: MemoryCallOptions | None) -> None:
         raise MemoryError(ErrorCode.MEMORY_CANCELLED, "the memory call was cancelled")
 
 
-def _terms(text: str, unigrams: bool) -> set[str]:
-    """Lower-cased words, plus CJK bigrams (and unigrams if asked, or for 1-char runs)."""
-    terms: set[str] = set()
-    for match in TOKENS.finditer(text):
-        run = match.group(1)
-        if run:
-            terms.update(cjk_grams(run, unigrams))
-        else:
-            terms.add(match.group(2).lower())
-    return terms
-
-
-@dataclass
+@dataclass(eq=False)
 class _Record:
     seq: int
     namespace: str
@@ -91,6 +87,13 @@ class _Record:
     metadata: dict[str, Any] | None
     created_at: str
     updated_at: str
+    terms: Counter[str] = field(default_factory=Counter)
+    length: int = 0
+
+    def index(self) -> None:
+        """Recount the record's keyword terms (:func:`ditto_worker.memory.text.index_terms`)."""
+        terms = index_terms(keyword_text(self.content, self.key))
+        self.terms, self.length = Counter(terms), len(terms)
 
     def view(self) -> dict[str, Any]:
         return {
@@ -122,10 +125,12 @@ class InMemoryMemoryStore:
     ``options.cancel`` is already cancelled raises ``MEMORY_CANCELLED`` (calls are
     instantaneous, so there is nothing to interrupt). Returned items are copies.
 
-    SEARCH strategy ``keyword`` (the default; alias ``bm25`` is *not* accepted here, the
-    scoring is not BM25): ``score`` is the number of distinct query terms found in the
-    content's text (lower-cased words; CJK runs as bigrams), a float >= 1 where **higher
-    is better**; ties in sequence order; records without any query term are not returned.
+    SEARCH strategy ``keyword`` (the default): the terms of
+    :mod:`ditto_worker.memory.text` (the key, the content with its JSON field names),
+    ``score`` = BM25 with the statistics of the call's scope alone
+    (:func:`ditto_worker.memory.text.bm25`), as the SQLite store scores: a float > 0,
+    **higher is better**; ties in sequence order; records without any query term are not
+    returned.
 
     Scope (:mod:`ditto_worker.memory.scope`): every operation sees only the records of
     ``options.scope``'s namespace; keys are unique per namespace.
@@ -231,6 +236,7 @@ class InMemoryMemoryStore:
     def _insert(self, ns: str, key: str | None, content: Any, metadata: Any, now: str) -> _Record:
         self._seq += 1
         record = _Record(self._seq, ns, uuid.uuid4().hex, key, content, metadata, now, now)
+        record.index()
         self._records[record.seq] = record
         self._by_id[record.id] = record.seq
         if key is not None:
@@ -266,6 +272,7 @@ class InMemoryMemoryStore:
                 record = self._records[self._by_id[memory_id]]
                 if has_content:
                     record.content = content
+                    record.index()
                 if has_metadata:
                     record.metadata = metadata
                 record.updated_at = now
@@ -307,15 +314,15 @@ class InMemoryMemoryStore:
         if not isinstance(input.query, str):
             raise MemoryError(ErrorCode.INVALID_INPUT, "keyword search needs a text query")
         node = parse_filter(input.filter)
-        wanted = _terms(input.query, unigrams=False)
         ns = namespace_of(options)
         with self._lock:
+            scope = [r for r in self._records.values() if r.namespace == ns and r.length]
             scored = [
-                (len(wanted & _terms(content_text(r.content), unigrams=True)), r.seq, r)
-                for r in self._records.values()
-                if r.namespace == ns and matches(node, r.view())
+                (score, r.seq, r)
+                for r, score in _bm25_scores(input.query, scope).items()
+                if matches(node, r.view())
             ]
-            hits = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1]))
+            hits = sorted(scored, key=lambda s: (-s[0], s[1]))
             hits = hits[: input.limit or _DEFAULT_SEARCH_LIMIT]
             return [
                 MemorySearchResult(
@@ -325,6 +332,26 @@ class InMemoryMemoryStore:
                 )
                 for position, (score, _, record) in enumerate(hits, start=1)
             ]
+
+
+def _bm25_scores(query: str, scope: list[_Record]) -> dict[_Record, float]:
+    """BM25 of ``scope``'s records holding a term of ``query``, with the scope's own
+    statistics (:func:`ditto_worker.memory.text.bm25`)."""
+    wanted = query_terms(query)
+    if not scope or not wanted:
+        return {}
+    frequencies: Counter[str] = Counter()
+    for record in scope:
+        frequencies.update(term for term in wanted if term in record.terms)
+    chosen = select_terms(wanted, frequencies)
+    idf = {term: bm25_idf(len(scope), frequencies[term]) for term in chosen}
+    average = sum(record.length for record in scope) / len(scope)
+    scores = {}
+    for record in scope:
+        counts = {term: record.terms[term] for term in chosen if term in record.terms}
+        if counts:
+            scores[record] = bm25(counts, record.length, idf, average)
+    return scores
 
 
 def _sort_values(terms: tuple[SortTerm, ...], view: Mapping[str, Any]) -> tuple[SortValue, ...]:

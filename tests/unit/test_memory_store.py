@@ -26,6 +26,7 @@ from ditto_worker.memory.ports import (
     MemorySearchProvider,
     MemoryStore,
 )
+from ditto_worker.memory.text import bm25, bm25_idf
 from ditto_worker.testing import InMemoryMemoryStore, create_store
 
 
@@ -120,7 +121,7 @@ def test_query_order_and_cursor() -> None:
     assert info.value.code == "INVALID_CURSOR"
 
 
-def test_keyword_search_scores_term_overlap() -> None:
+def test_keyword_search_scores_bm25_per_scope() -> None:
     store = InMemoryMemoryStore()
     store.write(
         MemoryWriteInput(
@@ -132,7 +133,15 @@ def test_keyword_search_scores_term_overlap() -> None:
         )
     )
     results = store.search(MemorySearchInput(query="red BLUE?", limit=5))
-    assert [(r.memory.key, r.score) for r in results] == [("two", 2.0), ("one", 1.0)]
+    # BM25 over the 3 records: "red" in 2 (idf ln(1 + 1.5/2.5)), "blue" in 1 (ln(1 + 2.5/1.5));
+    # lengths: one 3 (key + 2 words), two 4, zh 14 (key, unigrams, bigrams); avgdl 7
+    idf = {"red": bm25_idf(3, 2), "blue": bm25_idf(3, 1)}
+    two = bm25({"red": 1, "blue": 1}, 4, idf, 7)
+    one = bm25({"red": 1}, 3, idf, 7)
+    assert [(r.memory.key, r.score) for r in results] == [
+        ("two", pytest.approx(two)),
+        ("one", pytest.approx(one)),
+    ]
     assert [r.memory.key for r in store.search(MemorySearchInput(query="工作", limit=5))] == ["zh"]
     with pytest.raises(MemoryError) as info:
         store.search(MemorySearchInput(query="x", strategy="bm25", limit=5))

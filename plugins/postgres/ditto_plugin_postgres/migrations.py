@@ -23,6 +23,11 @@ it keeps working for keyword search). The ``memory_vectors`` table and its HNSW 
 created with the first embedding identity, which fixes their dims
 (:mod:`ditto_plugin_postgres.vectors`).
 
+Version 5 (``keyword terms``, issues 13/19): ``keyword_scopes(id, namespace, records,
+terms)`` and ``memories.terms``; every record's ``tsv`` is rebuilt in place from the terms
+Python makes (:mod:`ditto_plugin_postgres.text`, :func:`.keywords.rebuild`), each term
+prefixed with its scope's id, in the migration's transaction.
+
 Version 3 (``executions``): ``executions(namespace text NOT NULL DEFAULT '', execution_id
 text, node text, output json, created_at timestamptz)``, primary key ``(namespace,
 execution_id)``, indexed by ``created_at``: the execution ids of committed mutations and
@@ -33,12 +38,15 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 import psycopg
 
 from ditto_plugin_postgres.executions import MIGRATION as _EXECUTIONS
+from ditto_plugin_postgres.keywords import MIGRATION as _KEYWORDS
+from ditto_plugin_postgres.keywords import rebuild as rebuild_keywords
 from ditto_worker.errors import ErrorCode, MemoryError
 
 __all__ = [
@@ -53,7 +61,11 @@ __all__ = [
 
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
-MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
+Step = str | Callable[[psycopg.Connection, str], None]
+"""A migration step: SQL (``{s}`` = the quoted schema) or a function of (connection,
+quoted schema) run in the migration's transaction."""
+
+MIGRATIONS: Final[tuple[tuple[int, str, tuple[Step, ...]], ...]] = (
     (
         1,
         "memories",
@@ -94,6 +106,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
             "CREATE INDEX memories_namespace_seq ON {s}.memories (namespace, seq)",
         ),
     ),
+    (5, "keyword terms", (*_KEYWORDS, rebuild_keywords)),
 )
 """``(version, name, statements)`` in order; ``{s}`` is the quoted schema name."""
 
@@ -165,7 +178,10 @@ def migrate(conn: psycopg.Connection, schema: str) -> MigrationReport:
             if version in done:
                 continue
             for statement in statements:
-                conn.execute(statement.format(s=quoted))
+                if isinstance(statement, str):
+                    conn.execute(statement.format(s=quoted))
+                else:
+                    statement(conn, quoted)
             conn.execute(
                 f"INSERT INTO {quoted}.ditto_migrations (version, name) VALUES (%s, %s)",
                 [version, name],

@@ -7,29 +7,22 @@ JSON goes to the server as compact text (``content`` as ``json``, ``metadata`` a
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 from ditto_plugin_postgres.sql import Sql, decimal_value
-from ditto_plugin_postgres.text import content_text, grams_vector
 from ditto_worker.contracts import MemoryItem, MemoryUpdateEntry
 from ditto_worker.errors import ErrorCode, MemoryError
 
 __all__ = [
-    "TSV",
     "Row",
     "check_batch_keys",
     "dump",
     "item",
-    "bm25_idf",
     "sort_value",
-    "term_queries",
     "update_sql",
 ]
 
-TSV: Final = "to_tsvector('english', %s) || %s::tsvector"
-"""The ``tsv`` column value for ``(body, grams)`` parameters."""
 Row = tuple[Any, ...]
 
 
@@ -67,25 +60,6 @@ def item(row: Row) -> MemoryItem:
     )
 
 
-def term_queries(terms: Sequence[tuple[str, str]]) -> list[Sql]:
-    """One tsquery expression per term of :func:`~ditto_plugin_postgres.text.query_terms`."""
-    return [
-        Sql("to_tsquery('english', %s)" if kind == "english" else "%s::tsquery", [literal])
-        for kind, literal in terms
-    ]
-
-
-def bm25_idf(total: int, frequencies: Sequence[int]) -> list[float]:
-    """BM25 IDF ``ln(1 + (N - df + 0.5) / (df + 0.5))`` per term, always > 0.
-
-    Args:
-        total: records in the store (``N``; raised to the largest ``df`` if smaller).
-        frequencies: records matching each term (``df``).
-    """
-    n = max([total, *frequencies])
-    return [math.log(1 + (n - df + 0.5) / (df + 0.5)) for df in frequencies]
-
-
 def sort_value(row: Row, index: int) -> tuple[int, int | float | str]:
     """The cursor sort value ``(rank, value)`` of term ``index`` from its ``r/n/t`` columns."""
     rank, number, text = row[5 + 3 * index : 8 + 3 * index]
@@ -117,16 +91,12 @@ def check_batch_keys(keys: Sequence[str | None]) -> None:
 
 
 def update_sql(index: int, entry: MemoryUpdateEntry) -> Sql:
-    """``, content = …, tsv = …, metadata = …`` for the fields present in ``entry``."""
+    """``, content = …, metadata = …`` for the fields present in ``entry`` (the keyword
+    terms of new content are set by the store, :mod:`.keywords`)."""
     change = Sql("")
     if entry.has_content:
-        body = content_text(entry.content)
-        change.text += f", content = %s::json, tsv = {TSV}"
-        change.params += [
-            dump(entry.content, f"memories[{index}].content"),
-            body,
-            grams_vector(body),
-        ]
+        change.text += ", content = %s::json"
+        change.params.append(dump(entry.content, f"memories[{index}].content"))
     if entry.has_metadata:
         change.text += ", metadata = %s::jsonb"
         change.params.append(dump(entry.metadata, f"memories[{index}].metadata", False))

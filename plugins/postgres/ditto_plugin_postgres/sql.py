@@ -67,10 +67,14 @@ class Sql:
     params: list[Any] = field(default_factory=list)
 
 
-def in_namespace(where: Sql, namespace: str) -> Sql:
+def in_namespace(where: Sql, namespace: str, lookup: bool = True) -> Sql:
     """``where`` confined to one tenant namespace (exact ``=`` on a bound parameter, so
-    ``_``/``%`` are plain characters; :mod:`ditto_worker.memory.scope`)."""
-    return Sql(f"(m.namespace = %s AND {where.text})", [namespace, *where.params])
+    ``_``/``%`` are plain characters; :mod:`ditto_worker.memory.scope`). ``lookup=False``
+    keeps the planner from finding rows by the namespace index (``m.namespace || ''``):
+    the rows are found otherwise (a keyword search's GIN lookup yields its scope's rows
+    only) and the test is a check."""
+    column = "m.namespace" if lookup else "(m.namespace || '')"
+    return Sql(f"({column} = %s AND {where.text})", [namespace, *where.params])
 
 
 def number_param(value: int | float) -> str:

@@ -22,6 +22,7 @@ from typing import Any, Final
 import psycopg
 import psycopg_pool
 
+from ditto_plugin_postgres import keywords
 from ditto_plugin_postgres import vectors as vec
 from ditto_plugin_postgres.db import connect, map_error, open_pool, transaction
 from ditto_plugin_postgres.executions import DEFAULT_RETENTION_S, claim_replay, record
@@ -44,7 +45,7 @@ from ditto_plugin_postgres.sql import (
     order_clause,
     sort_columns,
 )
-from ditto_plugin_postgres.text import content_text, grams_vector
+from ditto_plugin_postgres.text import record_terms, tsvector_literal
 from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemoryDeleteOutput,
@@ -69,6 +70,7 @@ from ditto_worker.memory.filters import (
 )
 from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
+from ditto_worker.memory.text import keyword_text
 
 __all__ = ["PostgresMemoryStore"]
 
@@ -333,8 +335,7 @@ class PostgresMemoryStore(SearchMixin):
             None if d.metadata is None else dump(d.metadata, f"memories[{i}].metadata", False)
             for i, d in enumerate(drafts)
         ]
-        bodies = [content_text(d.content) for d in drafts]
-        grams = [grams_vector(body) for body in bodies]
+        terms = [record_terms(keyword_text(d.content, d.key)) for d in drafts]
         ids = [uuid.uuid4().hex for _ in drafts]
         literals = self._embed([d.content for d in drafts])
         eid = options.execution_id if options is not None else None
@@ -349,16 +350,18 @@ class PostgresMemoryStore(SearchMixin):
                 f"SELECT created_at FROM {self._table} ORDER BY seq DESC LIMIT 1"
             ).fetchone()
             now = timestamp_now(last[0] if last else None)
+            scope = keywords.scope_id(conn, self._quoted, ns, create=True) or 0
+            vectors = [tsvector_literal(t, scope) for t in terms]
             inserted = conn.execute(
                 f"INSERT INTO {self._table} (namespace, id, key, content, metadata, created_at,"
-                " updated_at, tsv) SELECT %s, d.id, d.key, d.content::json, d.metadata::jsonb, "
-                "%s, %s, "
-                "to_tsvector('english', d.body) || d.grams::tsvector FROM unnest(%s::text[], "
-                "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[]) WITH ORDINALITY "
-                "AS d(id, key, content, metadata, body, grams, ord) ORDER BY d.ord "
+                " updated_at, tsv, terms) SELECT %s, d.id, d.key, d.content::json, "
+                "d.metadata::jsonb, %s, %s, d.tsv::tsvector, d.n FROM unnest(%s::text[], "
+                "%s::text[], %s::text[], %s::text[], %s::text[], %s::int[]) WITH ORDINALITY "
+                "AS d(id, key, content, metadata, tsv, n, ord) ORDER BY d.ord "
                 "RETURNING id, seq",
-                [ns, now, now, ids, keys, contents, metas, bodies, grams],
+                [ns, now, now, ids, keys, contents, metas, vectors, [len(t) for t in terms]],
             ).fetchall()
+            keywords.adjust(conn, self._quoted, ns, [(0, len(t)) for t in terms])
             seqs: dict[str, int] = {str(r[0]): int(r[1]) for r in inserted}
             self._store_vectors(conn, [seqs[i] for i in ids], literals)
             items = [
@@ -409,17 +412,31 @@ class PostgresMemoryStore(SearchMixin):
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(i) for i in replay]
             found = conn.execute(
-                f"SELECT id FROM {self._table} WHERE namespace = %s AND id = ANY(%s::text[])",
+                f"SELECT id, key, terms FROM {self._table} "
+                "WHERE namespace = %s AND id = ANY(%s::text[])",
                 [ns, ids],
             ).fetchall()
-            present = {row[0] for row in found}
+            present = {row[0]: (row[1], int(row[2])) for row in found}
             for index, memory_id in enumerate(ids):
                 if memory_id not in present:
                     raise MemoryError(
                         ErrorCode.NOT_FOUND, f"memories[{index}]: no memory with this id"
                     )
             now = timestamp_now()
+            scope = 0
+            if any(entry.has_content for entry in input.memories):
+                scope = keywords.scope_id(conn, self._quoted, ns, create=True) or 0
+            counts: list[tuple[int, int]] = []
             for entry, change in zip(input.memories, changes, strict=True):
+                if entry.has_content:  # the keyword terms follow the content
+                    key, old = present[entry.id]
+                    terms = record_terms(keyword_text(entry.content, key))
+                    change = Sql(
+                        f"{change.text}, tsv = %s::tsvector, terms = %s",
+                        [*change.params, tsvector_literal(terms, scope), len(terms)],
+                    )
+                    counts.append((old, len(terms)))
+                    present[entry.id] = (key, len(terms))
                 sql = (
                     f"UPDATE {self._table} AS m SET updated_at = %s{change.text} "
                     f"WHERE m.namespace = %s AND m.id = %s RETURNING {_COLUMNS}"
@@ -429,6 +446,7 @@ class PostgresMemoryStore(SearchMixin):
                 if entry.has_content:  # a metadata-only update keeps the vector
                     literal = None if literals is None else [next(literals)]
                     self._store_vectors(conn, [int(rows[-1][0])], literal)
+            keywords.adjust(conn, self._quoted, ns, counts)
             items = [item(row) for row in rows]
             output = [to_wire(i) for i in items]
             record(conn, self._quoted, eid, output, self._retention_s, ns)
@@ -448,9 +466,10 @@ class PostgresMemoryStore(SearchMixin):
                 return MemoryDeleteOutput.model_validate(replay)
             rows = conn.execute(
                 f"DELETE FROM {self._table} WHERE namespace = %s AND id = ANY(%s::text[]) "
-                "RETURNING id",
+                "RETURNING id, terms",
                 [ns, ids],
             ).fetchall()
+            keywords.adjust(conn, self._quoted, ns, [(int(row[1]), 0) for row in rows])
             gone = {row[0] for row in rows}
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in gone])
             record(conn, self._quoted, eid, to_wire(output), self._retention_s, ns)

@@ -1,87 +1,79 @@
-"""Keyword-search text of the PostgreSQL store: what is indexed and how a query is built.
+"""Keyword-search text of the PostgreSQL store: the indexed terms and the query terms.
 
-Index (column ``tsv``) = ``to_tsvector('english', body) || grams::tsvector`` where
+The index (column ``tsv``, GIN) holds the terms Python makes
+(:func:`ditto_worker.memory.text.index_terms` of
+:func:`~ditto_worker.memory.text.keyword_text`: key, content with its JSON field names,
+the store's ``indexFields``), given to the server as a ``tsvector`` literal
+(:func:`tsvector_literal`) — never parsed by ``to_tsvector`` — so this store, SQLite and
+the in-memory store index the same terms whatever the server's locale or text-search
+configuration (issue 13). Each term is stored as ``<scope id>_<term>``, the scope id
+being the row of the record's namespace in ``keyword_scopes`` (migration 5): the GIN
+lookup of a term finds only its own scope's records, so a scoped search costs what a
+store of that scope's size costs, and the document frequencies counted from it are the
+scope's own (issue 19). ``keyword_scopes.records`` counts the scope's records with at
+least one term (BM25's ``N``); ``memories.terms`` is a record's term count.
 
-* ``body`` is the record's text: ``content`` when it is a string, else the JSON string
-  values inside it (recursively, object keys excluded), joined by newlines; numbers and
-  ``null`` have no text. English words are stemmed ("bankers" finds "banker"); at most
-  :data:`MAX_BODY_CHARS` characters are indexed.
-* ``grams`` lists every run of CJK characters (Han, kana, Hangul) as its unigrams and
-  overlapping bigrams, as a tsvector literal with positions, so Chinese written without
-  spaces is found by a 2-character query whatever the server's locale.
-
-A query is never parsed as tsquery syntax: it is tokenized here (letter/digit runs and
-CJK runs), English function words are dropped (unless nothing else is left, as in the
-SQLite store), each remaining word is quoted for ``to_tsquery('english', …)`` and each
-CJK bigram for a ``tsquery`` literal (:func:`query_terms`); a record matches when it has
-any of them. Tokens are alphanumeric only, so quotes, ``&|!<->:*`` and backslashes in a
-question are plain text. Ranking (in the store) weights each matched term by its BM25
-IDF, ``ln(1 + (N - df + 0.5) / (df + 0.5))``, and adds ``0.01 * ts_rank_cd`` to order
-records matching the same terms. Measured on the LoCoMo sample (``data/locomo/30.json``,
-evidence recall@10): ``ts_rank_cd`` alone 0.455, ``ts_rank`` 0.484, IDF-weighted 0.67
-(the SQLite store's FTS5 bm25: 0.67).
+A query is never parsed as tsquery syntax: each of its terms
+(:func:`~ditto_worker.memory.text.query_terms`) becomes a quoted ``tsquery`` literal,
+and a record matches when it has any. Of more than 64 distinct terms the 64 longest are
+kept (longer words are rarer: a documented heuristic; the SQLite store asks its index
+for the real frequencies). Ranking (in the store) weights each matched term by its BM25
+IDF over the scope, ``ln(1 + (N - df + 0.5) / (df + 0.5))``, and adds ``0.01 *
+ts_rank_cd`` to order records matching the same terms. Measured on the LoCoMo sample
+(``data/locomo/30.json``, evidence recall@10): ``ts_rank_cd`` alone 0.455, ``ts_rank``
+0.484, IDF-weighted 0.67.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final
 
-from ditto_worker.memory.text import MAX_QUERY_TERMS, STOPWORDS, TOKENS, cjk_grams
-from ditto_worker.memory.text import content_text as shared_content_text
+from ditto_worker.memory.text import index_terms, query_terms, select_terms
 
 __all__ = [
-    "MAX_BODY_CHARS",
-    "MAX_QUERY_TERMS",
-    "STOPWORDS",
-    "content_text",
-    "grams_vector",
-    "query_terms",
+    "MAX_TERMS",
+    "prefixed_query_terms",
+    "tsquery_literal",
+    "tsvector_literal",
+    "record_terms",
 ]
 
-MAX_BODY_CHARS: Final = 200_000
-"""Characters of a record's text indexed (tsvector values are limited to 1 MB)."""
-_MAX_GRAMS: Final = 20_000
+MAX_TERMS: Final = 50_000
+"""Terms of one record put in its ``tsvector`` (PostgreSQL limits one to 1 MB)."""
 _MAX_POSITION: Final = 16_383
+_MAX_POSITIONS: Final = 256
 
 
-def content_text(content: Any) -> str:
-    """The indexed text of a record's content, NUL characters removed, truncated."""
-    return shared_content_text(content)[:MAX_BODY_CHARS].replace("\x00", " ")
+def _quote(term: str) -> str:
+    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def grams_vector(text: str) -> str:
-    """A tsvector literal of the text's CJK unigrams and bigrams (``''`` when none)."""
+def record_terms(text: str) -> list[str]:
+    """The terms of a record's keyword text, at most :data:`MAX_TERMS`."""
+    return index_terms(text.replace("\x00", " "))[:MAX_TERMS]
+
+
+def tsvector_literal(terms: Sequence[str], scope: int) -> str:
+    """A ``tsvector`` literal of ``terms`` (in order) prefixed with ``<scope>_``, with
+    their positions (1-based; at most 256 per term, the last ones capped at 16383)."""
     positions: dict[str, list[int]] = {}
-    count = 0
-    for match in TOKENS.finditer(text):
-        if not match.group(1):
-            continue
-        for gram in cjk_grams(match.group(1), unigrams=True):
-            count += 1
-            if count > _MAX_GRAMS:
-                break
-            spots = positions.setdefault(gram, [])
-            if len(spots) < 256:
-                spots.append(min(count, _MAX_POSITION))
-    return " ".join(f"'{gram}':{','.join(map(str, spots))}" for gram, spots in positions.items())
+    for index, term in enumerate(terms, start=1):
+        spots = positions.setdefault(term, [])
+        if len(spots) < _MAX_POSITIONS:
+            spots.append(min(index, _MAX_POSITION))
+    return " ".join(
+        f"{_quote(f'{scope}_{term}')}:{','.join(map(str, sorted(set(spots))))}"
+        for term, spots in positions.items()
+    )
 
 
-def query_terms(query: str) -> list[tuple[str, str]]:
-    """The query's distinct terms as ``(kind, literal)``, at most :data:`MAX_QUERY_TERMS`.
+def tsquery_literal(term: str, scope: int) -> str:
+    """The ``tsquery`` literal matching ``term`` in ``scope``."""
+    return _quote(f"{scope}_{term}")
 
-    ``kind`` is ``"english"`` (``literal`` is ``'word'`` for ``to_tsquery('english', …)``)
-    or ``"grams"`` (``'工作'`` for a ``tsquery`` literal). ``[]`` when the query has no
-    words.
-    """
-    words: dict[str, None] = {}
-    function_words: dict[str, None] = {}
-    grams: dict[str, None] = {}
-    for match in TOKENS.finditer(query):
-        if match.group(1):
-            grams.update(dict.fromkeys(cjk_grams(match.group(1), unigrams=False)))
-        else:
-            word = match.group(2).lower()
-            (function_words if word in STOPWORDS else words)[word] = None
-    chosen = [("english", f"'{w}'") for w in (words or ({} if grams else function_words))]
-    chosen += [("grams", f"'{g}'") for g in grams]
-    return chosen[:MAX_QUERY_TERMS]
+
+def prefixed_query_terms(query: str, scope: int) -> list[str]:
+    """``tsquery`` literals of the query's terms (:func:`select_terms` without
+    frequencies: the 64 longest); ``[]`` when the query has no term."""
+    return [tsquery_literal(term, scope) for term in select_terms(query_terms(query))]

@@ -1,8 +1,8 @@
 """Vectors of the PostgreSQL store (pgvector): identity, write-side embedding, search SQL.
 
 Only a store built with an embedding provider embeds (MEM-SEARCH-6, MEM-WRITE-4): the
-content's text (:func:`ditto_plugin_postgres.text.content_text`, the text keyword search
-indexes) is embedded before the write transaction and stored in ``memory_vectors`` in the
+content's text (:func:`ditto_worker.memory.text.content_text`) is embedded before the
+write transaction and stored in ``memory_vectors`` in the
 same transaction as the record. Content without text (``null``, a number) has no vector,
 so vector search never returns it.
 
@@ -39,10 +39,10 @@ from typing import Any, Final
 import psycopg
 
 from ditto_plugin_postgres.sql import Sql
-from ditto_plugin_postgres.text import content_text
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory import vectors as kit
 from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider
+from ditto_worker.memory.text import content_text
 
 __all__ = [
     "HNSW_MAX_DIMS",

@@ -98,7 +98,13 @@ def test_migration_is_versioned_and_idempotent(postgres_url: str, pg_schema: str
     assert (second.version, second.applied) == (LATEST_VERSION, ())
     with psycopg.connect(postgres_url) as conn:
         rows = conn.execute(f'SELECT version, name FROM "{pg_schema}".ditto_migrations').fetchall()
-    assert rows == [(1, "memories"), (2, "vectors"), (3, "executions"), (4, "scope")]
+    assert rows == [
+        (1, "memories"),
+        (2, "vectors"),
+        (3, "executions"),
+        (4, "scope"),
+        (5, "keyword terms"),
+    ]
     store.write(one())
     assert store.migrate().applied == () and count(store) == 1
     store.close()

@@ -1,65 +1,189 @@
-"""Keyword-search text handling for the SQLite store's FTS5 index.
+"""Keyword search of the SQLite store: per-scope BM25 over an FTS5 index of Python terms.
 
-The index (table ``memories_fts``, rowid = the record's ``seq``) has two columns:
+What is indexed: a record's :func:`~ditto_worker.memory.text.keyword_text` (its key, its
+content with JSON field names, the store's ``indexFields``) as the terms of
+:func:`~ditto_worker.memory.text.index_terms` — normalised, grapheme-cluster words,
+stemmed, and cluster bigrams for scripts without spaces. FTS5 does no tokenizing of its
+own (``ascii`` tokenizer over space-separated terms), so this store, PostgreSQL and the
+in-memory store index the same terms.
 
-* ``body``: the record's text, tokenized by FTS5 ``porter unicode61 remove_diacritics 2``
-  (English words are stemmed: "banker" finds "bankers");
-* ``grams``: every run of CJK characters (Han, kana, Hangul) expanded into its
-  unigrams and overlapping bigrams, space-separated, so that Chinese text without spaces is
-  found by a 2-character query (neither unicode61 nor trigram does this alone).
+Per-scope statistics (issue 19): every term is stored as ``<scope id>_<term>``, the scope
+id being the row of the record's namespace in ``keyword_scopes``. The postings of a term
+therefore belong to one scope: the document frequency FTS5 keeps for it
+(``memories_fts_rows``, an ``fts5vocab`` row table) is the scope's own, a search reads
+only its own scope's postings (a scoped search costs what a store of that scope's size
+costs, whatever the other tenants hold), and ``keyword_scopes`` keeps each scope's
+record count and total term count. The score is BM25 computed with those statistics
+(:func:`ditto_worker.memory.text.bm25`: k1 1.2, b 0.75, IDF ``ln(1 + (N - df + 0.5) /
+(df + 0.5))``), so a tenant's scores depend only on its own records; the term
+frequencies come from ``memories_fts_hits`` (``fts5vocab`` instance table) and the
+record lengths from ``memories_fts_docs``. A record without any term is not indexed and
+not counted.
 
-The text of a record is its ``content`` when it is a string; otherwise the JSON string
-values inside ``content`` (recursively, object keys excluded), joined by newlines; other
-content (numbers, ``null``) has no text. Metadata is not indexed.
+Tables (schema 5)::
 
-A query is never passed raw to ``MATCH``: it is tokenized the same way, each term is
-quoted, and the terms are OR-ed (:func:`match_expression`). English function words
-(:data:`STOPWORDS`: "what", "did", "the" …) are dropped from a query unless nothing else
-is left: OR-ed, they would rank every turn that says "what" or "the". Measured on the
-LoCoMo sample (``data/locomo/30.json``, evidence recall@10): plain unicode61 0.55,
-porter stemming 0.62, porter + stopwords 0.67.
+    memories_fts USING fts5(terms, tokenize = "ascii tokenchars '_'")  -- rowid = seq
+    memories_fts_rows USING fts5vocab(memories_fts, row)        -- term, doc (= df), cnt
+    memories_fts_hits USING fts5vocab(memories_fts, instance)   -- term, doc, col, offset
+    memories_fts_docs(seq INTEGER PRIMARY KEY, scope INTEGER, terms INTEGER)  -- length
+    keyword_scopes(id INTEGER PRIMARY KEY, namespace TEXT UNIQUE, records, terms)
+
+A query is never passed to ``MATCH``: its terms (:func:`~ditto_worker.memory.text.
+query_terms`) are bound parameters, OR-ed. Of more than 64 distinct terms the 64 held by
+the fewest records of the scope are kept (:func:`~ditto_worker.memory.text.select_terms`
+with the ``fts5vocab`` frequencies); terms no record holds are dropped first.
 """
 
 from __future__ import annotations
 
-from ditto_worker.memory.text import MAX_QUERY_TERMS, STOPWORDS, TOKENS, cjk_grams, content_text
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
 
-__all__ = ["MAX_QUERY_TERMS", "content_text", "index_columns", "match_expression"]
+from ditto_plugin_sqlite.rows import chunks, marks
+from ditto_worker.memory.text import (
+    BM25_B,
+    BM25_K1,
+    bm25_idf,
+    index_terms,
+    query_terms,
+    select_terms,
+)
+
+__all__ = [
+    "DDL",
+    "KeywordPlan",
+    "index_record",
+    "keyword_plan",
+    "rebuild",
+    "unindex_records",
+]
+
+DDL: Final = (
+    """CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts
+        USING fts5(terms, tokenize = "ascii tokenchars '_'")""",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts_rows USING fts5vocab(memories_fts, row)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts_hits USING fts5vocab(memories_fts, instance)",
+    """CREATE TABLE IF NOT EXISTS memories_fts_docs (
+        seq INTEGER PRIMARY KEY, scope INTEGER NOT NULL, terms INTEGER NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS keyword_scopes (
+        id INTEGER PRIMARY KEY, namespace TEXT NOT NULL UNIQUE,
+        records INTEGER NOT NULL DEFAULT 0, terms INTEGER NOT NULL DEFAULT 0)""",
+)
+"""The keyword-index tables (schema 5), created idempotently."""
+
+_MAX_LOOKUP_TERMS: Final = 4096
+"""Distinct query terms whose frequencies are looked up (a longer query keeps its first)."""
 
 
-def index_columns(text: str) -> tuple[str, str]:
-    """``(body, grams)`` column values for a record's text."""
-    grams: list[str] = []
-    for match in TOKENS.finditer(text):
-        if match.group(1):
-            grams.extend(cjk_grams(match.group(1), unigrams=True))
-    return text, " ".join(grams)
+def _scope(conn: sqlite3.Connection, namespace: str, create: bool) -> int | None:
+    row = conn.execute("SELECT id FROM keyword_scopes WHERE namespace = ?", (namespace,)).fetchone()
+    if row is not None or not create:
+        return None if row is None else int(row[0])
+    cur = conn.execute("INSERT INTO keyword_scopes (namespace) VALUES (?)", (namespace,))
+    return int(cur.lastrowid or 0)
 
 
-def _quote(term: str) -> str:
-    return '"' + term.replace('"', '""') + '"'
+def index_record(conn: sqlite3.Connection, seq: int, namespace: str, text: str) -> None:
+    """Index record ``seq`` of ``namespace`` by ``text`` (in the caller's write
+    transaction); a text without terms is not indexed."""
+    terms = index_terms(text)
+    if not terms:
+        return
+    scope = _scope(conn, namespace, create=True)
+    conn.execute(
+        "INSERT INTO memories_fts (rowid, terms) VALUES (?, ?)",
+        (seq, " ".join(f"{scope}_{term}" for term in terms)),
+    )
+    conn.execute(
+        "INSERT INTO memories_fts_docs (seq, scope, terms) VALUES (?, ?, ?)",
+        (seq, scope, len(terms)),
+    )
+    conn.execute(
+        "UPDATE keyword_scopes SET records = records + 1, terms = terms + ? WHERE id = ?",
+        (len(terms), scope),
+    )
 
 
-def match_expression(query: str) -> str | None:
-    """An FTS5 MATCH expression for a free-text query, or ``None`` when it has no terms.
+def unindex_records(conn: sqlite3.Connection, seqs: Sequence[int]) -> None:
+    """Remove records ``seqs`` from the index and their scopes' statistics."""
+    removed: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for chunk in chunks(list(seqs)):
+        rows = conn.execute(
+            f"SELECT seq, scope, terms FROM memories_fts_docs WHERE seq IN ({marks(chunk)})", chunk
+        ).fetchall()
+        if not rows:
+            continue
+        found = [row[0] for row in rows]
+        for _, scope, terms in rows:
+            removed[scope][0] += 1
+            removed[scope][1] += terms
+        conn.execute(f"DELETE FROM memories_fts WHERE rowid IN ({marks(found)})", found)
+        conn.execute(f"DELETE FROM memories_fts_docs WHERE seq IN ({marks(found)})", found)
+    for scope, (records, terms) in removed.items():
+        conn.execute(
+            "UPDATE keyword_scopes SET records = records - ?, terms = terms - ? WHERE id = ?",
+            (records, terms, scope),
+        )
 
-    Words (letters/digits runs) match ``body``; CJK runs match ``grams`` by their bigrams
-    (a single CJK character by itself). Every term is quoted and all are OR-ed, so FTS5
-    syntax in the query (quotes, ``*``, ``-``, ``AND``, ``NEAR``, ``?``) is plain text.
-    Pure punctuation is dropped, and so are :data:`STOPWORDS` unless the query has
-    nothing else. At most :data:`MAX_QUERY_TERMS` distinct terms are used.
+
+def rebuild(conn: sqlite3.Connection, records: Iterable[tuple[int, str, str]]) -> None:
+    """Drop and rebuild the keyword index from ``(seq, namespace, text)`` (schema 5, in the
+    caller's write transaction)."""
+    for table in ("memories_fts_rows", "memories_fts_hits", "memories_fts"):
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    conn.execute("DROP TABLE IF EXISTS memories_fts_docs")
+    conn.execute("DROP TABLE IF EXISTS keyword_scopes")
+    for statement in DDL:
+        conn.execute(statement)
+    for seq, namespace, text in records:
+        index_record(conn, seq, namespace, text)
+
+
+class KeywordPlan:
+    """The scored candidates of one keyword search: a SQL ``WITH`` prefix naming ``s(seq,
+    score)`` and its parameters (see :func:`keyword_plan`)."""
+
+    def __init__(self, sql: str, params: list[Any]) -> None:
+        self.sql = sql
+        self.params = params
+
+
+def keyword_plan(conn: sqlite3.Connection, query: str, namespace: str) -> KeywordPlan | None:
+    """The BM25 scores of ``namespace``'s records holding any term of ``query``.
+
+    Reads the scope's statistics (one ``keyword_scopes`` row, the terms' frequencies) and
+    returns ``WITH w(term, idf) …, tf …, s(seq, score) AS (…)`` over the scope's postings
+    only; ``None`` when the query has no term the scope holds.
     """
-    terms: dict[str, None] = {}
-    function_words: dict[str, None] = {}
-    for match in TOKENS.finditer(query):
-        if match.group(1):
-            for gram in cjk_grams(match.group(1), unigrams=False):
-                terms.setdefault("grams : " + _quote(gram))
-        else:
-            word = match.group(2).lower()
-            target = function_words if word in STOPWORDS else terms
-            target.setdefault("body : " + _quote(word))
-    chosen = list(terms or function_words)
+    scope = conn.execute(
+        "SELECT id, records, terms FROM keyword_scopes WHERE namespace = ?", (namespace,)
+    ).fetchone()
+    wanted = query_terms(query)[:_MAX_LOOKUP_TERMS]
+    if scope is None or not wanted or not scope[1]:
+        return None
+    sid, records, total = int(scope[0]), int(scope[1]), int(scope[2])
+    prefixed = {f"{sid}_{term}": term for term in wanted}
+    frequencies: dict[str, int] = {}
+    for chunk in chunks(list(prefixed)):
+        sql = f"SELECT term, doc FROM memories_fts_rows WHERE term IN ({marks(chunk)})"
+        frequencies.update((prefixed[t], int(df)) for t, df in conn.execute(sql, chunk))
+    chosen = select_terms(wanted, frequencies)
     if not chosen:
         return None
-    return " OR ".join(chosen[:MAX_QUERY_TERMS])
+    weights = [(f"{sid}_{term}", bm25_idf(records, frequencies[term])) for term in chosen]
+    values = ", ".join("(?, ?)" for _ in weights)
+    sql = (
+        f"WITH w(term, idf) AS (VALUES {values}), "
+        "tf(seq, term, n) AS (SELECT doc, term, count(*) FROM memories_fts_hits "
+        f"WHERE term IN ({marks(weights)}) GROUP BY doc, term), "
+        "s(seq, score) AS (SELECT tf.seq, sum(w.idf * tf.n * ? / (tf.n + ? * d.terms + ?)) "
+        "FROM tf JOIN w ON w.term = tf.term JOIN memories_fts_docs AS d ON d.seq = tf.seq "
+        "GROUP BY tf.seq) "
+    )
+    average = total / records
+    params: list[Any] = [x for pair in weights for x in pair]
+    params += [term for term, _ in weights]
+    params += [BM25_K1 + 1, BM25_K1 * BM25_B / average, BM25_K1 * (1 - BM25_B)]
+    return KeywordPlan(sql, params)

@@ -22,7 +22,7 @@ import sqlite3
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
-from ditto_plugin_sqlite.fts import match_expression
+from ditto_plugin_sqlite.fts import KeywordPlan, keyword_plan
 from ditto_plugin_sqlite.rows import COLUMNS, row_item
 from ditto_plugin_sqlite.sql import Sql, compile_filter, in_namespace
 from ditto_plugin_sqlite.vectors import to_blob
@@ -65,16 +65,17 @@ VECTOR_CAPABILITIES: Final = StoreCapabilities(
 """What a store with an embedding provider declares (``vector`` and ``hybrid`` added)."""
 
 
-def _keyword_sql(query: str, where: Sql, limit: int) -> tuple[str, list[Any]] | None:
-    expression = match_expression(query)
-    if expression is None:
-        return None
+def _keyword_sql(plan: KeywordPlan, where: Sql, limit: int) -> tuple[str, list[Any]]:
+    """The page of a keyword search: the scope's scored candidates (:mod:`.fts`) joined
+    to their records, filtered (``where``: :func:`.sql.in_namespace` with ``lookup=False``),
+    best first."""
     sql = (
-        f"SELECT {COLUMNS}, -bm25(memories_fts) AS score FROM memories_fts "
-        "JOIN memories AS m ON m.seq = memories_fts.rowid "
-        f"WHERE memories_fts MATCH ? AND {where.text} ORDER BY score DESC, m.seq LIMIT ?"
+        f"{plan.sql}SELECT {COLUMNS}, s.score AS score FROM s "
+        "JOIN memories AS m ON m.seq = s.seq "
+        f"WHERE {where.text} "
+        "ORDER BY score DESC, m.seq LIMIT ?"
     )
-    return sql, [expression, *where.params, limit]
+    return sql, [*plan.params, *where.params, limit]
 
 
 def _vector_sql(blob: bytes, where: Sql, limit: int) -> tuple[str, list[Any]]:
@@ -95,8 +96,11 @@ class SearchMixin(NativeSearch):
     ) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
 
-    def _where(self, input: MemorySearchInput, options: MemoryCallOptions | None) -> Sql:
-        return in_namespace(compile_filter(parse_filter(input.filter)), namespace_of(options))
+    def _where(
+        self, input: MemorySearchInput, options: MemoryCallOptions | None, lookup: bool = True
+    ) -> Sql:
+        node = parse_filter(input.filter)
+        return in_namespace(compile_filter(node), namespace_of(options), lookup)
 
     def _rows(
         self, statement: tuple[str, list[Any]], options: MemoryCallOptions | None
@@ -108,8 +112,13 @@ class SearchMixin(NativeSearch):
     def _keyword_hits(
         self, query: str, input: MemorySearchInput, limit: int, options: MemoryCallOptions | None
     ) -> list[Hit]:
-        statement = _keyword_sql(query, self._where(input, options), limit)
-        return [] if statement is None else self._rows(statement, options)
+        where = self._where(input, options, lookup=False)
+        with self._tx(options, write=False) as conn:
+            plan = keyword_plan(conn, query, namespace_of(options))
+            if plan is None:
+                return []
+            rows = conn.execute(*_keyword_sql(plan, where, limit)).fetchall()
+        return [(row_item(row), float(row[5])) for row in rows]
 
     def _vector_hits(
         self,

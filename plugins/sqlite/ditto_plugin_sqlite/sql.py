@@ -140,7 +140,7 @@ def compile_filter(node: FilterNode | None) -> Sql:
     return _typed(node.field, _SQL_OPS[node.op], node.value)
 
 
-def in_namespace(where: Sql, namespace: str) -> Sql:
+def in_namespace(where: Sql, namespace: str, lookup: bool = True) -> Sql:
     """``where`` confined to one tenant namespace (exact ``=`` on a bound parameter, so
     ``_``/``%`` are plain characters; :mod:`ditto_worker.memory.scope`).
 
@@ -148,8 +148,10 @@ def in_namespace(where: Sql, namespace: str) -> Sql:
     namespace is usually the whole table (single-tenant use), where that index only adds
     a lookup per row, so its column is written ``+m.namespace`` (SQLite then does not
     use the index; without ANALYZE statistics it would assume the index is selective).
+    ``lookup=False`` writes it so for every namespace: the rows are found otherwise (a
+    keyword search's candidates are its scope's already) and the test is a check.
     """
-    column = "+m.namespace" if namespace == "" else "m.namespace"
+    column = "+m.namespace" if namespace == "" or not lookup else "m.namespace"
     return Sql(f"({column} = ? AND {where.text})", [namespace, *where.params])
 
 

@@ -24,7 +24,7 @@ from typing import Any, Final
 from ditto_plugin_sqlite import vectors as vec
 from ditto_plugin_sqlite.db import open_connection, transaction, usable
 from ditto_plugin_sqlite.executions import DEFAULT_RETENTION_S, claim_replay, record
-from ditto_plugin_sqlite.fts import content_text, index_columns
+from ditto_plugin_sqlite.fts import index_record, unindex_records
 from ditto_plugin_sqlite.rows import COLUMNS as _COLUMNS
 from ditto_plugin_sqlite.rows import Row as _Row
 from ditto_plugin_sqlite.rows import check_keys as _check_keys
@@ -66,17 +66,15 @@ from ditto_worker.memory.filters import (
 )
 from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
+from ditto_worker.memory.text import keyword_text
 
 __all__ = ["SqliteMemoryStore"]
 
 _DEFAULT_QUERY_LIMIT: Final = 100
 
 
-def _index(conn: sqlite3.Connection, seq: int, content: Any) -> None:
-    body, grams = index_columns(content_text(content))
-    conn.execute(
-        "INSERT INTO memories_fts (rowid, body, grams) VALUES (?, ?, ?)", (seq, body, grams)
-    )
+def _index(conn: sqlite3.Connection, seq: int, ns: str, key: str | None, content: Any) -> None:
+    index_record(conn, seq, ns, keyword_text(content, key))
 
 
 class SqliteMemoryStore(SearchMixin):
@@ -353,7 +351,7 @@ class SqliteMemoryStore(SearchMixin):
                     (ns, memory_id, draft.key, content, metadata, now, now),
                 )
                 seqs.append(int(cur.lastrowid or 0))
-                _index(conn, seqs[-1], draft.content)
+                _index(conn, seqs[-1], ns, draft.key, draft.content)
             self._store_vectors(conn, seqs, blobs)
             items = [
                 _item((0, memory_id, draft.key, content, metadata))
@@ -396,7 +394,7 @@ class SqliteMemoryStore(SearchMixin):
             now = timestamp_now()
             for i, (entry, (sets, params)) in enumerate(zip(entries, changes, strict=True)):
                 found = conn.execute(
-                    "SELECT seq FROM memories WHERE namespace = ? AND id = ?", (ns, entry.id)
+                    "SELECT seq, key FROM memories WHERE namespace = ? AND id = ?", (ns, entry.id)
                 )
                 seq_row = found.fetchone()
                 if seq_row is None:
@@ -404,8 +402,8 @@ class SqliteMemoryStore(SearchMixin):
                 sql = f"UPDATE memories SET {', '.join(sets)} WHERE seq = ?"
                 conn.execute(sql, [now, *params, seq_row[0]])
                 if entry.has_content:  # a metadata-only update keeps the vector
-                    conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (seq_row[0],))
-                    _index(conn, seq_row[0], entry.content)
+                    unindex_records(conn, [seq_row[0]])
+                    _index(conn, seq_row[0], ns, seq_row[1], entry.content)
                     self._store_vectors(conn, [seq_row[0]], self._blob_list(blobs))
                 select = f"SELECT {_COLUMNS} FROM memories AS m WHERE m.seq = ?"
                 rows.append(conn.execute(select, (seq_row[0],)).fetchone())
@@ -432,8 +430,8 @@ class SqliteMemoryStore(SearchMixin):
                 sql = f"SELECT id, seq FROM memories WHERE {where}"
                 found.update(conn.execute(sql, [ns, *chunk]).fetchall())
             seqs = list(found.values())
+            unindex_records(conn, seqs)
             for chunk in _chunks(seqs):
-                conn.execute(f"DELETE FROM memories_fts WHERE rowid IN ({_marks(chunk)})", chunk)
                 conn.execute(f"DELETE FROM memory_vectors WHERE seq IN ({_marks(chunk)})", chunk)
                 conn.execute(f"DELETE FROM memories WHERE seq IN ({_marks(chunk)})", chunk)
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])

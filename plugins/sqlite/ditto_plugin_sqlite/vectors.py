@@ -1,8 +1,8 @@
 """Vectors of the SQLite store: embedding identity, write-side embedding, exact search.
 
 Only a store built with an embedding provider embeds (MEM-SEARCH-6, MEM-WRITE-4): the
-content's text (:func:`ditto_plugin_sqlite.fts.content_text`, the same text keyword search
-indexes) is embedded before the write transaction, and its vector is stored in
+content's text (:func:`ditto_worker.memory.text.content_text`) is embedded before the
+write transaction, and its vector is stored in
 ``memory_vectors`` (float32 little-endian BLOB, rowid = the record's ``seq``) in the same
 transaction as the record. Content without text (``null``, a number) has no vector, so
 vector search never returns it.
@@ -31,10 +31,10 @@ import struct
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ditto_plugin_sqlite.fts import content_text
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory import vectors as kit
 from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider
+from ditto_worker.memory.text import content_text
 
 __all__ = [
     "IDENTITY_SETTING",

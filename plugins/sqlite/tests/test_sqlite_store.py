@@ -15,7 +15,6 @@ import pytest
 import ditto_plugin_sqlite
 from ditto_plugin_sqlite import SqliteMemoryStore, create_store
 from ditto_plugin_sqlite.db import SCHEMA_VERSION, map_error, open_connection, transaction
-from ditto_plugin_sqlite.fts import match_expression
 from ditto_plugin_sqlite.sql import compile_filter, sort_columns
 from ditto_worker.contracts import (
     MemoryDraft,
@@ -186,17 +185,6 @@ def test_bm25_alias_and_score(sqlite_store: SqliteMemoryStore) -> None:
     results = sqlite_store.search(MemorySearchInput(query="note a 1", strategy="bm25", limit=3))
     assert results[0].memory.key == "a-1"
     assert results[0].metadata == {"strategy": "bm25", "rank": 1}
-
-
-def test_match_expression_quotes_every_term() -> None:
-    assert match_expression('What\'s "job"? NEAR') == (
-        'body : "s" OR body : "job" OR body : "near"'
-    )
-    # function words are dropped unless nothing else is left
-    assert match_expression("What did the") == ('body : "what" OR body : "did" OR body : "the"')
-    assert match_expression("中文 ok") == 'grams : "中文" OR body : "ok"'
-    assert match_expression("猫") == 'grams : "猫"'
-    assert match_expression("?!") is None
 
 
 # --- cancellation (MEM-RUN-2, MEM-PY-2) ---------------------------------------------------

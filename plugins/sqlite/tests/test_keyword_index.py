@@ -1,0 +1,106 @@
+"""The SQLite keyword index (schema 5): rebuilt in place from a schema-4 file, per-scope
+statistics kept exact through writes, updates and deletes, query terms as parameters."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ditto_plugin_sqlite import SqliteMemoryStore
+from ditto_plugin_sqlite.db import SCHEMA_VERSION
+from ditto_worker import Scope, create_memory
+from ditto_worker.memory.text import bm25, bm25_idf, index_terms
+
+V4 = (
+    """CREATE TABLE memories (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        namespace TEXT NOT NULL DEFAULT '', id TEXT NOT NULL UNIQUE, key TEXT,
+        content TEXT NOT NULL, metadata TEXT, created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL)""",
+    "CREATE UNIQUE INDEX memories_namespace_key ON memories (namespace, key)",
+    """CREATE VIRTUAL TABLE memories_fts
+        USING fts5(body, grams, tokenize = 'porter unicode61 remove_diacritics 2')""",
+    "CREATE TABLE store_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+)
+T = "2026-01-01T00:00:00.000000Z"
+ALICE = Scope("acme", "alice")
+
+
+def make_v4(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    for statement in V4:
+        conn.execute(statement)
+    rows = [
+        (1, "", "preference", '{"language":"zh-CN"}'),
+        (2, "", None, '"पासवर्ड हर तिमाही बदला जाता है"'),
+        (3, ALICE.namespace, None, '"ฉันชอบเรียนภาษาไทยมาก"'),
+        (4, ALICE.namespace, None, '"walks daily"'),
+    ]
+    for seq, ns, key, content in rows:
+        conn.execute(
+            "INSERT INTO memories VALUES (?, ?, ?, ?, ?, NULL, ?, ?)",
+            (seq, ns, f"id-{seq}", key, content, T, T),
+        )
+        conn.execute("INSERT INTO memories_fts (rowid, body, grams) VALUES (?, ?, '')",
+                     (seq, content))  # fmt: skip
+    conn.execute("PRAGMA user_version = 4")
+    conn.commit()
+    conn.close()
+
+
+def test_a_version_4_file_gets_the_new_index_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "v4.sqlite"
+    make_v4(path)
+    with SqliteMemoryStore(path) as store:
+        memory = create_memory(store)
+
+        def ids(query: str, scope: Scope | None = None) -> list[str]:
+            return [h.memory.id for h in memory.search({"query": query}, scope=scope).output]
+
+        assert ids("preferred language") == ["id-1"]
+        assert ids("तिमाही") == ["id-2"]
+        assert ids("ภาษาไทย") == [] and ids("ภาษาไทย", ALICE) == ["id-3"]
+        assert ids("walk", ALICE) == ["id-4"]
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    stats = conn.execute("SELECT namespace, records FROM keyword_scopes ORDER BY id").fetchall()
+    assert stats == [("", 2), (ALICE.namespace, 2)]
+    conn.close()
+
+
+def _stats(path: Path) -> dict[str, tuple[int, int]]:
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT namespace, records, terms FROM keyword_scopes").fetchall()
+        docs = conn.execute(
+            "SELECT k.namespace, count(*), sum(d.terms) FROM memories_fts_docs AS d "
+            "JOIN keyword_scopes AS k ON k.id = d.scope GROUP BY k.namespace"
+        ).fetchall()
+    finally:
+        conn.close()
+    counted = {ns: (n, t or 0) for ns, n, t in docs}
+    kept = {ns: (n, t) for ns, n, t in rows if n}
+    assert kept == counted, "keyword_scopes drifted from the indexed records"
+    return kept
+
+
+def test_scope_statistics_follow_writes_updates_and_deletes(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    with SqliteMemoryStore(path) as store:
+        memory = create_memory(store)
+        out = memory.write({"memories": [{"content": "red fox"}, {"content": "red red dog"},
+                                         {"content": 42}]}, scope=ALICE).output  # fmt: skip
+        memory.write({"memories": [{"key": "k", "content": "blue"}]})
+        assert _stats(path) == {ALICE.namespace: (2, 5), "": (1, 2)}
+        memory.update({"memories": [{"id": out[0].id, "content": "red fox jumps high"}]},
+                      scope=ALICE)  # fmt: skip
+        memory.update({"memories": [{"id": out[1].id, "metadata": {"m": 1}}]}, scope=ALICE)
+        assert _stats(path) == {ALICE.namespace: (2, 7), "": (1, 2)}
+        memory.delete({"ids": [out[1].id, out[2].id]}, scope=ALICE)
+        assert _stats(path) == {ALICE.namespace: (1, 4), "": (1, 2)}
+        # the score is BM25 over the scope's own statistics
+        (hit,) = memory.search({"query": "jumps"}, scope=ALICE).output
+        terms = index_terms("red fox jumps high")
+        idf = {"jump": bm25_idf(1, 1)}
+        assert hit.score == pytest.approx(bm25({"jump": 1}, len(terms), idf, len(terms)))
