@@ -28,11 +28,12 @@ How a text becomes terms (issue 13):
 3. Scripts written without spaces — Han, kana, Hangul, and Thai, Lao, Khmer, Myanmar
    (:data:`SEGMENTED`) — are cut into overlapping *cluster bigrams* (plus unigrams when
    indexing), so ``ภาษาไทย`` finds ``ฉันชอบเรียนภาษาไทยมาก`` and ``工作`` finds
-   ``我的工作是老师``. Character n-grams were chosen over a dictionary word-break (ICU):
-   measured by ``bench/segmentation.py`` on Thai/Lao/Khmer/Myanmar sentences, n-grams find
-   every query word (ICU misses words it segments differently in the query and the
-   text), need no native library (PyICU builds from source against ``libicu-dev``), and
-   tokenize faster; the index holds about twice the terms.
+   ``我的工作是老师``. Character n-grams were chosen over a dictionary word-break (ICU),
+   measured by ``bench/segmentation.py`` on 16 Thai/Lao/Khmer/Myanmar sentences and 37
+   query words: recall@1 1.00 vs ICU 0.97 (ICU misses a query that is part of a word it
+   keeps whole, e.g. คณิต in คณิตศาสตร์), no native library (PyICU builds from source
+   against ``libicu-dev``); the price is 35 index terms per sentence vs ICU's 6 and
+   250 µs vs 160 µs to tokenize one.
 4. Other words are stemmed with the Snowball English stemmer (PyStemmer; ``preferred`` and
    ``preference`` are both ``prefer``). English function words (:data:`STOPWORDS`) are
    indexed but dropped from a query unless nothing else is left. Measured on the LoCoMo
