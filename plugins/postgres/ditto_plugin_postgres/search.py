@@ -4,7 +4,7 @@
 * ``keyword``: the terms of :mod:`ditto_worker.memory.text`; ``score`` = sum of the BM25
   IDF of the matched query terms over the call's scope + ``0.01 * ts_rank_cd``
   (:mod:`ditto_plugin_postgres.text`), a positive float, higher is better: one match in
-  a one-record scope scores about 0.29, a rare word in a large scope 5-10.
+  a one-record scope scores about 0.1, a rare word in a large scope 5-10.
 * ``vector``: pgvector cosine over the rows passing the filter
   (:func:`ditto_plugin_postgres.vectors.vector_search`); the query is a text (embedded by
   the store's provider) or a list of ``dims`` numbers; ``score = 1 - cosine distance``,

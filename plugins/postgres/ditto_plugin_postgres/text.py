@@ -18,7 +18,7 @@ A query is never parsed as tsquery syntax: each of its terms
 and a record matches when it has any. Of more than 64 distinct terms the 64 longest are
 kept (longer words are rarer: a documented heuristic; the SQLite store asks its index
 for the real frequencies). Ranking (in the store) weights each matched term by its BM25
-IDF over the scope, ``ln(1 + (N - df + 0.5) / (df + 0.5))``, and adds ``0.01 *
+IDF over the scope (:func:`ditto_worker.memory.text.bm25_idf`), and adds ``0.01 *
 ts_rank_cd`` to order records matching the same terms. Measured on the LoCoMo sample
 (``data/locomo/30.json``, evidence recall@10): ``ts_rank_cd`` alone 0.455, ``ts_rank``
 0.484, IDF-weighted 0.67.

@@ -14,9 +14,9 @@ therefore belong to one scope: the document frequency FTS5 keeps for it
 only its own scope's postings (a scoped search costs what a store of that scope's size
 costs, whatever the other tenants hold), and ``keyword_scopes`` keeps each scope's
 record count and total term count. The score is BM25 computed with those statistics
-(:func:`ditto_worker.memory.text.bm25`: k1 1.2, b 0.75, IDF ``ln(1 + (N - df + 0.5) /
-(df + 0.5))``), so a tenant's scores depend only on its own records; the term
-frequencies come from ``memories_fts_hits`` (``fts5vocab`` instance table) and the
+(:func:`ditto_worker.memory.text.bm25`: k1 1.2, b 0.75, IDF
+:func:`~ditto_worker.memory.text.bm25_idf`), so a tenant's scores depend only on its own
+records; the term frequencies come from ``memories_fts_hits`` (``fts5vocab`` instance table) and the
 record lengths from ``memories_fts_docs``. A record without any term is not indexed and
 not counted.
 
