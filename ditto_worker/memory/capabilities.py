@@ -62,6 +62,9 @@ class StoreCapabilities:
             of ``search_strategies``), or ``None``.
         keyword_cjk: keyword search finds Chinese/Japanese text written without spaces
             by a 2-character query.
+        keyword_scope_statistics: keyword scores use the statistics of the call's
+            scope alone (document frequencies, record count, lengths): a tenant's
+            scores do not change when another tenant writes (issue 19).
         exhaustive_strategies: strategies that rank every record passing the filter
             (e.g. exact vector search) for a text query: SEARCH returns exactly
             ``min(limit, matching records)``, never fewer (filter before limit).
@@ -100,6 +103,7 @@ class StoreCapabilities:
     default_strategy: str | None = None
     keyword_strategy: str | None = None
     keyword_cjk: bool = False
+    keyword_scope_statistics: bool = False
     exhaustive_strategies: tuple[str, ...] = ()
     key_conflict: Literal["error", "replace"] = "error"
     batch_atomic: bool = True

@@ -71,6 +71,9 @@ class RetrievalSearchProvider:
             keyword_strategy="keyword",
             # scoped calls pass options on to the source, which confines them
             scope=bool(getattr(getattr(source, "capabilities", None), "scope", False)),
+            keyword_scope_statistics=bool(
+                getattr(getattr(source, "capabilities", None), "keyword_scope_statistics", False)
+            ),
             # options are passed on to the source's searches: it is the one that reads them
             search_options=getattr(
                 getattr(source, "capabilities", None), "search_options", frozenset()

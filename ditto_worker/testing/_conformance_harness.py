@@ -245,6 +245,7 @@ def conformance_capabilities(conformance_store: Any, conformance_search: Any) ->
             default_strategy=provided.default_strategy,
             keyword_strategy=provided.keyword_strategy,
             keyword_cjk=provided.keyword_cjk,
+            keyword_scope_statistics=provided.keyword_scope_statistics,
             exhaustive_strategies=provided.exhaustive_strategies,
             search_options=provided.search_options,
         )

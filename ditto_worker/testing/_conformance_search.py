@@ -4,7 +4,8 @@ the most selective query terms, per-scope statistics, the score scale).
 
 Rules: MEM-SEARCH-1/2/3/4. Keyword tests run when ``keyword_strategy`` is declared;
 scripts without spaces when ``keyword_cjk`` is too; per-scope statistics when ``scope``
-is. The terms every store indexes are :mod:`ditto_worker.memory.text`'s (issue 13).
+and ``keyword_scope_statistics`` are. The terms every store indexes are
+:mod:`ditto_worker.memory.text`'s (issue 13).
 """
 
 from __future__ import annotations
@@ -299,8 +300,8 @@ def test_keyword_scores_use_only_the_scope_own_records(conformance: Harness) -> 
     from ditto_worker.memory.scope import Scope
 
     conformance.require_keyword()
-    if not conformance.caps.scope:
-        pytest.skip("scope not declared")
+    if not conformance.caps.scope or not conformance.caps.keyword_scope_statistics:
+        pytest.skip("scope or keyword_scope_statistics not declared")
     mine = conformance.scoped(Scope("t-stats", "u1"))
     other = conformance.scoped(Scope("t-stats", "u2"))
     mine.write([

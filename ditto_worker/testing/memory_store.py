@@ -141,6 +141,7 @@ class InMemoryMemoryStore:
         default_strategy="keyword",
         keyword_strategy="keyword",
         keyword_cjk=True,
+        keyword_scope_statistics=True,
         key_conflict="error",
         batch_atomic=True,
         cancel=True,

@@ -2,10 +2,11 @@
 
 Why client-side: a Qdrant full-text index (and local mode, which only has the default
 word tokenizer) neither stems nor splits Chinese or Thai. Instead each record's text
-(:func:`ditto_worker.memory.text.content_text`) is tokenized by the project's own
-tokenizer (:mod:`ditto_worker.memory.text`: letter/digit runs lower-cased, CJK runs as
-unigrams and overlapping bigrams) into a sparse vector stored under the named sparse
-vector :data:`SPARSE_VECTOR`, created with ``modifier: idf``.
+(:func:`ditto_worker.memory.text.keyword_text` of its content) is tokenized by the
+project's own tokenizer (:func:`ditto_worker.memory.text.index_terms`: NFKC + case
+folding, grapheme-cluster words stemmed, cluster bigrams for scripts without spaces)
+into a sparse vector stored under the named sparse vector :data:`SPARSE_VECTOR`,
+created with ``modifier: idf``.
 
 * Term -> dimension: the first 4 bytes of BLAKE2b of the term (a uint32); two terms of
   one document that collide are summed. A query term colliding with an unrelated
@@ -14,9 +15,9 @@ vector :data:`SPARSE_VECTOR`, created with ``modifier: idf``.
   ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))`` with ``k1 = 1.2``,
   ``b = 0.75`` and a fixed ``avgdl`` (:data:`AVGDL` terms: Qdrant keeps no length
   statistics for a client to read).
-* Query: its distinct terms (English function words dropped unless nothing else is left;
-  CJK runs as bigrams), each weight 1. Qdrant multiplies each by its IDF
-  ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the points having the sparse vector (every
+* Query: its distinct terms (:func:`ditto_worker.memory.text.query_terms`; of more than
+  64, the 64 longest: :func:`~ditto_worker.memory.text.select_terms`), each weight 1.
+  Qdrant multiplies each by its IDF ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the points having the sparse vector (every
   namespace of the collection), so ``score = sum of idf(t) * weight(t, d)`` — BM25 with a
   fixed average length; positive, higher is better.
 
@@ -31,7 +32,7 @@ from typing import Any, Final
 
 from qdrant_client import models
 
-from ditto_worker.memory.text import MAX_QUERY_TERMS, STOPWORDS, TOKENS, cjk_grams, content_text
+from ditto_worker.memory.text import index_terms, keyword_text, query_terms, select_terms
 
 __all__ = ["AVGDL", "SPARSE_VECTOR", "TOKENIZER", "document_vector", "query_vector"]
 
@@ -48,24 +49,14 @@ def _dimension(term: str) -> int:
     return int.from_bytes(hashlib.blake2b(term.encode("utf-8"), digest_size=4).digest(), "little")
 
 
-def _terms(text: str, unigrams: bool) -> list[str]:
-    terms: list[str] = []
-    for match in TOKENS.finditer(text):
-        if match.group(1):
-            terms += cjk_grams(match.group(1), unigrams)
-        else:
-            terms.append(match.group(2).lower())
-    return terms
-
-
 def _vector(weights: dict[int, float]) -> models.SparseVector:
     indices = sorted(weights)
     return models.SparseVector(indices=indices, values=[weights[i] for i in indices])
 
 
-def document_vector(content: Any) -> models.SparseVector | None:
-    """The sparse vector of a record's content, or ``None`` when it has no words."""
-    counts = Counter(_terms(content_text(content), unigrams=True))
+def document_vector(content: Any, key: str | None = None) -> models.SparseVector | None:
+    """The sparse vector of a record's key and content, or ``None`` when they have no words."""
+    counts = Counter(index_terms(keyword_text(content, key)))
     if not counts:
         return None
     length = sum(counts.values())
@@ -79,16 +70,7 @@ def document_vector(content: Any) -> models.SparseVector | None:
 
 def query_vector(query: str) -> models.SparseVector | None:
     """The sparse vector of a keyword query, or ``None`` when it has no searchable word."""
-    words: dict[str, None] = {}
-    function_words: dict[str, None] = {}
-    grams: dict[str, None] = {}
-    for match in TOKENS.finditer(query):
-        if match.group(1):
-            grams.update(dict.fromkeys(cjk_grams(match.group(1), unigrams=False)))
-        else:
-            word = match.group(2).lower()
-            (function_words if word in STOPWORDS else words)[word] = None
-    terms = [*(words or ({} if grams else function_words)), *grams][:MAX_QUERY_TERMS]
+    terms = select_terms(query_terms(query))
     if not terms:
         return None
     return _vector({_dimension(term): 1.0 for term in terms})

@@ -639,9 +639,11 @@ class QdrantMemoryStore(NativeSearch):
             return [None] * len(contents)
         return content_vectors(self._embedder, contents)
 
-    def _vectors(self, content: Any, dense: list[float] | None) -> dict[str, Any]:
+    def _vectors(
+        self, content: Any, dense: list[float] | None, key: str | None = None
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        sparse = document_vector(content)
+        sparse = document_vector(content, key)
         if sparse is not None:
             out[SPARSE_VECTOR] = sparse
         if dense is not None and self._dense is not None:
@@ -733,7 +735,7 @@ class QdrantMemoryStore(NativeSearch):
         points = [
             models.PointStruct(
                 id=memory_id,
-                vector=self._vectors(draft.content, dense[i]),
+                vector=self._vectors(draft.content, dense[i], draft.key),
                 payload=memory_payload(
                     ns, memory_id, draft.key, draft.content, draft.metadata, start + i, start + i
                 ),  # fmt: skip
@@ -800,7 +802,7 @@ class QdrantMemoryStore(NativeSearch):
         vectors = dict(point.vector) if isinstance(point.vector, dict) else {}
         if entry.has_content:
             vectors.pop(SPARSE_VECTOR, None)
-            sparse = document_vector(content)
+            sparse = document_vector(content, old.get("key"))
             if sparse is not None:
                 vectors[SPARSE_VECTOR] = sparse
         wanted = self._embedded(metadata)
