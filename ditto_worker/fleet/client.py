@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
 import functools
 import logging
 import threading
@@ -72,7 +71,9 @@ from ditto_worker.fleet.celery_app import (
 from ditto_worker.fleet.results import ResultListener
 from ditto_worker.memory.scope import SCOPE_HEADER, Scope, parse_scope
 from ditto_worker.runtime.cancel import CancelToken, local_registry
+from ditto_worker.runtime.context import call_deadline
 from ditto_worker.runtime.definition import KindCodes, NodeSpec, WorkerDefinition
+from ditto_worker.runtime.execute import unknown_node
 
 __all__ = ["DittoClient", "NodeTable"]
 
@@ -121,13 +122,6 @@ def _failure(
 
 def _is_redis(url: str) -> bool:
     return url.startswith(("redis://", "rediss://", "unix://"))
-
-
-def _unknown_node(eid: str, node: str, known: Mapping[str, Any]) -> NodeResult[Any]:
-    shown = node[:80] if isinstance(node, str) else repr(node)[:80]
-    close = difflib.get_close_matches(str(node).upper(), list(known), n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(known)}"
-    return _failure(eid, str(node), ErrorCode.UNKNOWN_NODE, f"unknown node {shown!r}{hint}")
 
 
 class DittoClient:
@@ -214,6 +208,7 @@ class DittoClient:
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
         scope: Scope | Mapping[str, str] | None = None,
+        deadline: float | None = None,
     ) -> NodeResult[Any]:
         """Run ``node`` on the fleet and wait for its NodeResult.
 
@@ -227,6 +222,8 @@ class DittoClient:
                 or ``{"tenant", "user"}``), sent in the ``ditto_scope`` header; default:
                 the client's ``scope``. The service sets it from its authenticated
                 identity, never from model output (:mod:`ditto_worker.memory.scope`).
+            deadline: an absolute deadline (``time.time()`` seconds), e.g. a parent call's
+                for a sub-call; the earlier of it and ``timeout`` holds.
 
         Returns:
             The worker's NodeResult, or one with status ``failed`` (``UNKNOWN_NODE``;
@@ -236,7 +233,7 @@ class DittoClient:
             ``INVALID_BACKEND_OUTPUT`` for a malformed reply), ``timeout`` (the kind's
             timeout code) or ``cancelled`` (the kind's cancelled code).
         """
-        start = self._start(node, execution_id, cancel, scope, timeout)
+        start = self._start(node, execution_id, cancel, scope, timeout, deadline)
         if isinstance(start, NodeResult):
             return start
         eid, bound, deadline = start
@@ -261,6 +258,7 @@ class DittoClient:
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
         scope: Scope | Mapping[str, str] | None = None,
+        deadline: float | None = None,
     ) -> NodeResult[Any]:
         """``invoke`` for asyncio: same arguments, same NodeResult.
 
@@ -268,7 +266,7 @@ class DittoClient:
             asyncio.CancelledError: when the awaiting task is cancelled; the call is
                 cancelled on the fleet first (revoke + cancel flag), MEM-PY-2.
         """
-        start = self._start(node, execution_id, cancel, scope, timeout)
+        start = self._start(node, execution_id, cancel, scope, timeout, deadline)
         if isinstance(start, NodeResult):
             return start
         eid, bound, deadline = start
@@ -339,20 +337,21 @@ class DittoClient:
         cancel: CancelToken | None,
         scope: Scope | Mapping[str, str] | None,
         timeout: float | None,
+        deadline: float | None = None,
     ) -> tuple[str, Scope | None, float] | NodeResult[Any]:
         """``(execution id, scope, deadline)`` of a call, or the NodeResult refusing it
         before anything is sent (unknown node, already cancelled, malformed scope)."""
         listener = self._listener
         eid = execution_id or (listener.new_id() if listener is not None else _new_id())
         if node not in self._nodes:
-            return _unknown_node(eid, node, self._nodes)
+            return unknown_node(eid, node, self._nodes)
         if cancel is not None and cancel.cancelled:
             return self._cancelled(eid, node, "cancelled before it was sent")
         try:
             bound = self._scope if scope is None else parse_scope(scope)
         except MemoryError as exc:
             return _failure(eid, node, exc.code, exc.safe_message)
-        return eid, bound, time.time() + (self.default_timeout_s if timeout is None else timeout)
+        return eid, bound, call_deadline(self.default_timeout_s, timeout, deadline)
 
     @contextmanager
     def _tracked(self) -> Iterator[bool]:

@@ -145,12 +145,9 @@ class FleetRuntime:
     def _sub_invoke(self, parent: NodeContext) -> Callable[..., NodeResult[Any]]:
         def invoke(node: str, input: Any, *, timeout: float | None = None,
                    execution_id: str | None = None) -> NodeResult[Any]:  # fmt: skip
-            remaining = parent.remaining_s
-            if remaining is not None:
-                timeout = remaining if timeout is None else min(timeout, remaining)
             result: NodeResult[Any] = self._client.get().invoke(
-                node, input, timeout=timeout, cancel=parent.cancel, scope=parent.scope,
-                execution_id=execution_id,
+                node, input, timeout=timeout, deadline=parent.deadline, cancel=parent.cancel,
+                scope=parent.scope, execution_id=execution_id,
             )  # fmt: skip
             return result
 

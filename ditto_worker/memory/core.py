@@ -473,14 +473,16 @@ def _run(eid: str, node: str, call: _Call, options: MemoryCallOptions) -> NodeRe
 def _stopped(
     eid: str, node: str, cancel: CancelToken | None, deadline: float | None
 ) -> NodeResult[Any] | None:
-    """A cancelled/timeout result when the token is set or the deadline passed (MEM-PY-2)."""
-    if cancel is not None and cancel.cancelled:
-        return NodeResult.failure(
-            eid, node, ErrorCode.MEMORY_CANCELLED, "The call was cancelled.", "cancelled"
-        )
+    """A timeout/cancelled result when the deadline passed or the token is set (MEM-PY-2).
+
+    The deadline is checked first: when it passes, the host cancels the token too."""
     if deadline is not None and time.time() >= deadline:
         return NodeResult.failure(
             eid, node, ErrorCode.MEMORY_TIMEOUT, "The call's deadline passed.", "timeout"
+        )
+    if cancel is not None and cancel.cancelled:
+        return NodeResult.failure(
+            eid, node, ErrorCode.MEMORY_CANCELLED, "The call was cancelled.", "cancelled"
         )
     return None
 

@@ -18,11 +18,21 @@ if TYPE_CHECKING:
     from ditto_worker.contracts import NodeResult
     from ditto_worker.memory.scope import Scope
 
-__all__ = ["NodeContext", "SubInvoke"]
+__all__ = ["NodeContext", "SubInvoke", "call_deadline"]
 
 SubInvoke = Callable[..., "NodeResult[Any]"]
 """``invoke(node, input, *, timeout=None) -> NodeResult``: a sub-call that inherits the
 calling node's deadline, cancellation and scope."""
+
+
+def call_deadline(default_s: float, timeout: float | None, deadline: float | None) -> float:
+    """A call's absolute deadline (``time.time()`` seconds): ``deadline`` when given
+    without a ``timeout``, else the earlier of the two; ``default_s`` from now when neither
+    is given. A sub-call passes its parent's deadline, so it never outlives it (MEM-RT-3)."""
+    if deadline is not None and timeout is None:
+        return deadline
+    limit = time.time() + (default_s if timeout is None else timeout)
+    return limit if deadline is None else min(limit, deadline)
 
 
 def _no_runtime(node: str, input: Any, **_: Any) -> NodeResult[Any]:

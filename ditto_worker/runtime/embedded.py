@@ -38,9 +38,9 @@ from ditto_worker.contracts import NodeResult, NodeStatus, to_wire
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.memory.scope import Scope, parse_scope
 from ditto_worker.runtime.cancel import CancelRegistry, CancelToken
-from ditto_worker.runtime.context import NodeContext
+from ditto_worker.runtime.context import NodeContext, call_deadline
 from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition
-from ditto_worker.runtime.execute import run_node
+from ditto_worker.runtime.execute import run_node, unknown_node
 from ditto_worker.runtime.registry import node_table
 
 if TYPE_CHECKING:
@@ -128,12 +128,12 @@ class EmbeddedRuntime:
     def _prepare(
         self, node: str, input: Any, timeout: float | None, cancel: CancelToken | None,
         execution_id: str | None, scope: Scope | Mapping[str, str] | None,
+        deadline: float | None,
     ) -> tuple[WorkerDefinition, NodeSpec, Any, NodeContext] | NodeResult[Any]:  # fmt: skip
         eid = execution_id or str(uuid.uuid4())
         entry = self.table.get(node)
         if entry is None:
-            message = f"unknown node {str(node)[:80]!r}; known: {', '.join(self.table)}"
-            return NodeResult.failure(eid, str(node), ErrorCode.UNKNOWN_NODE, message)
+            return unknown_node(eid, node, self.table)
         definition, spec = entry
         codes = definition.kind_codes
         if cancel is not None and cancel.cancelled:
@@ -146,8 +146,8 @@ class EmbeddedRuntime:
             return NodeResult.failure(eid, node, exc.code, exc.safe_message)
         except (TypeError, ValueError):
             return NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, "input is not JSON data")
-        limit = self.config.fleet.call_timeout_s if timeout is None else timeout
-        ctx = NodeContext(eid, node, cancel or CancelToken(), time.time() + limit, bound,
+        until = call_deadline(self.config.fleet.call_timeout_s, timeout, deadline)
+        ctx = NodeContext(eid, node, cancel or CancelToken(), until, bound,
                           defaults=self.config.defaults_for(definition.kind))  # fmt: skip
         return definition, spec, payload, ctx
 
@@ -171,11 +171,9 @@ class EmbeddedRuntime:
     def _sub_invoke(self, parent: NodeContext) -> Any:
         def invoke(node: str, input: Any, *, timeout: float | None = None,
                    execution_id: str | None = None) -> NodeResult[Any]:  # fmt: skip
-            remaining = parent.remaining_s
-            if remaining is not None:
-                timeout = remaining if timeout is None else min(timeout, remaining)
-            return self.invoke(node, input, timeout=timeout, cancel=parent.cancel,
-                               execution_id=execution_id, scope=parent.scope)  # fmt: skip
+            return self.invoke(node, input, timeout=timeout, deadline=parent.deadline,
+                               cancel=parent.cancel, execution_id=execution_id,
+                               scope=parent.scope)  # fmt: skip
 
         return invoke
 
@@ -188,10 +186,11 @@ class EmbeddedRuntime:
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
         scope: Scope | Mapping[str, str] | None = None,
+        deadline: float | None = None,
     ) -> NodeResult[Any]:
         """Run ``node`` in this process and wait for its NodeResult (arguments and results
         as :meth:`ditto_worker.fleet.DittoClient.invoke`)."""
-        prepared = self._prepare(node, input, timeout, cancel, execution_id, scope)
+        prepared = self._prepare(node, input, timeout, cancel, execution_id, scope, deadline)
         if isinstance(prepared, NodeResult):
             return prepared
         definition, spec, payload, ctx = prepared
@@ -226,10 +225,11 @@ class EmbeddedRuntime:
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
         scope: Scope | Mapping[str, str] | None = None,
+        deadline: float | None = None,
     ) -> NodeResult[Any]:
         """``invoke`` for asyncio; cancelling the awaiting task cancels the call and
         re-raises ``asyncio.CancelledError`` (MEM-PY-2)."""
-        prepared = self._prepare(node, input, timeout, cancel, execution_id, scope)
+        prepared = self._prepare(node, input, timeout, cancel, execution_id, scope, deadline)
         if isinstance(prepared, NodeResult):
             return prepared
         definition, spec, payload, ctx = prepared

@@ -26,8 +26,10 @@ Never raises for a call failure.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import traceback
+from collections.abc import Iterable
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
@@ -40,7 +42,7 @@ from ditto_worker.memory.scope import resolve_scope
 from ditto_worker.runtime.context import NodeContext
 from ditto_worker.runtime.definition import KindCodes, NodeSpec, WorkerDefinition
 
-__all__ = ["run_node"]
+__all__ = ["run_node", "unknown_node"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,15 +53,16 @@ def _adapter(output: Any) -> TypeAdapter[Any]:
 
 
 def _stopped(ctx: NodeContext, codes: KindCodes, when: str) -> NodeResult[Any] | None:
-    if ctx.cancel.cancelled:
-        return NodeResult.failure(
-            ctx.execution_id, ctx.node, codes.cancelled, f"the call was cancelled {when}",
-            "cancelled",
-        )  # fmt: skip
+    # the deadline first: when it passes the runtime cancels the token too
     if ctx.expired:
         return NodeResult.failure(
             ctx.execution_id, ctx.node, codes.timeout, f"the call's deadline passed {when}",
             "timeout",
+        )  # fmt: skip
+    if ctx.cancel.cancelled:
+        return NodeResult.failure(
+            ctx.execution_id, ctx.node, codes.cancelled, f"the call was cancelled {when}",
+            "cancelled",
         )  # fmt: skip
     return None
 
@@ -131,3 +134,15 @@ def run_node(
     if isinstance(raw, NodeResult):
         return raw
     return _stopped(ctx, codes, "while it ran") or _wrap(raw, spec, ctx)
+
+
+def unknown_node(execution_id: str, node: object, known: Iterable[str]) -> NodeResult[Any]:
+    """``failed``/``UNKNOWN_NODE`` for a node id no definition serves, naming the closest
+    known ids (or all of them) — the same answer embedded and from a fleet client."""
+    names = list(known)
+    shown = str(node)[:80]
+    close = difflib.get_close_matches(shown.upper(), names, n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(names)}"
+    return NodeResult.failure(
+        execution_id, shown, ErrorCode.UNKNOWN_NODE, f"unknown node {shown!r}; {hint}"
+    )

@@ -45,6 +45,7 @@ class Invoker(Protocol):
         cancel: CancelToken | None = ...,
         execution_id: str | None = ...,
         scope: Scope | Mapping[str, str] | None = ...,
+        deadline: float | None = ...,
     ) -> NodeResult[Any]: ...
 
     async def ainvoke(
@@ -56,6 +57,7 @@ class Invoker(Protocol):
         cancel: CancelToken | None = ...,
         execution_id: str | None = ...,
         scope: Scope | Mapping[str, str] | None = ...,
+        deadline: float | None = ...,
     ) -> NodeResult[Any]: ...
 
     def close(self, timeout_s: float = 30.0) -> None: ...
@@ -90,6 +92,7 @@ class Runtime:
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
         scope: Scope | Mapping[str, str] | None = None,
+        deadline: float | None = None,
     ) -> NodeResult[Any]:
         """Run one node call and wait for its NodeResult.
 
@@ -101,6 +104,8 @@ class Runtime:
             execution_id: the call id (idempotency); a new uuid4 when omitted.
             scope: the trusted tenant scope (``Scope`` or ``{tenant, user}``), never from
                 model output; default: the runtime's ``scope``.
+            deadline: an absolute deadline (``time.time()`` s); the earlier of it and
+                ``timeout`` holds.
 
         Returns:
             The call's NodeResult: ``success``, or ``failed`` / ``cancelled`` / ``timeout``
@@ -109,7 +114,8 @@ class Runtime:
             call failure.
         """
         return self._invoker.invoke(node, input, timeout=timeout, cancel=cancel,
-                                    execution_id=execution_id, scope=scope)  # fmt: skip
+                                    execution_id=execution_id, scope=scope,
+                                    deadline=deadline)  # fmt: skip
 
     async def ainvoke(
         self,
@@ -120,11 +126,13 @@ class Runtime:
         cancel: CancelToken | None = None,
         execution_id: str | None = None,
         scope: Scope | Mapping[str, str] | None = None,
+        deadline: float | None = None,
     ) -> NodeResult[Any]:
         """:meth:`invoke` for asyncio. Cancelling the awaiting task cancels the call and
         re-raises ``asyncio.CancelledError`` (MEM-PY-2)."""
         return await self._invoker.ainvoke(node, input, timeout=timeout, cancel=cancel,
-                                           execution_id=execution_id, scope=scope)  # fmt: skip
+                                           execution_id=execution_id, scope=scope,
+                                           deadline=deadline)  # fmt: skip
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Drain accepted calls, then release what the runtime owns (MEM-RUN-3:

@@ -1,0 +1,129 @@
+"""A made-up worker kind on a real Celery worker and real Redis (MEM-RT-1/2/3, issue 12).
+
+``ditto-worker worker --nodes echo`` finds the ECHO kind only through its entry point (the
+fixture folder on ``PYTHONPATH``); no line of the fleet's code changes. The same calls give
+the same NodeResults embedded and on the fleet, and ``ctx.invoke`` sub-calls inherit
+scope, deadline and cancellation across the broker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from ditto_worker import create_ditto
+from ditto_worker.config import load_runtime_config
+from ditto_worker.contracts import to_wire
+from ditto_worker.fleet.results import RESULT_KEY_PREFIX
+from ditto_worker.runtime import CancelToken, Runtime
+from tests.conftest import stop_worker
+
+pytestmark = pytest.mark.integration
+
+ECHO = Path(__file__).resolve().parents[1] / "fixtures" / "echo_kind"
+
+
+@pytest.fixture
+def fleet(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
+    monkeypatch.syspath_prepend(str(ECHO))
+    env = {**os.environ, "DITTO_BROKER_URL": redis_url, "DITTO_RESULT_BACKEND": redis_url,
+           "PYTHONPATH": os.pathsep.join([str(ECHO), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "echo", "--pool", "threads",
+         "--concurrency", "10", "--hostname", f"echo-{os.getpid()}@localhost"],
+        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    config = load_runtime_config({"fleet": {"brokerUrl": redis_url}}, env={})
+    runtime = create_ditto(config=config)
+    try:
+        deadline = time.monotonic() + 60
+        while runtime.invoke("ECHO.SAY", {}, timeout=1).status != "success":
+            assert worker.poll() is None, worker.stderr.read() if worker.stderr else ""
+            assert time.monotonic() < deadline, "the echo worker did not start"
+        yield runtime
+    finally:
+        runtime.close()
+        stop_worker(worker)  # type: ignore[arg-type]
+
+
+def _without_ids(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_ids(v) for k, v in value.items()
+                if k not in ("executionId", "deadline")}  # fmt: skip
+    if isinstance(value, list):
+        return [_without_ids(v) for v in value]
+    return value
+
+
+def test_an_entry_point_kind_runs_on_the_fleet_as_embedded(
+    fleet: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert not fleet.embedded
+    embedded = create_ditto(config=load_runtime_config(None, env={}))
+    try:
+        assert embedded.embedded
+        for node, input in [
+            ("ECHO.SAY", {"a": [1, "two", None, {"c": 3.5}]}),
+            ("ECHO.WHOAMI", {}),
+            ("ECHO.SLEEP", {"fail": "ECHO_REFUSED"}),
+            ("ECHO.SLEEP", {"crash": "boom"}),
+            ("ECHO.CALL", {"node": "ECHO.SAY", "input": {"b": 2}}),
+            ("ECHO.NOPE", {}),
+        ]:
+            remote = fleet.invoke(node, input, timeout=10, scope={"tenant": "t", "user": "u"})
+            local = embedded.invoke(node, input, timeout=10, scope={"tenant": "t", "user": "u"})
+            assert _without_ids(to_wire(remote)) == _without_ids(to_wire(local)), node
+    finally:
+        embedded.close()
+
+
+def test_sub_calls_inherit_scope_and_deadline_across_the_broker(fleet: Runtime) -> None:
+    result = fleet.invoke("ECHO.CALL", {"node": "ECHO.WHOAMI"}, timeout=10,
+                          scope={"tenant": "acme", "user": "a:b"})  # fmt: skip
+    assert result.status == "success", result.error
+    sub, caller = result.output["sub"], result.output["self"]
+    assert sub["status"] == "success", sub
+    assert sub["output"]["scope"] == caller["scope"] == {"tenant": "acme", "user": "a:b"}
+    assert sub["output"]["deadline"] <= caller["deadline"]
+
+
+def test_cancelling_the_caller_cancels_the_sub_call_on_the_fleet(
+    fleet: Runtime, redis_client: redis.Redis
+) -> None:
+    token = CancelToken()
+    threading.Timer(0.5, token.cancel).start()
+    start = time.monotonic()
+    outer = fleet.invoke("ECHO.CALL", {"node": "ECHO.SLEEP", "input": {"seconds": 30}},
+                         timeout=40, cancel=token)  # fmt: skip
+    assert outer.status == "cancelled" and outer.error and outer.error.code == "ECHO_CANCELLED"
+    inner: dict[str, Any] | None = None
+    while inner is None and time.monotonic() - start < 10:
+        for key in redis_client.scan_iter(RESULT_KEY_PREFIX + "*"):
+            meta = json.loads(redis_client.get(key) or "{}")
+            result = meta.get("result") or {}
+            if isinstance(result, dict) and result.get("node") == "ECHO.SLEEP":
+                inner = result
+        time.sleep(0.05)
+    assert inner is not None, "the sub-call never ended"
+    assert inner["status"] == "cancelled" and inner["error"]["code"] == "ECHO_CANCELLED"
+    assert time.monotonic() - start < 10  # not the sub-call's 30 s
+
+
+def test_a_sub_call_ends_with_its_callers_deadline(fleet: Runtime) -> None:
+    start = time.monotonic()
+    outer = fleet.invoke("ECHO.CALL", {"node": "ECHO.SLEEP", "input": {"seconds": 30}},
+                         timeout=1.0)  # fmt: skip
+    assert outer.status == "timeout" and outer.error and outer.error.code == "ECHO_TIMEOUT"
+    assert time.monotonic() - start < 8
+    # the worker is free again at once: its 10 slots did not stay blocked for 30 s
+    assert fleet.invoke("ECHO.SAY", {"x": 1}, timeout=5).status == "success"
