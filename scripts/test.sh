@@ -3,7 +3,7 @@
 # and redis-server (apt) if missing, starts a throwaway Redis on a loopback port unless
 # DITTO_TEST_REDIS_URL is already set, and a throwaway PostgreSQL with pgvector
 # (scripts/postgres.sh, port DITTO_PG_PORT or 15432) unless DITTO_TEST_POSTGRES_URL is
-# set, runs pytest, stops what it started.
+# set, runs ruff and mypy, then pytest, and stops what it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +36,10 @@ if [ -z "${DITTO_TEST_POSTGRES_URL:-}" ]; then
   pg_env=$(bash scripts/postgres.sh start)
   eval "$pg_env"
 fi
+echo "== ruff (lint, format) and mypy (strict)"
+python3 -m ruff check .
+python3 -m ruff format --check .
+python3 -m mypy
 export DITTO_REQUIRE_SERVICES=1
 echo "== pytest (Redis at $DITTO_TEST_REDIS_URL, PostgreSQL at ${DITTO_TEST_POSTGRES_URL##*@})"
 python3 -m pytest "$@"

@@ -54,7 +54,8 @@ StoreOpt = Annotated[
     str | None, typer.Option("--store", help="Store plugin; overrides workers.memory.store.")
 ]
 
-_DATA = Path(__file__).resolve().parents[2] / "data" / "locomo" / "30.json"
+_CHECKOUT_LOCOMO = Path(__file__).resolve().parents[2] / "data" / "locomo" / "30.json"
+"""LoCoMo 30.json of a source checkout (not in the wheel: LoCoMo states no licence)."""
 
 
 def _config(path: Path | None, broker: str | None) -> RuntimeConfig:
@@ -261,7 +262,13 @@ def _demo_config(cfg: RuntimeConfig, store: str | None, tmp: str) -> RuntimeConf
 
 @app.command()
 def demo(
-    conversation: Annotated[Path, typer.Option(help="A LoCoMo conversation JSON file.")] = _DATA,
+    conversation: Annotated[
+        Path | None,
+        typer.Option(
+            help="A conversation JSON file (LoCoMo format). Default: data/locomo/30.json "
+            "in a source checkout, else the sample conversation installed with the package."
+        ),
+    ] = None,
     batch_size: Annotated[int, typer.Option(help="Memories per MEMORY.WRITE.")] = 50,
     keep: Annotated[bool, typer.Option(help="Keep the run's memories (not deleted).")] = False,
     config: ConfigOpt = None,
@@ -273,18 +280,22 @@ def demo(
     Every turn is written with MEMORY.WRITE, read back with GET and QUERY, and every
     question searched with MEMORY.SEARCH; prints evidence recall and per-node latency.
     """
-    from ditto_worker.cli.demo import run_demo
+    from ditto_worker.cli.demo import SAMPLE_CONVERSATION, run_demo
     from ditto_worker.fleet.launch import open_fleet
 
     cfg = _config(config, broker)
+    source: Any = conversation
+    if source is None:
+        source = _CHECKOUT_LOCOMO if _CHECKOUT_LOCOMO.is_file() else SAMPLE_CONVERSATION
     tmp = tempfile.mkdtemp(prefix="ditto-demo-")
     try:
         run_cfg = _demo_config(cfg, store, tmp)
         mode = "in-process (memory://)" if cfg.fleet.in_process else "redis broker"
         store_name = store or cfg.memory_worker.store
-        typer.echo(f"ditto-worker demo: {conversation.name}, store {store_name}, fleet {mode}")
+        shown = "the sample conversation" if source is SAMPLE_CONVERSATION else source.name
+        typer.echo(f"ditto-worker demo: {shown}, store {store_name}, fleet {mode}")
         with open_fleet(run_cfg, store=store) as client:
-            report = run_demo(client, conversation, batch_size=batch_size, keep=keep)
+            report = run_demo(client, source, batch_size=batch_size, keep=keep)
     except DittoError as exc:
         typer.echo(f"demo failed: {exc}", err=True)
         raise typer.Exit(1) from exc

@@ -1,4 +1,10 @@
-"""The main job: a LoCoMo conversation into long-term memory through the fleet, and back.
+"""The main job: a conversation into long-term memory through the fleet, and back.
+
+The conversation is a LoCoMo-format file: in a source checkout ``data/locomo/30.json``
+(LoCoMo, never packaged: its repository states no licence), else
+:data:`SAMPLE_CONVERSATION`, a short conversation written for this project and installed
+with the package (``ditto_worker/cli/samples/conversation.json``: 43 turns in 4 sessions,
+20 questions with evidence ``dia_id`` labels and LoCoMo categories).
 
 Every turn becomes one memory (content = the turn text; metadata = speaker, session, date,
 dia_id, and the run id), written as MEMORY.WRITE batches on the ``memory.write`` queue;
@@ -20,8 +26,10 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from tqdm import tqdm
 
@@ -30,6 +38,7 @@ from ditto_worker.errors import DittoError
 from ditto_worker.fleet.client import DittoClient
 
 __all__ = [
+    "SAMPLE_CONVERSATION",
     "Conversation",
     "DemoError",
     "DemoReport",
@@ -74,9 +83,20 @@ class Conversation:
     questions: tuple[Question, ...]
 
 
-def load_conversation(path: str | Path) -> Conversation:
-    """Read one LoCoMo conversation file (format: data/locomo/README.md)."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+SAMPLE_CONVERSATION: Final[Traversable] = (
+    files("ditto_worker.cli") / "samples" / "conversation.json"
+)
+"""The packaged sample conversation (package data; readable wherever the wheel is installed)."""
+
+
+def load_conversation(path: str | Path | Traversable) -> Conversation:
+    """Read one LoCoMo-format conversation file (format: data/locomo/README.md).
+
+    Args:
+        path: a file path, or a package resource such as :data:`SAMPLE_CONVERSATION`.
+    """
+    path = Path(path) if isinstance(path, str) else path
+    data = json.loads(path.read_text(encoding="utf-8"))
     conv = data.get("conversation", data)
     turns: list[Turn] = []
     sessions = sorted(int(m.group(1)) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)))
@@ -92,7 +112,7 @@ def load_conversation(path: str | Path) -> Conversation:
         )
         for q in data.get("qa", [])
     )
-    return Conversation(Path(path).name, tuple(turns), questions)
+    return Conversation(path.name, tuple(turns), questions)
 
 
 def evidence_recall(found: Sequence[str], evidence: Sequence[str], k: int) -> float:
@@ -210,7 +230,7 @@ def _search(call: _Caller, conv: Conversation, run: str, ids: list[str]) -> tupl
 
 def run_demo(
     client: DittoClient,
-    conversation: str | Path,
+    conversation: str | Path | Traversable,
     *,
     batch_size: int = 50,
     progress: bool = True,

@@ -1,9 +1,10 @@
 """``HttpEmbeddingProvider``: an OpenAI-compatible ``/embeddings`` endpoint via httpx.
 
 Configured from the environment (:data:`~ditto_worker.retrieval.embed.ENV_PREFIX`):
-``DITTO_WORKER_RETRIEVAL_EMBEDDING_BASE_URL``, ``_MODEL``, ``_DIMENSIONS``, ``_API_KEY``
-(secret: never logged, never in an error message or ``repr``), optional ``_REVISION`` and
-``_TIMEOUT_S``. Errors are those of :mod:`ditto_worker.retrieval.embed`.
+``DITTO_WORKER_RETRIEVAL_EMBEDDING_BASE_URL``, ``_MODEL``, ``_DIMENSIONS`` (or the seed's
+``DITTO_WORKER_MEMORY_EMBEDDING_DIMENSIONS``), ``_API_KEY`` (secret: never logged, never in
+an error message or ``repr``), optional ``_REVISION`` and ``_TIMEOUT_S``. Errors are those
+of :mod:`ditto_worker.retrieval.embed`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ditto_worker.errors import ConfigError, MemoryError
 from ditto_worker.retrieval.embed import (
@@ -22,24 +23,37 @@ from ditto_worker.retrieval.embed import (
     l2_normalize,
 )
 
-__all__ = ["HttpEmbeddingProvider"]
+__all__ = ["SEED_DIMENSIONS_ENV", "HttpEmbeddingProvider"]
 
 logger = logging.getLogger(__name__)
 
+SEED_DIMENSIONS_ENV: Final = "DITTO_WORKER_MEMORY_EMBEDDING_DIMENSIONS"
+"""The seed's name for the dimensions (memory-capabilities' env block); accepted as well as
+``DITTO_WORKER_RETRIEVAL_EMBEDDING_DIMENSIONS`` (both set: they must agree)."""
 
-def _env_int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
-    raw = env.get(ENV_PREFIX + name)
+
+def _positive(env: Mapping[str, str], var: str) -> int | None:
+    raw = env.get(var)
     if raw is None or raw == "":
-        if default is None:
-            raise ConfigError(f"{ENV_PREFIX}{name} is not set")
-        return default
+        return None
     try:
         value = int(raw)
     except ValueError as exc:
-        raise ConfigError(f"{ENV_PREFIX}{name} must be a positive integer") from exc
+        raise ConfigError(f"{var} must be a positive integer") from exc
     if value < 1:
-        raise ConfigError(f"{ENV_PREFIX}{name} must be a positive integer")
+        raise ConfigError(f"{var} must be a positive integer")
     return value
+
+
+def _dimensions(env: Mapping[str, str]) -> int:
+    ours = _positive(env, ENV_PREFIX + "DIMENSIONS")
+    seed = _positive(env, SEED_DIMENSIONS_ENV)
+    if ours is not None and seed is not None and ours != seed:
+        raise ConfigError(f"{ENV_PREFIX}DIMENSIONS and {SEED_DIMENSIONS_ENV} differ; set one")
+    dims = ours if ours is not None else seed
+    if dims is None:
+        raise ConfigError(f"{ENV_PREFIX}DIMENSIONS (or {SEED_DIMENSIONS_ENV}) is not set")
+    return dims
 
 
 class HttpEmbeddingProvider:
@@ -90,10 +104,12 @@ class HttpEmbeddingProvider:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> HttpEmbeddingProvider:
-        """Build from ``DITTO_WORKER_RETRIEVAL_EMBEDDING_*`` (see :data:`ENV_PREFIX`).
+        """Build from ``DITTO_WORKER_RETRIEVAL_EMBEDDING_*`` (see :data:`ENV_PREFIX`); the
+        dimensions may also come from the seed's :data:`SEED_DIMENSIONS_ENV`.
 
         Raises:
-            ConfigError: ``BASE_URL``, ``MODEL`` or ``DIMENSIONS`` missing or invalid.
+            ConfigError: ``BASE_URL``, ``MODEL`` or the dimensions missing or invalid, or
+                both dimension variables set to different values.
         """
         env = os.environ if env is None else env
         base_url, model = env.get(ENV_PREFIX + "BASE_URL"), env.get(ENV_PREFIX + "MODEL")
@@ -104,7 +120,7 @@ class HttpEmbeddingProvider:
         except ValueError as exc:
             raise ConfigError(f"{ENV_PREFIX}TIMEOUT_S must be a number of seconds") from exc
         return cls(
-            base_url, model, _env_int(env, "DIMENSIONS"),
+            base_url, model, _dimensions(env),
             api_key=env.get(ENV_PREFIX + "API_KEY") or None,
             revision=env.get(ENV_PREFIX + "REVISION", ""), timeout_s=timeout_s,
         )  # fmt: skip

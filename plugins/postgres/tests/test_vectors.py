@@ -298,3 +298,21 @@ def test_local_model_end_to_end(postgres_url: str, pg_schema: str) -> None:
     assert hits[0].memory.content.startswith("My dog")
     assert _search(store, "taxes deadline", "hybrid")[0].memory.content.startswith("The quarterly")
     store.close()
+
+
+def test_the_seed_vector_query_through_the_sdk(
+    store: PostgresMemoryStore, embedder: HashingEmbedder
+) -> None:
+    # issue 13 item 7: the seed's SEARCH example {query: {vector: [...]}, strategy: "vector"}
+    memory = create_memory(store)
+    written = memory.write({"memories": [{"content": "alpha beta"}, {"content": "gamma"}]})
+    assert written.output is not None
+    vector = embedder.embed(["alpha beta"])[0]
+    result = memory.search({"query": {"vector": vector}, "strategy": "vector", "limit": 2})
+    assert result.status == "success" and result.output is not None, result.error
+    assert result.output[0].memory.id == written.output[0].id
+    assert result.output[0].score == pytest.approx(1.0, abs=1e-5)
+    short = memory.search({"query": {"vector": vector[:3]}, "strategy": "vector"})
+    assert short.error is not None and short.error.code == "EMBEDDING_MISMATCH"
+    extra = memory.search({"query": {"vector": vector, "k": 3}, "strategy": "vector"})
+    assert extra.error is not None and extra.error.code == "INVALID_INPUT"

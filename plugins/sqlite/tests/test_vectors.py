@@ -278,3 +278,21 @@ def test_reindex_embeds_records_written_without_a_provider(tmp_path: Path) -> No
         assert store.reindex_embeddings(batch_size=2) == 5
         assert len(_search(store, "tea", "vector")) == 5
         assert store.reindex_embeddings() == 0
+
+
+def test_the_seed_vector_query_through_the_sdk(
+    store: SqliteMemoryStore, embedder: HashingEmbedder
+) -> None:
+    # issue 13 item 7: the seed's SEARCH example {query: {vector: [...]}, strategy: "vector"}
+    memory = create_memory(store)
+    written = memory.write({"memories": [{"content": "alpha beta"}, {"content": "gamma"}]})
+    assert written.output is not None
+    vector = embedder.embed(["alpha beta"])[0]
+    result = memory.search({"query": {"vector": vector}, "strategy": "vector", "limit": 2})
+    assert result.status == "success" and result.output is not None, result.error
+    assert result.output[0].memory.id == written.output[0].id
+    assert result.output[0].score == pytest.approx(1.0, abs=1e-5)
+    short = memory.search({"query": {"vector": vector[:3]}, "strategy": "vector"})
+    assert short.error is not None and short.error.code == "EMBEDDING_MISMATCH"
+    extra = memory.search({"query": {"vector": vector, "k": 3}, "strategy": "vector"})
+    assert extra.error is not None and extra.error.code == "INVALID_INPUT"
