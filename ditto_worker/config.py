@@ -94,6 +94,13 @@ class FleetSettings(_Section):
         "INVALID_INPUT before any handler runs (every node kind).",
     )
 
+    log_content: bool = Field(
+        default=False,
+        description="Debugging only: show node inputs and NodeResults (memory content, "
+        "queries, filter values, model text) in worker logs, Celery events, Flower and "
+        "celery inspect. false: ids, node, status, code, sizes and timings only.",
+    )
+
     @property
     def in_process(self) -> bool:
         """True when no broker is configured (the embedded default)."""

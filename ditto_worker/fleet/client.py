@@ -68,6 +68,7 @@ from ditto_worker.fleet.celery_app import (
     queue_for,
     result_backend_url,
 )
+from ditto_worker.fleet.redaction import args_repr
 from ditto_worker.fleet.results import ResultListener
 from ditto_worker.memory.scope import SCOPE_HEADER, Scope, parse_scope
 from ditto_worker.runtime.cancel import CancelToken, local_registry
@@ -143,6 +144,9 @@ class DittoClient:
         nodes: the nodes this client may call (a node table of worker definitions,
             :func:`~ditto_worker.runtime.registry.node_table`); ``None``: every installed
             and configured worker kind.
+        log_content: ``fleet.logContent``: let Celery show each call's input in its
+            ``task-sent`` event (debugging only); ``False``: a placeholder
+            (:mod:`ditto_worker.fleet.redaction`).
 
     Raises:
         ConfigError: ``scope`` is malformed.
@@ -157,6 +161,7 @@ class DittoClient:
         send_threads: int = 4,
         scope: Scope | Mapping[str, str] | None = None,
         nodes: NodeTable | None = None,
+        log_content: bool = False,
     ) -> None:
         try:
             self._scope = parse_scope(scope)
@@ -164,6 +169,7 @@ class DittoClient:
             raise ConfigError(exc.safe_message) from None
         self.app = app
         self.default_timeout_s = default_timeout_s
+        self._reprs = args_repr(log_content)
         self._nodes = _known(_installed() if nodes is None else nodes)
         self._poll_s = IN_PROCESS_POLL_S if str(app.conf.broker_url).startswith("memory") else 0.01
         self._listener = (
@@ -190,6 +196,7 @@ class DittoClient:
         backend = result_backend_url(fleet)
         app = create_celery_app(fleet, results=not _is_redis(backend), nodes=list(table))
         kwargs.setdefault("default_timeout_s", fleet.call_timeout_s)
+        kwargs.setdefault("log_content", fleet.log_content)
         return cls(app, result_backend=backend, nodes=table, **kwargs)
 
     @property
@@ -381,6 +388,7 @@ class DittoClient:
             queue=queue_for(node),
             expires=datetime.fromtimestamp(deadline, UTC),
             headers=headers,
+            **self._reprs,
         )
 
     def _send_failure(self, exc: Exception, node: str, eid: str) -> NodeResult[Any]:

@@ -34,6 +34,7 @@ from ditto_worker.contracts import NodeResult, to_wire
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.fleet.cancellation import RedisCancelWatcher, local_registry
 from ditto_worker.fleet.celery_app import DEADLINE_HEADER
+from ditto_worker.fleet.redaction import Reply, input_repr, install_redaction
 from ditto_worker.memory.scope import SCOPE_HEADER, parse_scope
 from ditto_worker.runtime.context import NodeContext
 from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition, WorkerSource
@@ -51,12 +52,29 @@ INPUT_BYTES = "ditto_input_bytes"
 
 class SizedRequest(Request):  # type: ignore[misc]
     """Celery's request, recording the size of the message body it was built from, so the
-    task checks ``fleet.maxInputBytes`` without serialising the input again."""
+    task checks ``fleet.maxInputBytes`` without serialising the input again.
+
+    Unless :attr:`log_content`, the request's argument reprs (events, Flower, its repr) are
+    the body's size only, and ``celery inspect active`` shows them instead of the input
+    (:mod:`ditto_worker.fleet.redaction`).
+    """
+
+    log_content = False
+    """``fleet.logContent``: set on the per-app subclass (:func:`register_tasks`)."""
 
     def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(message, *args, **kwargs)
         body = self._body
-        self._request_dict[INPUT_BYTES] = len(body) if isinstance(body, bytes | str) else 0
+        size = len(body) if isinstance(body, bytes | str) else 0
+        self._request_dict[INPUT_BYTES] = size
+        if not self.log_content:
+            self._argsrepr = self._request_dict["argsrepr"] = "()"
+            self._kwargsrepr = self._request_dict["kwargsrepr"] = input_repr(size)
+
+    def info(self, safe: bool = False) -> dict[str, Any]:
+        """Celery's request info (``celery inspect``); the reprs unless :attr:`log_content`."""
+        info: dict[str, Any] = super().info(safe=safe or not self.log_content)
+        return info
 
 
 def _header(request: Any, name: str) -> Any:
@@ -132,7 +150,8 @@ class FleetRuntime:
         from ditto_worker.fleet.client import DittoClient
 
         if self.config.fleet.in_process and self._app is not None:
-            return DittoClient(self._app, nodes=self.table)
+            return DittoClient(self._app, nodes=self.table,
+                               log_content=self.config.fleet.log_content)  # fmt: skip
         return DittoClient.from_fleet(self.config.fleet, nodes=self.table)
 
     def _make_watcher(self) -> RedisCancelWatcher | None:
@@ -200,9 +219,13 @@ def _with_invoke(ctx: NodeContext, invoke: Callable[..., NodeResult[Any]]) -> No
     return replace(ctx, invoke=invoke)
 
 
-def _make_task(app: Celery, runtime: FleetRuntime, node: str, spec: NodeSpec) -> None:
-    def run_node_task(self: Task, input: Any = None) -> dict[str, Any]:
-        return runtime.run(self, node, input)
+def _make_task(
+    app: Celery, runtime: FleetRuntime, node: str, spec: NodeSpec, request: type[Request]
+) -> None:
+    show = runtime.config.fleet.log_content
+
+    def run_node_task(self: Task, input: Any = None) -> Reply:
+        return Reply(runtime.run(self, node, input), show)
 
     run_node_task.__doc__ = f"Celery task for {node}: NodeResult JSON for the given input."
     app.task(
@@ -212,7 +235,7 @@ def _make_task(app: Celery, runtime: FleetRuntime, node: str, spec: NodeSpec) ->
         ignore_result=False,
         acks_late=spec.mutation,
         reject_on_worker_lost=spec.mutation,
-        Request=SizedRequest,
+        Request=request,
     )(run_node_task)
 
 
@@ -230,8 +253,11 @@ def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
     every task is harmless; the ``open`` hooks run for the nodes of those queues.
     """
     runtime._app = app
+    log_content = runtime.config.fleet.log_content
+    install_redaction(log_content)
+    request = type("SizedRequest", (SizedRequest,), {"log_content": log_content})
     for node, (_, spec) in runtime.table.items():
-        _make_task(app, runtime, node, spec)
+        _make_task(app, runtime, node, spec, request)
     app.ditto_runtime = runtime
 
     def served(sender: Any) -> list[str] | None:
