@@ -28,9 +28,10 @@ conditions on those fields only, so ``{"tags": "a"}`` never matches ``["a", "b"]
 
 Declared limits (:data:`ditto_plugin_qdrant.search.capabilities`): a range operator
 with a string bound is ``UNSUPPORTED_FILTER`` on ``id``, ``key`` and metadata (Qdrant has
-no lexicographic range); on ``createdAt``/``updatedAt`` it is exact (the bound is turned
-into the microsecond it stands for). Numbers are compared as IEEE doubles, so integers
-beyond 2**53 lose precision.
+no lexicographic range); on ``createdAt``/``updatedAt`` it is exact: the shared parser
+hands over the bound in the stored timestamp form, which is turned into the microsecond it
+stands for (any other string is placed by a binary search over the fixed-width form).
+Numbers are compared as IEEE doubles, so integers beyond 2**53 lose precision.
 """
 
 from __future__ import annotations
@@ -249,6 +250,9 @@ def _first_us(bound: str, inclusive: bool) -> int | None:
 def _time_range(key: str, op: str, bound: Scalar) -> models.Condition:
     if not isinstance(bound, str):
         return NOTHING  # a timestamp is a string: it never compares with a number
+    us = _parse_us(bound)
+    if us is not None:  # the usual case: the parser normalized the bound
+        return models.FieldCondition(key=key, range=models.Range(**{op[1:]: us}))
     first = _first_us(bound, inclusive=op in ("$gte", "$lt"))
     if op in ("$gt", "$gte"):
         if first is None:
