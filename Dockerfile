@@ -16,7 +16,7 @@ COPY ditto_worker ./ditto_worker
 COPY plugins ./plugins
 COPY data ./data
 # Editable, so `ditto-worker demo` finds data/ beside the package.
-RUN pip install -e ".[ops]" \
+RUN pip install -e ".[ops,qdrant]" \
     && useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin ditto \
     && mkdir -p /data \
     && chown ditto /data

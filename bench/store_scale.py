@@ -1,7 +1,7 @@
 """Store plugins at scale: bulk WRITE rate and QUERY / keyword SEARCH latency.
 
-The same data and the same queries for every store (SQLite and PostgreSQL), through the
-direct SDK (``create_memory``: validation included, no broker):
+The same data and the same queries for every store (SQLite, PostgreSQL and Qdrant), through
+the direct SDK (``create_memory``: validation included, no broker):
 
 * data: ``--n`` memories (default 100,000; ``--million`` for 1,000,000), seeded; each a
   12-30 word text drawn (Zipf-like) from the vocabulary of the LoCoMo sample
@@ -12,7 +12,16 @@ direct SDK (``create_memory``: validation included, no broker):
   ``eq`` (``{user: uX}``), ``range`` (``{n: {$gte, $lt}}`` over 1% of values),
   ``sorted`` (``{kind: K}`` ordered by ``score`` desc), ``page2`` (the second page of
   ``eq`` via its cursor), ``and`` (``{user, kind, n < 500}``);
-* SEARCH: keyword, limit 10, 2-3 words of middle frequency per query.
+* SEARCH: keyword, limit 10, 2-3 words of middle frequency per query; with
+  ``--embedder hashing`` (or ``local``) every store embeds on WRITE and SEARCH ``vector``
+  and ``hybrid`` are measured too, with the same query texts.
+
+Qdrant runs in the client's **local mode** (``QdrantClient(path=…)``: in-process, brute
+force, no payload indexes; no Qdrant server can run here), so its figures are labelled
+``qdrant-local``; they say what the embedded case costs, not what a server does. A store
+skips the query kinds it does not declare (Qdrant: ``orderBy`` on a metadata field).
+``--embedder hashing`` is ``ditto_worker.testing.HashingEmbedder`` with 384 dims: the
+stores' vector cost without a model's.
 
 With ``--tenants 0,100`` each store is also loaded with the same memories spread over
 100 tenant scopes (:mod:`ditto_worker.memory.scope`; batches round-robin) and measured as
@@ -27,6 +36,7 @@ scripts/postgres.sh start``); the bench works in a schema of its own, dropped at
     python bench/store_scale.py --million            # 1M (tens of minutes)
     python bench/store_scale.py --stores sqlite --n 20000
     python bench/store_scale.py --tenants 0,100      # unscoped vs one of 100 tenants
+    python bench/store_scale.py --stores sqlite,postgres,qdrant --n 20000 --embedder hashing
 """
 
 from __future__ import annotations
@@ -117,6 +127,8 @@ def query_inputs(count: int, seed: int, words: list[str]) -> dict[str, list[dict
         )
         terms = " ".join(rng.sample(middle, rng.randint(2, 3)))
         out["search"].append({"query": terms, "strategy": "keyword", "limit": 10})
+    out["vector"] = [{**q, "strategy": "vector"} for q in out["search"]]
+    out["hybrid"] = [{**q, "strategy": "hybrid"} for q in out["search"]]
     return out
 
 
@@ -183,10 +195,16 @@ def _write(memory: Any, batch: list[dict[str, Any]], scope: Scope | None = None)
     return len(result.output)
 
 
-def measure(memory: Any, inputs: dict[str, list[dict[str, Any]]]) -> dict[str, tuple[float, float]]:
-    """p50/p95 per query kind, after 20 warm-up calls of each."""
+def measure(
+    memory: Any, inputs: dict[str, list[dict[str, Any]]], caps: Any = None
+) -> dict[str, tuple[float, float]]:
+    """p50/p95 per query kind, after 20 warm-up calls of each (kinds the store does not
+    declare are left out: a metadata ``orderBy``, ``vector``/``hybrid`` without vectors)."""
     rows: dict[str, tuple[float, float]] = {}
-    for kind in ("eq", "range", "sorted", "and"):
+    kinds = ["eq", "range", "sorted", "and"]
+    if caps is not None and "metadata.*" not in caps.order_by_fields:
+        kinds.remove("sorted")
+    for kind in kinds:
         timed(memory.query, inputs[kind][:20])
         rows[f"QUERY {kind}"] = percentiles(timed(memory.query, inputs[kind]))
     firsts = [memory.query(q).output for q in inputs["eq"]]
@@ -199,17 +217,47 @@ def measure(memory: Any, inputs: dict[str, list[dict[str, Any]]]) -> dict[str, t
         rows["QUERY page2"] = percentiles(timed(memory.query, seconds))
     timed(memory.search, inputs["search"][:20])
     rows["SEARCH keyword"] = percentiles(timed(memory.search, inputs["search"]))
+    for strategy in ("vector", "hybrid"):
+        if caps is not None and strategy in caps.search_strategies:
+            timed(memory.search, inputs[strategy][:20])
+            rows[f"SEARCH {strategy}"] = percentiles(timed(memory.search, inputs[strategy]))
     return rows
 
 
+def embedder_of(kind: str) -> Any:
+    """The embedding provider of ``--embedder``: ``none``, ``hashing`` (384 dims) or
+    ``local`` (all-MiniLM-L6-v2)."""
+    if kind == "none":
+        return None
+    if kind == "hashing":
+        from ditto_worker.testing import HashingEmbedder
+
+        return HashingEmbedder(dims=384)
+    from ditto_worker.retrieval import create_embedding_provider
+
+    return create_embedding_provider(kind)
+
+
 @contextmanager
-def open_store(name: str) -> Iterator[Any]:
-    """A fresh, empty store ``sqlite`` (temp file) or ``postgres`` (own schema)."""
+def open_store(name: str, embedder: Any = None) -> Iterator[Any]:
+    """A fresh, empty store ``sqlite`` (temp file), ``postgres`` (own schema) or
+    ``qdrant`` (local mode in a temp folder)."""
+    if name == "qdrant":
+        from ditto_plugin_qdrant import QdrantMemoryStore
+
+        folder = tempfile.mkdtemp(prefix="ditto-bench-")
+        qdrant = QdrantMemoryStore(path=folder, collection="bench", embedder=embedder)
+        try:
+            yield qdrant
+        finally:
+            qdrant.close()
+            shutil.rmtree(folder, ignore_errors=True)
+        return
     if name == "sqlite":
         from ditto_plugin_sqlite import SqliteMemoryStore
 
         folder = tempfile.mkdtemp(prefix="ditto-bench-")
-        store = SqliteMemoryStore(Path(folder) / "bench.sqlite")
+        store = SqliteMemoryStore(Path(folder) / "bench.sqlite", embedder=embedder)
         try:
             yield store
         finally:
@@ -226,7 +274,7 @@ def open_store(name: str) -> Iterator[Any]:
     if not url:
         raise SystemExit("postgres: set DITTO_WORKER_MEMORY_POSTGRES_URL (scripts/postgres.sh)")
     schema = f"bench_{uuid.uuid4().hex[:12]}"
-    pg = PostgresMemoryStore(url, schema=schema)
+    pg = PostgresMemoryStore(url, schema=schema, embedder=embedder)
     try:
         yield pg
     finally:
@@ -242,12 +290,12 @@ def run(
     spread = f" over {tenants} tenants" if tenants else ""
     print(f"== {name}: writing {args.n:,} memories{spread} in batches of {args.batch:,}")
     started = time.perf_counter()
-    with open_store(name) as store:
+    with open_store(name, embedder_of(args.embedder)) as store:
         memory = Scoped(create_memory(store), tenant(0, tenants))
         rate = load(memory, args.n, args.seed, words, args.batch, tenants)
         loaded = time.perf_counter() - started
         print(f"  WRITE {rate:,.0f} memories/s ({loaded:.1f} s)", flush=True)
-        rows = measure(memory, inputs)
+        rows = measure(memory, inputs, getattr(store, "capabilities", None))
     return {"rate": rate, "load_s": loaded, "rows": rows, "total_s": time.perf_counter() - started}
 
 
@@ -260,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stores", default="sqlite,postgres", help="comma-separated")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
+        "--embedder", default="none", choices=("none", "hashing", "local"),
+        help="embed on WRITE and measure vector/hybrid SEARCH (hashing: 384 dims, no model)",
+    )  # fmt: skip
+    parser.add_argument(
         "--tenants", default="0", help="comma-separated tenant counts; 0 = unscoped, e.g. 0,100"
     )
     args = parser.parse_args(argv)
@@ -267,8 +319,11 @@ def main(argv: list[str] | None = None) -> int:
         args.n = 1_000_000
     words = vocabulary()
     inputs = query_inputs(args.queries, args.seed, words)
+    label = {"qdrant": "qdrant-local"}
     results = {
-        name if not count else f"{name}/{count}t": run(name, args, words, inputs, count)
+        label.get(name, name) + (f"/{count}t" if count else ""): run(
+            name, args, words, inputs, count
+        )
         for name in args.stores.split(",")
         for count in (int(c) for c in args.tenants.split(","))
     }
@@ -276,11 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{args.n:,} memories; {args.queries} calls per query kind; latency p50 / p95 ms")
     print(f"{'':<16}" + "".join(f"{name:>22}" for name in names))
     print(f"{'WRITE mem/s':<16}" + "".join(f"{results[n]['rate']:>22,.0f}" for n in names))
-    for row in results[names[0]]["rows"]:
-        if not all(row in results[n]["rows"] for n in names):
-            continue
+    every = list(dict.fromkeys(row for n in names for row in results[n]["rows"]))
+    for row in every:
         cells = "".join(
             f"{results[n]['rows'][row][0]:>12.2f} / {results[n]['rows'][row][1]:>7.2f}"
+            if row in results[n]["rows"]
+            else f"{'-':>22}"
             for n in names
         )
         print(f"{row:<16}{cells}")

@@ -10,7 +10,8 @@ of a batch to a record of the call. Exactly-once is built from two things instea
   the call's own.
 * **An execution record written last.** After the mutation's last point, a point
   ``uuid5("execution" NUL <namespace> NUL <execution id>)`` (no vectors, ``rec:
-  "execution"``) stores the node and the raw output. A redelivered or re-sent call finds
+  "execution"``, ``ns: "!exec:<namespace>"`` so no memory filter ever sees it) stores the
+  node and the raw output. A redelivered or re-sent call finds
   it, applies nothing and returns that output (the same ids, the records as they were
   then). A DELETE writes the record (``state: "pending"``, the ids it found) *before*
   deleting, and marks it done after: a copy that finds a pending record deletes those
@@ -34,7 +35,7 @@ from typing import Any, Final
 
 from qdrant_client import models
 
-from ditto_plugin_qdrant.payload import EXECUTION
+from ditto_plugin_qdrant.payload import EXECUTION, execution_namespace
 from ditto_worker.errors import ErrorCode, MemoryError
 
 __all__ = [
@@ -81,7 +82,9 @@ def replay_of(payload: dict[str, Any] | None, namespace: str, node: str) -> Repl
     Raises:
         MemoryError: ``CONFLICT`` when the id was used by another node.
     """
-    if payload is None or payload.get("rec") != EXECUTION or payload.get("ns") != namespace:
+    if payload is None or payload.get("rec") != EXECUTION:
+        return None
+    if payload.get("ns") != execution_namespace(namespace):
         return None
     if payload.get("node") != node:
         raise MemoryError(
@@ -100,7 +103,7 @@ def record_point(
         vector={},
         payload={
             "rec": EXECUTION,
-            "ns": namespace,
+            "ns": execution_namespace(namespace),
             "node": node,
             "state": "pending" if pending else "done",
             "output": json.dumps(output, separators=(",", ":")),

@@ -64,6 +64,7 @@ __all__ = [
     "field_hash",
     "iso",
     "memory_payload",
+    "execution_namespace",
     "namespace_filter",
     "shadow_fields",
     "to_condition",
@@ -165,11 +166,21 @@ def memory_payload(
     return payload
 
 
+def execution_namespace(namespace: str) -> str:
+    """The ``ns`` of the execution records of ``namespace``: ``!exec:<namespace>``. No
+    scope's namespace starts with ``!`` (its parts are percent-encoded) and the unscoped
+    one is ``""``, so one ``ns`` condition keeps memories and records apart."""
+    return "!exec:" + namespace
+
+
 def namespace_filter(namespace: str, node: FilterNode | None) -> models.Filter:
-    """Memory points of ``namespace`` matching ``node`` (``None``: all of them)."""
+    """Memory points of ``namespace`` matching ``node`` (``None``: all of them).
+
+    One condition on ``ns`` (execution records have their own, :func:`execution_namespace`):
+    local mode evaluates every condition on every point, so each one counts.
+    """
     must: list[models.Condition] = [
         models.FieldCondition(key="ns", match=models.MatchValue(value=namespace)),
-        models.FieldCondition(key="rec", match=models.MatchValue(value=MEMORY)),
     ]
     if node is not None:
         must.append(to_condition(node))
