@@ -22,7 +22,9 @@ created with ``modifier: idf``.
   ``score = sum of idf(t) * weight(t, d)`` — BM25 with a fixed average length; positive,
   higher is better.
 
-:data:`TOKENIZER` names this scheme; it is recorded in the collection's metadata.
+:data:`TOKENIZER` names this scheme; it is recorded in the collection's metadata, and a
+store opening a collection made by another scheme logs a warning: its keyword vectors no
+longer match the queries' terms until the records are rewritten (no automatic reindex).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ __all__ = ["AVGDL", "SPARSE_VECTOR", "TOKENIZER", "document_vector", "query_vect
 
 SPARSE_VECTOR: Final = "keywords"
 """Name of the sparse vector (``modifier: idf``)."""
-TOKENIZER: Final = "ditto-text/blake2b32/bm25-avgdl32"
+TOKENIZER: Final = "ditto-text-2/blake2b32/bm25-avgdl32"
 """The indexing scheme, recorded in the collection metadata."""
 AVGDL: Final = 32.0
 _K1: Final = 1.2

@@ -381,6 +381,11 @@ class QdrantMemoryStore(NativeSearch):
                 "collection and reindex_embeddings()"
             )
         self._refuse_writes = stored is not None and provider is None
+        if recorded.get("keywords") != TOKENIZER:
+            logger.warning(
+                "qdrant collection %s: keyword vectors of another tokenizer (%s, now %s)",
+                self.collection, recorded.get("keywords"), TOKENIZER,
+            )  # fmt: skip
         return None
 
     def _check_identity(self) -> None:
