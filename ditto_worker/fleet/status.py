@@ -189,13 +189,17 @@ def render_table(rows: Sequence[QueueStatus]) -> str:
 
     Returns:
         Lines joined by ``\\n`` with a trailing newline; columns node, queue, backlog,
-        workers, processes (numbers right-aligned).
+        workers, processes (numbers right-aligned); a column widens to keep two spaces
+        after its longest value (``RETRIEVAL.SEARCH  retrieval.search``).
     """
-    columns = _COLUMNS + _COUNT_COLUMNS
+    table = [row.to_dict() for row in rows]
+    columns = [
+        (name, align, max([width, *(len(str(values[name])) + 2 for values in table)]))
+        for name, align, width in _COLUMNS + _COUNT_COLUMNS
+    ]
     header = "".join(f"{name:{align}{width}}" for name, align, width in columns)
     lines = [header.rstrip()]
-    for row in rows:
-        values = row.to_dict()
+    for values in table:
         line = "".join(f"{values[name]:{align}{width}}" for name, align, width in columns)
         lines.append(line.rstrip())
     return "\n".join(lines) + "\n"

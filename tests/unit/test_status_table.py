@@ -80,6 +80,9 @@ def test_render_table_aligns_columns() -> None:
         "MEMORY.DELETE  memory.delete          0        0          0\n"
     )
     assert render_table([]).count("\n") == 1  # the header only
+    wide = render_table([*rows, QueueStatus("RETRIEVAL.SEARCH", "retrieval.search", 0, 1, 2)])
+    assert "RETRIEVAL.SEARCH  retrieval.search  " in wide  # issue 13: never run together
+    assert len({len(line) for line in wide.splitlines()}) == 1  # still aligned
     assert rows[0].to_dict() == {
         "node": "MEMORY.GET",
         "queue": "memory.get",
