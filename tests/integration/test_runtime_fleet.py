@@ -36,8 +36,9 @@ ECHO = Path(__file__).resolve().parents[1] / "fixtures" / "echo_kind"
 @pytest.fixture
 def fleet(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
     monkeypatch.syspath_prepend(str(ECHO))
+    path = os.pathsep.join([str(ECHO), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "DITTO_BROKER_URL": redis_url, "DITTO_RESULT_BACKEND": redis_url,
-           "PYTHONPATH": os.pathsep.join([str(ECHO), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+           "PYTHONPATH": path}  # fmt: skip
     worker = subprocess.Popen(
         [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "echo", "--pool", "threads",
          "--concurrency", "10", "--hostname", f"echo-{os.getpid()}@localhost"],

@@ -45,7 +45,11 @@ def test_a_kind_from_an_entry_point_runs_with_no_fleet_code(runtime: Runtime) ->
     # MEM-RT-1: the ECHO kind is data found by entry point
     assert {"ECHO.SAY", "ECHO.CALL", "MEMORY.GET", "CONTEXT.UPDATE"} <= set(runtime.nodes)
     said = runtime.invoke("ECHO.SAY", {"a": [1, "x"]})
-    assert (said.status, said.output, said.node) == ("success", {"echo": {"a": [1, "x"]}}, "ECHO.SAY")
+    assert (said.status, said.output, said.node) == (
+        "success",
+        {"echo": {"a": [1, "x"]}},
+        "ECHO.SAY",
+    )
     fleet_code = Path(__file__).resolve().parents[2] / "ditto_worker" / "fleet"
     assert not any("ECHO" in p.read_text() for p in fleet_code.glob("*.py"))
 
