@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from typing import Any
 
 import redis
 
@@ -47,6 +49,12 @@ CANCEL_CHANNEL = "ditto:cancel"
 CANCEL_KEY_PREFIX = "ditto:cancel:"
 """Key prefix of the per-call cancel flag (value ``1``, expiring with the call)."""
 _TICK_S = 0.1
+_PING = "ditto-cancel-watch"
+COVER_MARGIN_S = 5.0
+"""How long after its subscription a watcher vouches for calls sent (clock skew margin)."""
+PONG_WITHIN_S = 3.0
+"""A watcher whose ping went unanswered this long vouches for nothing."""
+PING_EVERY_S = 1.0
 
 
 def cancel_key(execution_id: str) -> str:
@@ -72,8 +80,26 @@ class RedisCancelWatcher:
         self._pubsub_client = redis.Redis.from_url(url, socket_timeout=5, health_check_interval=30)
         self._stop = threading.Event()
         self._failing = False
+        self._since: float | None = None  # announcements complete from this time on
+        self._last_pong = 0.0
         self._thread = threading.Thread(target=self._run, name="ditto-cancel-watch", daemon=True)
         self._thread.start()
+
+    def covers(self, sent_at: float | None) -> bool:
+        """True when every cancel of a call sent at ``sent_at`` (the client's clock) has
+        reached this watcher: its subscription was confirmed more than
+        :data:`COVER_MARGIN_S` before the send, and it answered a ping within the last
+        :data:`PONG_WITHIN_S` seconds (a silently dead connection stops covering).
+
+        Then the per-call flag read can be skipped for a call without effects: a cancel
+        announced before it starts has already flagged it in the registry."""
+        since = self._since
+        return (
+            sent_at is not None
+            and since is not None
+            and sent_at > since + COVER_MARGIN_S
+            and time.time() - self._last_pong < PONG_WITHIN_S
+        )
 
     def is_flagged(self, execution_id: str) -> bool:
         """True when ``execution_id`` was cancelled before this worker took it."""
@@ -98,18 +124,32 @@ class RedisCancelWatcher:
         try:
             pubsub.subscribe(CANCEL_CHANNEL)
             self._failing = False
+            pinged = 0.0
             while not self._stop.is_set():
+                now = time.time()
+                if self._since is None and pubsub.subscribed:
+                    self._since = now
+                if now - pinged >= PING_EVERY_S:
+                    pubsub.ping(_PING)
+                    pinged = now
                 message = pubsub.get_message(timeout=_TICK_S)
-                if message is not None and message.get("type") == "message":
-                    data = message["data"]
-                    eid = data.decode() if isinstance(data, bytes) else str(data)
-                    # the channel is server-wide; the flag key lives in this fleet's
-                    # database: another fleet's cancel of the same id is ignored
-                    if self.is_flagged(eid):
-                        self.registry.cancel(eid, ttl_s=60.0)
+                if message is not None:
+                    self._handle(message)
                 self.registry.expire_deadlines()
         finally:
+            self._since = None
             pubsub.close()
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        data = message.get("data")
+        text = data.decode() if isinstance(data, bytes) else str(data)
+        if message.get("type") == "pong" and text == _PING:
+            self._last_pong = time.time()
+        elif message.get("type") == "message":
+            # the channel is server-wide; the flag key lives in this fleet's database:
+            # another fleet's cancel of the same id is ignored
+            if self.is_flagged(text):
+                self.registry.cancel(text, ttl_s=60.0)
 
     def close(self) -> None:
         """Stop the thread and close the connection."""

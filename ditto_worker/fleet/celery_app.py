@@ -28,6 +28,7 @@ from ditto_worker.runtime.definition import queue_of
 
 __all__ = [
     "DEADLINE_HEADER",
+    "SENT_HEADER",
     "IN_PROCESS_POLL_S",
     "create_celery_app",
     "fleet_nodes",
@@ -37,6 +38,8 @@ __all__ = [
 
 DEADLINE_HEADER = "ditto_deadline"
 """Message header: the caller's absolute deadline, ``time.time()`` seconds (MEM-PY-3)."""
+SENT_HEADER = "ditto_sent"
+"""Message header: when the client sent the call, ``time.time()`` seconds."""
 
 IN_PROCESS_POLL_S = 0.001
 """Polling interval of the in-process transport and result backend, seconds."""

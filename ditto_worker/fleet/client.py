@@ -64,6 +64,7 @@ from ditto_worker.fleet.cancellation import CANCEL_CHANNEL, cancel_key
 from ditto_worker.fleet.celery_app import (
     DEADLINE_HEADER,
     IN_PROCESS_POLL_S,
+    SENT_HEADER,
     create_celery_app,
     queue_for,
     result_backend_url,
@@ -378,7 +379,7 @@ class DittoClient:
     def _send(
         self, node: str, payload: Any, eid: str, deadline: float, scope: Scope | None
     ) -> None:
-        headers: dict[str, Any] = {DEADLINE_HEADER: deadline}
+        headers: dict[str, Any] = {DEADLINE_HEADER: deadline, SENT_HEADER: time.time()}
         if scope is not None:
             headers[SCOPE_HEADER] = scope.to_header()
         self.app.send_task(

@@ -33,7 +33,7 @@ from ditto_worker.config import RuntimeConfig
 from ditto_worker.contracts import NodeResult, to_wire
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.fleet.cancellation import RedisCancelWatcher, local_registry
-from ditto_worker.fleet.celery_app import DEADLINE_HEADER
+from ditto_worker.fleet.celery_app import DEADLINE_HEADER, SENT_HEADER
 from ditto_worker.fleet.redaction import Reply, input_repr, install_redaction
 from ditto_worker.memory.scope import SCOPE_HEADER, parse_scope
 from ditto_worker.runtime.context import NodeContext
@@ -203,7 +203,11 @@ class FleetRuntime:
             return to_wire(refused)
         watcher = self._watcher.get()
         with local_registry().running(eid, deadline) as token:
-            if watcher is not None and watcher.is_flagged(eid):
+            # a call with effects always reads its flag; one without may rely on the
+            # watcher's announcements when they are known complete (watcher.covers)
+            sent = _header(request, SENT_HEADER)
+            vouched = not spec.mutation and watcher is not None and watcher.covers(sent)
+            if watcher is not None and not vouched and watcher.is_flagged(eid):
                 token.cancel()
             ctx = NodeContext(
                 eid, node, token, deadline, scope,

@@ -128,3 +128,62 @@ def test_a_sub_call_ends_with_its_callers_deadline(fleet: Runtime) -> None:
     assert time.monotonic() - start < 8
     # the worker is free again at once: its 10 slots did not stay blocked for 30 s
     assert fleet.invoke("ECHO.SAY", {"x": 1}, timeout=5).status == "success"
+
+
+def test_a_read_cancelled_in_the_queue_never_runs_without_a_flag_read(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a worker whose cancel subscription is known complete skips the per-call flag read
+    # for a call without effects; a cancel announced while the call waits in the queue
+    # still stops it before it starts (it never runs)
+    from ditto_worker.fleet.cancellation import COVER_MARGIN_S
+
+    monkeypatch.syspath_prepend(str(ECHO))
+    env = {**os.environ, "DITTO_BROKER_URL": redis_url, "DITTO_RESULT_BACKEND": redis_url,
+           "PYTHONPATH": os.pathsep.join([str(ECHO), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "echo", "--pool", "threads",
+         "--concurrency", "1", "--hostname", f"echo1-{os.getpid()}@localhost"],
+        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    runtime = create_ditto(config=load_runtime_config({"fleet": {"brokerUrl": redis_url}}, env={}))
+    # no revoke broadcast: only the cancel flag's announcement can stop the queued call
+    monkeypatch.setattr(runtime._invoker, "_revoke_later", lambda execution_id: None)
+    try:
+        while runtime.invoke("ECHO.SAY", {}, timeout=1).status != "success":
+            assert worker.poll() is None
+        time.sleep(COVER_MARGIN_S + 1)  # the watcher now vouches for calls sent from here on
+        busy = threading.Thread(
+            target=runtime.invoke, args=("ECHO.SLEEP", {"seconds": 2}), kwargs={"timeout": 10}
+        )
+        busy.start()
+        time.sleep(0.3)  # the one slot is taken; the next call waits in echo.sleep
+        exists_before = _calls(redis_client, "exists")
+        token = CancelToken()
+        threading.Timer(0.3, token.cancel).start()
+        queued = runtime.invoke("ECHO.SLEEP", {"seconds": 0}, timeout=10, cancel=token)
+        busy.join()
+        assert queued.status == "cancelled"
+        stored = _stored(redis_client, queued.execution_id)
+        assert stored["status"] == "cancelled" and "before it started" in stored["error"]["message"]
+        # one EXISTS: the watcher checking the announcement's flag; none per call
+        assert _calls(redis_client, "exists") - exists_before == 1
+    finally:
+        runtime.close()
+        stop_worker(worker)  # type: ignore[arg-type]
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def _stored(client: redis.Redis, execution_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        raw = client.get(RESULT_KEY_PREFIX + execution_id)
+        if raw:
+            result: dict[str, Any] = json.loads(raw)["result"]
+            return result
+        time.sleep(0.05)
+    raise AssertionError("no stored result")
