@@ -36,9 +36,7 @@ ECHO = Path(__file__).resolve().parents[1] / "fixtures" / "echo_kind"
 @pytest.fixture
 def fleet(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
     monkeypatch.syspath_prepend(str(ECHO))
-    path = os.pathsep.join([str(ECHO), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "DITTO_BROKER_URL": redis_url, "DITTO_RESULT_BACKEND": redis_url,
-           "PYTHONPATH": path}  # fmt: skip
+    env = _worker_env(redis_url)
     worker = subprocess.Popen(
         [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "echo", "--pool", "threads",
          "--concurrency", "10", "--hostname", f"echo-{os.getpid()}@localhost"],
@@ -55,6 +53,12 @@ def fleet(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
     finally:
         runtime.close()
         stop_worker(worker)  # type: ignore[arg-type]
+
+
+def _worker_env(redis_url: str) -> dict[str, str]:
+    path = os.pathsep.join([str(ECHO), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "DITTO_BROKER_URL": redis_url, "DITTO_RESULT_BACKEND": redis_url,
+            "PYTHONPATH": path}  # fmt: skip
 
 
 def _without_ids(value: Any) -> Any:
@@ -139,8 +143,7 @@ def test_a_read_cancelled_in_the_queue_never_runs_without_a_flag_read(
     from ditto_worker.fleet.cancellation import COVER_MARGIN_S
 
     monkeypatch.syspath_prepend(str(ECHO))
-    env = {**os.environ, "DITTO_BROKER_URL": redis_url, "DITTO_RESULT_BACKEND": redis_url,
-           "PYTHONPATH": os.pathsep.join([str(ECHO), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    env = _worker_env(redis_url)
     worker = subprocess.Popen(
         [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "echo", "--pool", "threads",
          "--concurrency", "1", "--hostname", f"echo1-{os.getpid()}@localhost"],
