@@ -177,8 +177,9 @@ def run(redis_url: str, args: argparse.Namespace) -> None:
             for key, fn in paths.items():
                 rounds[key].append(p50_ms(fn, args.calls))
         ratio = [b / a for a, b in zip(rounds["a"], rounds["b"], strict=True)]
-        print(f"fleet overhead: one worker process, pool={args.pool} -c {args.concurrency}, "
-              f"task events on; {args.rounds} interleaved rounds of {args.calls} calls per path")  # fmt: skip
+        setup = f"pool={args.pool} -c {args.concurrency}, task events on"
+        print(f"fleet overhead: one worker process, {setup}; {args.rounds} interleaved rounds "
+              f"of {args.calls} calls per path")  # fmt: skip
         print(f"{'path (p50 per round; median of rounds)':<44}{'median':>10} {'':<7}"
               f"{'range':>18}")  # fmt: skip
         labels = {
