@@ -190,3 +190,33 @@ def _stored(client: redis.Redis, execution_id: str) -> dict[str, Any]:
             return result
         time.sleep(0.05)
     raise AssertionError("no stored result")
+
+
+@pytest.mark.parametrize(("pool", "processes"), [("prefork", 2), ("threads", 1), ("solo", 1)])
+def test_each_pool_process_opens_its_resources_before_serving(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: str, processes: int
+) -> None:
+    # MEM-RT-1: a definition's open hook runs in every process that serves it —
+    # worker_process_init for prefork children and solo, worker_init for threads
+    monkeypatch.syspath_prepend(str(ECHO))
+    log = tmp_path / "opened.txt"
+    env = {**_worker_env(redis_url), "ECHO_OPEN_LOG": str(log)}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "echo", "--pool", pool,
+         "--concurrency", "2", "--hostname", f"open-{pool}-{os.getpid()}@localhost"],
+        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    runtime = create_ditto(config=load_runtime_config({"fleet": {"brokerUrl": redis_url}}, env={}))
+    try:
+        deadline = time.monotonic() + 60
+        while runtime.invoke("ECHO.WHOAMI", {}, timeout=1).status != "success":
+            assert worker.poll() is None and time.monotonic() < deadline
+        opened = [int(line) for line in log.read_text().split()]
+        assert len(opened) == processes == len(set(opened))
+        if pool == "prefork":
+            assert worker.pid not in opened  # the children, never the parent that forks
+        else:
+            assert opened == [worker.pid]
+    finally:
+        runtime.close()
+        stop_worker(worker)  # type: ignore[arg-type]
