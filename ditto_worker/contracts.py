@@ -56,6 +56,7 @@ __all__ = [
     "OrderBy",
     "RetrievalSearchInput",
     "RetrievalTarget",
+    "ValidTextModel",
     "check_json",
     "check_text",
     "to_wire",
@@ -217,18 +218,11 @@ JsonData = Annotated[Any, AfterValidator(check_json)]
 JsonObject = Annotated[dict[str, Any], AfterValidator(check_json)]
 
 
-class _Wire(BaseModel):
-    """Base of every contract model: strict, camelCase aliases, unset optionals omitted."""
-
-    model_config = ConfigDict(
-        strict=True,
-        frozen=True,
-        extra="forbid",
-        populate_by_name=True,
-        alias_generator=to_camel,
-        # schemas are built on first use, not at import (MEM-RT-5: a light SDK import)
-        defer_build=True,
-    )
+class ValidTextModel(BaseModel):
+    """A pydantic model whose every string field (and list of strings) is valid Unicode
+    text: a lone surrogate is a validation error saying so (issue 13). The base of every
+    node contract (MEMORY, RETRIEVAL, CONTEXT, INFER); JSON fields are checked all the way
+    down by :func:`check_json` (``JsonData``/``JsonObject``)."""
 
     @field_validator("*", mode="after")
     @classmethod
@@ -243,6 +237,20 @@ class _Wire(BaseModel):
                 if isinstance(item, str):
                     check_text(item, f"the string at [{index}]")
         return value
+
+
+class _Wire(ValidTextModel):
+    """Base of every contract model: strict, camelCase aliases, unset optionals omitted."""
+
+    model_config = ConfigDict(
+        strict=True,
+        frozen=True,
+        extra="forbid",
+        populate_by_name=True,
+        alias_generator=to_camel,
+        # schemas are built on first use, not at import (MEM-RT-5: a light SDK import)
+        defer_build=True,
+    )
 
     @model_serializer(mode="wrap")
     def _omit_unset(

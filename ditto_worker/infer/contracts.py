@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import ConfigDict, Field, model_serializer
 from pydantic.alias_generators import to_camel
+
+from ditto_worker.contracts import JsonObject, ValidTextModel
 
 __all__ = [
     "InferGenerateInput",
@@ -22,7 +24,7 @@ MAX_MESSAGES = 1024
 """Most messages in one call."""
 
 
-class _Wire(BaseModel):
+class _Wire(ValidTextModel):  # every string valid Unicode text (issue 13)
     model_config = ConfigDict(
         strict=True, frozen=True, extra="forbid", populate_by_name=True, alias_generator=to_camel
     )
@@ -48,7 +50,7 @@ class InferGenerateInput(_Wire):
     messages: list[InferMessage] = Field(
         min_length=1, max_length=MAX_MESSAGES, description="The conversation, oldest first."
     )
-    response_schema: dict[str, Any] | None = Field(
+    response_schema: JsonObject | None = Field(
         default=None,
         description="A JSON Schema (draft 2020-12) the reply must match; sent as the "
         "endpoint's json_schema response format and checked again here (MEM-INF-2).",

@@ -188,3 +188,43 @@ def test_context_nodes_refuse_it_too() -> None:
         update({"context": {"items": []}, "ingress": [item]}, NodeContext("e"))
     assert caught.value.code == "INVALID_INPUT"
     assert "ingress[0].content" in caught.value.safe_message
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"messages": [{"role": "user", "content": "hi \ud83d"}]}, "messages[0].content"),
+        (
+            {
+                "messages": [{"role": "user", "content": "hi"}],
+                "responseSchema": {"type": "object", "properties": {"\udc00": {}}},
+            },
+            "responseSchema",
+        ),
+    ],
+)
+def test_infer_refuses_it_before_any_request(raw: dict[str, Any], field: str) -> None:
+    from ditto_worker.infer import INFER_GENERATE, create_infer_worker
+
+    definition = create_infer_worker(
+        {"baseUrl": "http://127.0.0.1:9/v1", "model": "m"}, env={}, dotenv_path=None
+    )  # port 9 (discard): a request would fail as INFER_UNAVAILABLE, not INVALID_INPUT
+    with pytest.raises(NodeError) as caught:
+        definition.nodes[INFER_GENERATE].handler(raw, NodeContext("e"))
+    assert caught.value.code == "INVALID_INPUT"
+    assert field in caught.value.safe_message and "lone surrogate" in caught.value.safe_message
+
+
+def test_retrieval_input_refuses_it() -> None:
+    from ditto_worker.contracts import RetrievalSearchInput
+    from ditto_worker.memory.checks import parse_input
+
+    for raw in (
+        {"target": {"name": "mem\ud83d"}, "query": "x"},
+        {"target": {"name": "memories"}, "query": "x\ud83d"},
+    ):
+        with pytest.raises(MemoryError) as caught:
+            parse_input(RetrievalSearchInput, raw)
+        assert (
+            caught.value.code == "INVALID_INPUT" and "lone surrogate" in caught.value.safe_message
+        )
