@@ -18,7 +18,8 @@ created with ``modifier: idf``.
 * Query: its distinct terms (:func:`ditto_worker.memory.text.query_terms`; of more than
   64, the 64 longest: :func:`~ditto_worker.memory.text.select_terms`), each weight 1.
   Qdrant multiplies each by its IDF ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the
-  points having the sparse vector (every namespace of the collection), so
+  points having the sparse vector in the call's namespace (the store passes the
+  namespace as the IDF corpus filter), so
   ``score = sum of idf(t) * weight(t, d)`` — BM25 with a fixed average length; positive,
   higher is better.
 

@@ -36,8 +36,9 @@ Behaviour (declared in ``capabilities``):
   of equal values is read whole and the cursor carries the tie-break (sequence, id).
 * SEARCH: ``vector`` (default with an embedder: native cosine on the named vector;
   exact in local mode or with ``exactSearch``), ``keyword`` (sparse vectors, BM25-like,
-  Chinese by bigrams), ``hybrid`` (shared pipeline). Ties in score are ordered by
-  sequence; a tie run at the cut is read whole.
+  IDF over the call's own namespace: ``search_params.idf`` with a corpus filter, so
+  another tenant's records change no score), ``hybrid`` (shared pipeline). Ties in
+  score are ordered by sequence; a tie run at the cut is read whole.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ def capabilities_for(embedder: bool, exact_vectors: bool, local: bool) -> StoreC
         default_strategy="vector" if embedder else "keyword",
         keyword_strategy="keyword",
         keyword_cjk=True,
+        keyword_scope_statistics=True,
         exhaustive_strategies=("vector",) if embedder and exact_vectors else (),
         key_conflict="error",
         batch_atomic=False,
@@ -602,11 +604,14 @@ class QdrantMemoryStore(NativeSearch):
         vector = query_vector(query)
         if vector is None:
             return []
+        # IDF over the call's own scope only: another tenant's writes change no score here
+        corpus = namespace_filter(namespace_of(options), None)
+        params = models.SearchParams(idf=models.IdfCorpusParams(corpus=corpus))
 
         def fetch(client: QdrantClient, n: int) -> list[Point]:
             return client.query_points(
                 self.collection, query=vector, using=SPARSE_VECTOR, query_filter=flt,
-                limit=n, with_payload=True,
+                limit=n, with_payload=True, search_params=params,
             ).points  # fmt: skip
 
         return [(_item(p.payload), float(p.score)) for p in self._ranked(fetch, limit, options)]
