@@ -76,11 +76,17 @@ from ditto_worker.memory.worker import (
     memory_write_node,
 )
 from ditto_worker.runtime import (
+    Graph,
+    GraphBudgetExhausted,
+    GraphError,
+    GraphResult,
     KindCodes,
+    LoopResult,
     NodeSpec,
     Runtime,
     WorkerDefinition,
     create_ditto,
+    graph,
 )
 
 __all__ = [
@@ -128,12 +134,18 @@ __all__ = [
     "MemoryResources",
     "create_memory",
     # runtime and worker definitions
+    "Graph",
+    "GraphBudgetExhausted",
+    "GraphError",
+    "GraphResult",
     "KindCodes",
+    "LoopResult",
     "NodeSpec",
     "Runtime",
     "WorkerDefinition",
     "create_context_worker",
     "create_ditto",
+    "graph",
     "MEMORY_WORKER_TYPE",
     "MemoryNode",
     "MemoryWorker",

@@ -1,7 +1,7 @@
 """Runtime configuration: ``ditto.yaml`` with ``${VAR}`` expansion, then ``DITTO_*`` env.
 
 One typed tree, validated at start-up and frozen (MEM-CONF-4: a snapshot, never re-read
-per request). The sections this project owns (``fleet``, ``workers.memory``,
+per request). The sections this project owns (``fleet``, ``graph``, ``workers.memory``,
 ``workers.retrieval``, ``workers.context``, ``workers.infer``) reject
 unknown keys; other workers' sections of a shared ``ditto.yaml`` and other top-level keys
 are left alone (MEM-PY-7). Plugin sections (``plugins.<name>``) belong to their plugin
@@ -39,6 +39,7 @@ from ditto_worker.infer.settings import InferSettings, load_infer_settings
 
 __all__ = [
     "FleetSettings",
+    "GraphSettings",
     "MemoryWorkerSettings",
     "NodeGroup",
     "ProcessSettings",
@@ -265,6 +266,17 @@ class RetrievalWorkerSettings(_Section):
     )
 
 
+class GraphSettings(_Section):
+    """``graph:`` — Graph and Loop defaults (SPEC.md MEM-GRAPH)."""
+
+    loop_budget: int = Field(
+        default=1024,
+        ge=1,
+        description="Graphs one runtime.loop() may run, sub-plans, recovery and repeated "
+        "stages included (the seed's 1024-Graph budget); past it GRAPH_BUDGET_EXHAUSTED.",
+    )
+
+
 OWNED_WORKER_SECTIONS = ("memory", "retrieval", "context", "infer")
 """``workers.<name>`` sections this project's config validates strictly."""
 
@@ -293,6 +305,7 @@ class RuntimeConfig(BaseModel):
     model_config = ConfigDict(frozen=True, defer_build=True)
 
     fleet: FleetSettings = Field(default_factory=FleetSettings)
+    graph: GraphSettings = Field(default_factory=GraphSettings)
     memory_worker: MemoryWorkerSettings = Field(default_factory=MemoryWorkerSettings)
     retrieval_worker: RetrievalWorkerSettings = Field(default_factory=RetrievalWorkerSettings)
     context_worker: ContextWorkerSettings = Field(default_factory=ContextWorkerSettings)
@@ -409,6 +422,7 @@ def load_runtime_config(
     try:
         return RuntimeConfig(
             fleet=FleetSettings.model_validate(fleet, context={"sources": sources}),
+            graph=GraphSettings.model_validate(_section(raw, "graph", "")),
             memory_worker=MemoryWorkerSettings.model_validate(
                 _section(workers, "memory", "workers.")
             ),

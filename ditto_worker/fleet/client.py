@@ -76,6 +76,7 @@ from ditto_worker.runtime.cancel import CancelToken, local_registry
 from ditto_worker.runtime.context import call_deadline
 from ditto_worker.runtime.definition import KindCodes, NodeSpec, WorkerDefinition
 from ditto_worker.runtime.execute import unknown_node
+from ditto_worker.runtime.trace import clean_trace, trace_headers, trace_repr
 
 __all__ = ["DittoClient", "NodeTable"]
 
@@ -217,6 +218,7 @@ class DittoClient:
         execution_id: str | None = None,
         scope: Scope | Mapping[str, str] | None = None,
         deadline: float | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:
         """Run ``node`` on the fleet and wait for its NodeResult.
 
@@ -232,6 +234,9 @@ class DittoClient:
                 identity, never from model output (:mod:`ditto_worker.memory.scope`).
             deadline: an absolute deadline (``time.time()`` seconds), e.g. a parent call's
                 for a sub-call; the earlier of it and ``timeout`` holds.
+            trace: tracing ids ``{run_id, graph, graph_node}`` (a Graph run sets them),
+                sent as message headers and as the task's ``argsrepr``, which Flower and
+                the worker log show; ids only (:mod:`ditto_worker.runtime.trace`).
 
         Returns:
             The worker's NodeResult, or one with status ``failed`` (``UNKNOWN_NODE``;
@@ -248,11 +253,13 @@ class DittoClient:
         with self._tracked() as accepted:
             if not accepted:
                 return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the client is closed")
+            traced = clean_trace(trace)
             if self._listener is None:
-                return self._invoke_polling(node, _jsonable(input), eid, deadline, cancel, bound)
+                return self._invoke_polling(node, _jsonable(input), eid, deadline, cancel, bound,
+                                            traced)  # fmt: skip
             try:
                 return self._invoke_listening(node, _jsonable(input), eid, deadline, cancel,
-                                              bound)  # fmt: skip
+                                              bound, traced)  # fmt: skip
             except Exception:
                 log.exception("unexpected error in %s", node)
                 return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the call failed")
@@ -267,6 +274,7 @@ class DittoClient:
         execution_id: str | None = None,
         scope: Scope | Mapping[str, str] | None = None,
         deadline: float | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:
         """``invoke`` for asyncio: same arguments, same NodeResult.
 
@@ -285,7 +293,7 @@ class DittoClient:
                 token = cancel or CancelToken()
                 call = functools.partial(
                     self.invoke, node, input, timeout=deadline - time.time(), cancel=token,
-                    execution_id=eid, scope=bound,
+                    execution_id=eid, scope=bound, trace=trace,
                 )  # fmt: skip
                 try:
                     return await asyncio.get_running_loop().run_in_executor(self._senders, call)
@@ -293,7 +301,8 @@ class DittoClient:
                     token.cancel()
                     raise
             try:
-                return await self._acall(node, _jsonable(input), eid, deadline, cancel, bound)
+                return await self._acall(node, _jsonable(input), eid, deadline, cancel, bound,
+                                         clean_trace(trace))  # fmt: skip
             except asyncio.CancelledError:
                 # the awaiting task is cancelled at once; raise the call's cancel flag before
                 # re-raising, so a caller that exits right away still leaves it cancelled
@@ -377,11 +386,16 @@ class DittoClient:
                 self._idle.notify_all()
 
     def _send(
-        self, node: str, payload: Any, eid: str, deadline: float, scope: Scope | None
-    ) -> None:
+        self, node: str, payload: Any, eid: str, deadline: float, scope: Scope | None,
+        trace: Mapping[str, str] | None = None,
+    ) -> None:  # fmt: skip
         headers: dict[str, Any] = {DEADLINE_HEADER: deadline, SENT_HEADER: time.time()}
         if scope is not None:
             headers[SCOPE_HEADER] = scope.to_header()
+        reprs = self._reprs
+        if trace:  # run and Graph node ids (never input): headers, and args in Flower/logs
+            headers.update(trace_headers(trace))
+            reprs = {**reprs, "argsrepr": trace_repr(trace)}
         self.app.send_task(
             node,
             kwargs={"input": payload},
@@ -389,7 +403,7 @@ class DittoClient:
             queue=queue_for(node),
             expires=datetime.fromtimestamp(deadline, UTC),
             headers=headers,
-            **self._reprs,
+            **reprs,
         )
 
     def _send_failure(self, exc: Exception, node: str, eid: str) -> NodeResult[Any]:
@@ -451,7 +465,7 @@ class DittoClient:
 
     def _invoke_listening(
         self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
-        scope: Scope | None,
+        scope: Scope | None, trace: Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:  # fmt: skip
         """The sync path: publish from this thread, block on the listener's future."""
         listener = self._listener
@@ -468,7 +482,7 @@ class DittoClient:
                 except RedisError:
                     return self._unreachable(eid, node)
             try:
-                self._send(node, payload, eid, deadline, scope)
+                self._send(node, payload, eid, deadline, scope, trace)
             except (EncodeError, OperationalError) as exc:
                 return self._send_failure(exc, node, eid)
             waited: list[ThreadFuture[Any]] = [result, stop]
@@ -497,7 +511,7 @@ class DittoClient:
 
     async def _acall(
         self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
-        scope: Scope | None,
+        scope: Scope | None, trace: Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:  # fmt: skip
         """The asyncio path: publish on a sender thread, await the listener's future."""
         listener = self._listener
@@ -515,7 +529,7 @@ class DittoClient:
             if setup is not None:
                 await asyncio.wait_for(asyncio.wrap_future(setup), deadline - time.time())
             send = loop.run_in_executor(self._senders, self._send, node, payload, eid, deadline,
-                                        scope)  # fmt: skip
+                                        scope, trace)  # fmt: skip
             try:  # a send still queued at the deadline may go out later: it expires unrun
                 await asyncio.wait_for(send, max(0.0, deadline - time.time()))
             except (EncodeError, OperationalError) as exc:
@@ -564,10 +578,10 @@ class DittoClient:
 
     def _invoke_polling(
         self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
-        scope: Scope | None,
+        scope: Scope | None, trace: Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:  # fmt: skip
         try:
-            self._send(node, payload, eid, deadline, scope)
+            self._send(node, payload, eid, deadline, scope, trace)
         except (EncodeError, OperationalError) as exc:
             return self._send_failure(exc, node, eid)
         result = self.app.AsyncResult(eid)

@@ -41,6 +41,12 @@ from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition, WorkerSo
 from ditto_worker.runtime.execute import run_node
 from ditto_worker.runtime.process import PerProcess
 from ditto_worker.runtime.registry import node_table, worker_definitions
+from ditto_worker.runtime.trace import (
+    TRACE_HEADERS,
+    install_log_trace,
+    trace_from_headers,
+    trace_repr,
+)
 
 __all__ = ["INPUT_BYTES", "FleetRuntime", "SizedRequest", "register_tasks"]
 
@@ -55,8 +61,9 @@ class SizedRequest(Request):  # type: ignore[misc]
     task checks ``fleet.maxInputBytes`` without serialising the input again.
 
     Unless :attr:`log_content`, the request's argument reprs (events, Flower, its repr) are
-    the body's size only, and ``celery inspect active`` shows them instead of the input
-    (:mod:`ditto_worker.fleet.redaction`).
+    the body's size only — and, for a Graph call, its trace ids as ``argsrepr``
+    (``run=… graph=… node=…``, :mod:`ditto_worker.runtime.trace`) — and ``celery inspect
+    active`` shows them instead of the input (:mod:`ditto_worker.fleet.redaction`).
     """
 
     log_content = False
@@ -67,8 +74,9 @@ class SizedRequest(Request):  # type: ignore[misc]
         body = self._body
         size = len(body) if isinstance(body, bytes | str) else 0
         self._request_dict[INPUT_BYTES] = size
-        if not self.log_content:
-            self._argsrepr = self._request_dict["argsrepr"] = "()"
+        if not self.log_content:  # a Graph call's run and node ids stay (ids, not content)
+            traced = trace_repr(trace_from_headers(self._request_dict)) or "()"
+            self._argsrepr = self._request_dict["argsrepr"] = traced
             self._kwargsrepr = self._request_dict["kwargsrepr"] = input_repr(size)
 
     def info(self, safe: bool = False) -> dict[str, Any]:
@@ -80,6 +88,11 @@ class SizedRequest(Request):  # type: ignore[misc]
 def _header(request: Any, name: str) -> Any:
     headers = request.headers or {}
     return headers.get(name, getattr(request, name, None))
+
+
+def _trace(request: Any) -> dict[str, str]:
+    """The call's trace (run id, Graph, Graph node) from its message headers."""
+    return trace_from_headers({name: _header(request, name) for name in TRACE_HEADERS.values()})
 
 
 class FleetRuntime:
@@ -166,7 +179,7 @@ class FleetRuntime:
                    execution_id: str | None = None) -> NodeResult[Any]:  # fmt: skip
             result: NodeResult[Any] = self._client.get().invoke(
                 node, input, timeout=timeout, deadline=parent.deadline, cancel=parent.cancel,
-                scope=parent.scope, execution_id=execution_id,
+                scope=parent.scope, execution_id=execution_id, trace=parent.headers,
             )  # fmt: skip
             return result
 
@@ -211,6 +224,7 @@ class FleetRuntime:
                 token.cancel()
             ctx = NodeContext(
                 eid, node, token, deadline, scope,
+                headers=_trace(request),
                 defaults=self.config.defaults_for(definition.kind),
             )  # fmt: skip
             ctx = _with_invoke(ctx, self._sub_invoke(ctx))
@@ -259,6 +273,7 @@ def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
     runtime._app = app
     log_content = runtime.config.fleet.log_content
     install_redaction(log_content)
+    install_log_trace()  # a traced call's run and Graph node on its received/succeeded lines
     request = type("SizedRequest", (SizedRequest,), {"log_content": log_content})
     for node, (_, spec) in runtime.table.items():
         _make_task(app, runtime, node, spec, request)

@@ -2,7 +2,8 @@
 
 Worker definitions as data (:class:`WorkerDefinition`, :class:`NodeSpec`), the
 :class:`NodeContext` a handler gets, :class:`CancelToken`, and :func:`create_ditto`, which
-serves definitions embedded (no Celery import) or calls them on the fleet. Imports no
+serves definitions embedded (no Celery import) or calls them on the fleet, and
+:func:`graph` with ``Runtime.run`` / ``loop`` to compose node calls (MEM-GRAPH). Imports no
 Celery (MEM-RT-5).
 """
 
@@ -18,12 +19,29 @@ from ditto_worker.runtime.definition import (
     WorkerSource,
     queue_of,
 )
+from ditto_worker.runtime.graphs import (
+    Graph,
+    GraphBudgetExhausted,
+    GraphError,
+    GraphNode,
+    GraphResult,
+    GraphStatus,
+    LoopResult,
+    graph,
+)
 from ditto_worker.runtime.runtime import Runtime, create_ditto
 
 __all__ = [
     "CancelToken",
+    "Graph",
+    "GraphBudgetExhausted",
+    "GraphError",
+    "GraphNode",
+    "GraphResult",
+    "GraphStatus",
     "Handler",
     "KindCodes",
+    "LoopResult",
     "NodeContext",
     "NodeSpec",
     "Runtime",
@@ -31,5 +49,6 @@ __all__ = [
     "WorkerDefinition",
     "WorkerSource",
     "create_ditto",
+    "graph",
     "queue_of",
 ]

@@ -42,6 +42,7 @@ from ditto_worker.runtime.context import NodeContext, call_deadline
 from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition
 from ditto_worker.runtime.execute import run_node, unknown_node
 from ditto_worker.runtime.registry import node_table
+from ditto_worker.runtime.trace import clean_trace
 
 if TYPE_CHECKING:
     from ditto_worker.config import RuntimeConfig
@@ -128,7 +129,7 @@ class EmbeddedRuntime:
     def _prepare(
         self, node: str, input: Any, timeout: float | None, cancel: CancelToken | None,
         execution_id: str | None, scope: Scope | Mapping[str, str] | None,
-        deadline: float | None,
+        deadline: float | None, trace: Mapping[str, str] | None,
     ) -> tuple[WorkerDefinition, NodeSpec, Any, NodeContext] | NodeResult[Any]:  # fmt: skip
         eid = execution_id or str(uuid.uuid4())
         entry = self.table.get(node)
@@ -148,6 +149,7 @@ class EmbeddedRuntime:
             return NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, "input is not JSON data")
         until = call_deadline(self.config.fleet.call_timeout_s, timeout, deadline)
         ctx = NodeContext(eid, node, cancel or CancelToken(), until, bound,
+                          headers=clean_trace(trace),
                           defaults=self.config.defaults_for(definition.kind))  # fmt: skip
         return definition, spec, payload, ctx
 
@@ -173,7 +175,7 @@ class EmbeddedRuntime:
                    execution_id: str | None = None) -> NodeResult[Any]:  # fmt: skip
             return self.invoke(node, input, timeout=timeout, deadline=parent.deadline,
                                cancel=parent.cancel, execution_id=execution_id,
-                               scope=parent.scope)  # fmt: skip
+                               scope=parent.scope, trace=parent.headers)  # fmt: skip
 
         return invoke
 
@@ -187,10 +189,13 @@ class EmbeddedRuntime:
         execution_id: str | None = None,
         scope: Scope | Mapping[str, str] | None = None,
         deadline: float | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:
         """Run ``node`` in this process and wait for its NodeResult (arguments and results
-        as :meth:`ditto_worker.fleet.DittoClient.invoke`)."""
-        prepared = self._prepare(node, input, timeout, cancel, execution_id, scope, deadline)
+        as :meth:`ditto_worker.fleet.DittoClient.invoke`; ``trace`` becomes the handler's
+        ``ctx.headers``)."""
+        prepared = self._prepare(node, input, timeout, cancel, execution_id, scope, deadline,
+                                 trace)  # fmt: skip
         if isinstance(prepared, NodeResult):
             return prepared
         definition, spec, payload, ctx = prepared
@@ -226,10 +231,12 @@ class EmbeddedRuntime:
         execution_id: str | None = None,
         scope: Scope | Mapping[str, str] | None = None,
         deadline: float | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:
         """``invoke`` for asyncio; cancelling the awaiting task cancels the call and
         re-raises ``asyncio.CancelledError`` (MEM-PY-2)."""
-        prepared = self._prepare(node, input, timeout, cancel, execution_id, scope, deadline)
+        prepared = self._prepare(node, input, timeout, cancel, execution_id, scope, deadline,
+                                 trace)  # fmt: skip
         if isinstance(prepared, NodeResult):
             return prepared
         definition, spec, payload, ctx = prepared

@@ -17,20 +17,26 @@ Callers cannot tell the two apart except by speed (MEM-RT-2).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+import asyncio
+from collections.abc import Coroutine, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ditto_worker.contracts import NodeResult
 from ditto_worker.errors import ConfigError, MemoryError
 from ditto_worker.memory.scope import Scope, parse_scope
 from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.runtime.definition import WorkerDefinition, WorkerSource
+from ditto_worker.runtime.graph_runner import GraphRunner, Plan
+from ditto_worker.runtime.graphs import DEFAULT_LOOP_BUDGET, Graph, GraphResult, LoopResult
 from ditto_worker.runtime.registry import worker_definitions
 
 if TYPE_CHECKING:
     from ditto_worker.config import RuntimeConfig
 
 __all__ = ["Runtime", "create_ditto"]
+
+T = TypeVar("T")
 
 
 class Invoker(Protocol):
@@ -46,6 +52,7 @@ class Invoker(Protocol):
         execution_id: str | None = ...,
         scope: Scope | Mapping[str, str] | None = ...,
         deadline: float | None = ...,
+        trace: Mapping[str, str] | None = ...,
     ) -> NodeResult[Any]: ...
 
     async def ainvoke(
@@ -58,6 +65,7 @@ class Invoker(Protocol):
         execution_id: str | None = ...,
         scope: Scope | Mapping[str, str] | None = ...,
         deadline: float | None = ...,
+        trace: Mapping[str, str] | None = ...,
     ) -> NodeResult[Any]: ...
 
     def close(self, timeout_s: float = 30.0) -> None: ...
@@ -72,11 +80,22 @@ class Runtime:
     """
 
     def __init__(
-        self, definitions: Sequence[WorkerDefinition], invoker: Invoker, embedded: bool
+        self,
+        definitions: Sequence[WorkerDefinition],
+        invoker: Invoker,
+        embedded: bool,
+        config: RuntimeConfig | None = None,
     ) -> None:
         self.definitions = list(definitions)
         self.embedded = embedded
         self._invoker = invoker
+        codes = {node: d.kind_codes for d in self.definitions for node in d.nodes}
+        self._graphs = GraphRunner(
+            self.ainvoke,
+            codes,
+            call_timeout_s=config.fleet.call_timeout_s if config is not None else 30.0,
+            loop_budget=config.graph.loop_budget if config is not None else DEFAULT_LOOP_BUDGET,
+        )
 
     @property
     def nodes(self) -> list[str]:
@@ -93,6 +112,7 @@ class Runtime:
         execution_id: str | None = None,
         scope: Scope | Mapping[str, str] | None = None,
         deadline: float | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:
         """Run one node call and wait for its NodeResult.
 
@@ -106,6 +126,9 @@ class Runtime:
                 model output; default: the runtime's ``scope``.
             deadline: an absolute deadline (``time.time()`` s); the earlier of it and
                 ``timeout`` holds.
+            trace: tracing ids ``{run_id, graph, graph_node}`` for the call's
+                ``NodeContext.headers`` and message headers (:mod:`ditto_worker.runtime.trace`;
+                a Graph run sets them); ids only, never content.
 
         Returns:
             The call's NodeResult: ``success``, or ``failed`` / ``cancelled`` / ``timeout``
@@ -115,7 +138,7 @@ class Runtime:
         """
         return self._invoker.invoke(node, input, timeout=timeout, cancel=cancel,
                                     execution_id=execution_id, scope=scope,
-                                    deadline=deadline)  # fmt: skip
+                                    deadline=deadline, trace=trace)  # fmt: skip
 
     async def ainvoke(
         self,
@@ -127,12 +150,124 @@ class Runtime:
         execution_id: str | None = None,
         scope: Scope | Mapping[str, str] | None = None,
         deadline: float | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:
         """:meth:`invoke` for asyncio. Cancelling the awaiting task cancels the call and
         re-raises ``asyncio.CancelledError`` (MEM-PY-2)."""
         return await self._invoker.ainvoke(node, input, timeout=timeout, cancel=cancel,
                                            execution_id=execution_id, scope=scope,
-                                           deadline=deadline)  # fmt: skip
+                                           deadline=deadline, trace=trace)  # fmt: skip
+
+    # --- Graphs and loops (MEM-GRAPH) -------------------------------------------------------
+
+    def run(
+        self,
+        plan: Graph,
+        input: Any,
+        *,
+        timeout: float | None = None,
+        cancel: CancelToken | None = None,
+        scope: Scope | Mapping[str, str] | None = None,
+        run_id: str | None = None,
+    ) -> GraphResult:
+        """Run a Graph and wait for every node (the seed's ``runtime.run(plan, input)``).
+
+        Runs :meth:`arun` on an event loop of its own (in a helper thread when called from
+        a running loop).
+
+        Args:
+            plan: a :func:`~ditto_worker.runtime.graphs.graph`.
+            input: the run input each ``bind`` gets.
+            timeout: the run's deadline, seconds from now; every node's deadline is cut to
+                it. ``None``: each node has the call timeout (``fleet.callTimeoutS``).
+            cancel: cancelling it cancels the nodes in flight and starts no more.
+            scope: the trusted tenant scope of every node call (default: the runtime's).
+            run_id: the run's id (the ``ditto_run_id`` header); a new uuid when omitted.
+
+        Returns:
+            A :class:`~ditto_worker.runtime.graphs.GraphResult`: status, every node's
+            NodeResult, the dependency edges (MEM-GRAPH-2/3/5).
+
+        Raises:
+            GraphError: a node type this runtime does not serve; before anything runs.
+        """
+        return _blocking(self.arun(plan, input, timeout=timeout, cancel=cancel, scope=scope,
+                                   run_id=run_id))  # fmt: skip
+
+    async def arun(
+        self,
+        plan: Graph,
+        input: Any,
+        *,
+        timeout: float | None = None,
+        cancel: CancelToken | None = None,
+        scope: Scope | Mapping[str, str] | None = None,
+        run_id: str | None = None,
+    ) -> GraphResult:
+        """:meth:`run` for asyncio: nodes are tasks on the caller's loop, each call made
+        with :meth:`ainvoke`. Cancelling the awaiting task cancels the nodes in flight (as
+        ``cancel`` does) and re-raises ``asyncio.CancelledError``."""
+        return await self._graphs.arun(plan, input, timeout=timeout, cancel=cancel, scope=scope,
+                                       run_id=run_id)  # fmt: skip
+
+    def loop(
+        self,
+        plan: Plan,
+        input: Any,
+        *,
+        budget: int | None = None,
+        timeout: float | None = None,
+        cancel: CancelToken | None = None,
+        scope: Scope | Mapping[str, str] | None = None,
+        run_id: str | None = None,
+    ) -> LoopResult:
+        """Run a plan of Graphs (the seed's ``runtime.loop(plan, input)``; MEM-GRAPH-4).
+
+        ``plan(input)`` is a generator (sync, or async) that yields ``(graph, input)`` and
+        receives each :class:`~ditto_worker.runtime.graphs.GraphResult`; its return value
+        is the loop's ``output``. Sub-plans joined with ``yield from`` share the budget.
+
+        Args:
+            plan: the generator function.
+            input: its argument.
+            budget: Graphs the loop may run (default ``graph.loopBudget``, 1024), recovery
+                and repeated stages included. The yield past it raises
+                :class:`~ditto_worker.runtime.graphs.GraphBudgetExhausted` in the plan;
+                uncaught (or asked again), the loop ends ``failed`` /
+                ``GRAPH_BUDGET_EXHAUSTED``.
+            timeout: seconds for the whole loop (every Graph's deadline is cut to it).
+            cancel: cancels the Graph in flight; the plan is closed, not resumed.
+            scope: the trusted tenant scope of every node call.
+            run_id: the loop's id; its Graphs run as ``<run_id>.<n>``.
+
+        Returns:
+            A :class:`~ditto_worker.runtime.graphs.LoopResult` with every Graph it ran.
+
+        Raises:
+            GraphError: ``plan`` is not a generator function; the plan let a GraphError
+                escape (a step that is not ``(graph, input)``, an unknown node type —
+                raised into the plan at its ``yield`` first).
+            Exception: anything else the plan raised (a ``NodeError`` ends the loop
+                ``failed`` with its code instead).
+        """
+        return _blocking(self.aloop(plan, input, budget=budget, timeout=timeout, cancel=cancel,
+                                    scope=scope, run_id=run_id))  # fmt: skip
+
+    async def aloop(
+        self,
+        plan: Plan,
+        input: Any,
+        *,
+        budget: int | None = None,
+        timeout: float | None = None,
+        cancel: CancelToken | None = None,
+        scope: Scope | Mapping[str, str] | None = None,
+        run_id: str | None = None,
+    ) -> LoopResult:
+        """:meth:`loop` for asyncio (the plan may be an async generator). Cancelling the
+        awaiting task cancels the Graph in flight, closes the plan and re-raises."""
+        return await self._graphs.aloop(plan, input, budget=budget, timeout=timeout,
+                                        cancel=cancel, scope=scope, run_id=run_id)  # fmt: skip
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Drain accepted calls, then release what the runtime owns (MEM-RUN-3:
@@ -144,6 +279,17 @@ class Runtime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _blocking(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end from synchronous code (a helper thread inside a running
+    loop, whose thread must not block on itself)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1, thread_name_prefix="ditto-graph") as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def create_ditto(
@@ -185,9 +331,10 @@ def create_ditto(
     if config.fleet.in_process:
         from ditto_worker.runtime.embedded import EmbeddedRuntime
 
-        return Runtime(definitions, EmbeddedRuntime(definitions, config, bound), embedded=True)
+        embedded = EmbeddedRuntime(definitions, config, bound)
+        return Runtime(definitions, embedded, embedded=True, config=config)
     from ditto_worker.fleet.client import DittoClient
     from ditto_worker.runtime.registry import node_table
 
     client = DittoClient.from_fleet(config.fleet, nodes=node_table(definitions), scope=bound)
-    return Runtime(definitions, client, embedded=False)
+    return Runtime(definitions, client, embedded=False, config=config)

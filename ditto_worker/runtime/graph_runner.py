@@ -1,0 +1,500 @@
+"""Running Graphs and loops of Graphs on any runtime (SPEC.md MEM-GRAPH-1..4).
+
+:class:`GraphRunner` drives a :class:`~ditto_worker.runtime.graphs.Graph` with asyncio on
+the caller's thread, every node call through the runtime's own ``ainvoke`` (the embedded
+thread pools, or the fleet client: the same transport as a single call):
+
+* a node starts as soon as every one of its deps has ended; nodes whose deps have ended
+  run at once. Its ``bind(input, results)`` runs on the caller's loop just before the
+  call; a ``bind`` that raises gives the node ``failed`` / ``GRAPH_BIND_FAILED`` (the
+  message names the exception type only, or a ``NodeError``'s code and safe message) and its
+  dependents do not start (they end ``failed`` / ``GRAPH_BIND_FAILED`` too). A node's own
+  failure stops nothing: its dependents' binds see its NodeResult.
+* every call carries the run's trace (run id, Graph name, Graph node id;
+  :mod:`ditto_worker.runtime.trace`) and the run's cancel token; its timeout is the
+  runtime's call timeout (``fleet.callTimeoutS``) cut to what is left of the run's.
+* cancelling the run (its token, or the task awaiting ``arun``) cancels the calls in
+  flight through the runtime's own path (fleet: revoke + the Redis cancel flag; embedded:
+  the handler's token) and starts no more; past the run's deadline nothing more starts
+  and the calls in flight end by that deadline. Calls in flight get
+  :data:`STOP_GRACE_S` to report after the run stopped; one that has not is cancelled
+  and recorded with its kind's cancelled / timeout code.
+
+``loop`` drives a plan — a generator yielding ``(graph, input)`` and receiving each
+:class:`~ditto_worker.runtime.graphs.GraphResult` — under one budget of Graphs
+(``yield from`` sub-plans share it; MEM-GRAPH-4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+import traceback
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from ditto_worker.contracts import ErrorInfo, NodeResult
+from ditto_worker.errors import ErrorCode, NodeError
+from ditto_worker.runtime.cancel import CancelToken
+from ditto_worker.runtime.definition import KindCodes
+from ditto_worker.runtime.graphs import (
+    Bind,
+    Graph,
+    GraphBudgetExhausted,
+    GraphError,
+    GraphNode,
+    GraphResult,
+    GraphStatus,
+    LoopResult,
+)
+from ditto_worker.runtime.trace import GRAPH, GRAPH_NODE, RUN_ID
+
+__all__ = ["STOP_GRACE_S", "GraphRunner", "Plan"]
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_S = 2.0
+"""How long calls in flight may take to report once their run is cancelled or past its
+deadline, seconds (the fleet client reports a cancel as soon as the cancel flag is set)."""
+
+AInvoke = Callable[..., Awaitable[NodeResult[Any]]]
+"""``ainvoke(node, input, *, timeout, cancel, scope, trace) -> NodeResult``."""
+
+Step = tuple[Graph, Any]
+Plan = Callable[[Any], Generator[Step, GraphResult, Any] | AsyncGenerator[Step, GraphResult]]
+"""``plan(input)`` -> a generator (sync or async) yielding ``(graph, input)``."""
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _noop() -> None:
+    return None
+
+
+class _Ended:
+    """A node's end: its result, and whether its call was made."""
+
+    __slots__ = ("result", "started")
+
+    def __init__(self, result: NodeResult[Any], started: bool) -> None:
+        self.result = result
+        self.started = started
+
+
+class _Run:
+    """The state of one Graph run (see the module docstring)."""
+
+    def __init__(
+        self, runner: GraphRunner, plan: Graph, input: Any, deadline: float | None,
+        scope: Any, run_id: str,
+    ) -> None:  # fmt: skip
+        self.runner = runner
+        self.plan = plan
+        self.input = input
+        self.deadline = deadline
+        self.scope = scope
+        self.run_id = run_id
+        self.token = CancelToken()
+        self.results: dict[str, NodeResult[Any]] = {}
+        self.not_started: set[str] = set()
+        self.waiting = {n.id: len(n.deps) for n in plan.nodes}
+        self.dependents: dict[str, list[GraphNode]] = {n.id: [] for n in plan.nodes}
+        for n in plan.nodes:
+            for dep in n.deps:
+                self.dependents[dep].append(n)
+        self.running: dict[asyncio.Task[_Ended], GraphNode] = {}
+        self.stop: GraphStatus | None = None
+
+    # --- one node -------------------------------------------------------------------------
+
+    def _not_started(self, node: GraphNode, code: str, message: str,
+                     status: GraphStatus = "failed") -> NodeResult[Any]:  # fmt: skip
+        return NodeResult.failure(_new_id(), node.node_type, code, message, status)
+
+    def _bind_failed(self, node: GraphNode, exc: Exception) -> NodeResult[Any]:
+        detail = (
+            f"{exc.code}: {exc.safe_message}" if isinstance(exc, NodeError) else type(exc).__name__
+        )
+        log.warning(
+            "graph %s run %s: the bind of node %s raised %s\n%s", self.plan.name, self.run_id,
+            node.id, type(exc).__name__, "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+        )  # fmt: skip
+        return self._not_started(node, ErrorCode.GRAPH_BIND_FAILED,
+                                 f"the bind of node {node.id!r} raised: {detail}")  # fmt: skip
+
+    async def _call(self, node: GraphNode, bind: Bind | None) -> _Ended:
+        try:
+            if bind is None:
+                value = self.input
+            else:
+                deps = MappingProxyType({d: self.results[d] for d in node.deps})
+                value = bind(self.input, deps)
+                if inspect.isawaitable(value):
+                    value = await value
+        except Exception as exc:
+            return _Ended(self._bind_failed(node, exc), False)
+        trace = {RUN_ID: self.run_id, GRAPH: self.plan.name, GRAPH_NODE: node.id}
+        try:  # the call's deadline: the earlier of the call timeout and the run's deadline
+            result = await self.runner.ainvoke(
+                node.node_type, value, timeout=self.runner.call_timeout_s,
+                deadline=self.deadline, cancel=self.token, scope=self.scope, trace=trace,
+            )  # fmt: skip
+        except Exception:  # an invoker never raises for a call failure: a bug, kept local
+            log.exception("graph %s run %s: the call of node %s raised", self.plan.name,
+                          self.run_id, node.id)  # fmt: skip
+            result = NodeResult.failure(_new_id(), node.node_type,
+                                        self.runner.codes(node.node_type).failed,
+                                        "the call failed; see the caller's log")  # fmt: skip
+        return _Ended(result, True)
+
+    def _start(self, node: GraphNode) -> None:
+        if self.stop is not None:
+            code, message = (
+                (ErrorCode.GRAPH_CANCELLED, "not started: the run was cancelled")
+                if self.stop == "cancelled"
+                else (ErrorCode.GRAPH_TIMEOUT, "not started: the run's deadline passed")
+            )
+            self._end(node, _Ended(self._not_started(node, code, message, self.stop), False))
+            return
+        blocked = next((d for d in node.deps if d in self.not_started), None)
+        if blocked is not None:
+            message = f"not started: its dep {blocked!r} did not start"
+            self._end(node, _Ended(self._not_started(node, ErrorCode.GRAPH_BIND_FAILED,
+                                                      message), False))  # fmt: skip
+            return
+        task = asyncio.get_running_loop().create_task(self._call(node, node.bound()))
+        self.running[task] = node
+
+    def _end(self, node: GraphNode, ended: _Ended) -> None:
+        self.results[node.id] = ended.result
+        if not ended.started:
+            self.not_started.add(node.id)
+        for dependent in self.dependents[node.id]:
+            self.waiting[dependent.id] -= 1
+            if self.waiting[dependent.id] == 0:
+                self._start(dependent)
+
+    # --- the run --------------------------------------------------------------------------
+
+    async def run(self, cancel: CancelToken | None) -> GraphResult:
+        loop = asyncio.get_running_loop()
+        wake: asyncio.Future[None] = loop.create_future()
+
+        def settle() -> None:
+            if not wake.done():
+                wake.set_result(None)
+
+        def on_cancel() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the run has ended
+                loop.call_soon_threadsafe(settle)
+
+        unlink_wake = self.token.on_cancel(on_cancel)
+        unlink_user = cancel.on_cancel(self.token.cancel) if cancel is not None else _noop
+        try:
+            self._check_stop()
+            for node in self.plan.nodes:
+                if not node.deps:
+                    self._start(node)
+            while self.running:
+                await self._step(wake)
+        except asyncio.CancelledError:
+            self.token.cancel()
+            await self._drain()
+            raise
+        finally:
+            unlink_user()
+            unlink_wake()
+        return self._result()
+
+    def _check_stop(self) -> None:
+        if self.stop is None:
+            if self.token.cancelled:
+                self.stop = "cancelled"
+            elif self.deadline is not None and time.time() >= self.deadline:
+                self.stop = "timeout"
+
+    async def _step(self, wake: asyncio.Future[None]) -> None:
+        self._check_stop()
+        if self.stop is not None:
+            await self._drain()
+            return
+        left = None if self.deadline is None else max(0.0, self.deadline - time.time())
+        waited: set[asyncio.Future[Any]] = {*self.running, wake}
+        await asyncio.wait(waited, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        for task in [t for t in self.running if t.done()]:
+            self._end(self.running.pop(task), task.result())
+
+    async def _drain(self) -> None:
+        """The run has stopped: let the calls in flight report (up to STOP_GRACE_S), then
+        cancel and record the rest; nothing new starts."""
+        if self.stop is None:
+            self.stop = "cancelled"
+        if self.stop == "cancelled":
+            self.token.cancel()
+        # past the deadline the calls end by themselves: each has the run's deadline or less
+        while self.running:
+            done, pending = await asyncio.wait(set(self.running), timeout=STOP_GRACE_S)
+            for task in done:
+                self._end(self.running.pop(task), task.result())
+            if not pending:
+                continue
+            self.token.cancel()
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=STOP_GRACE_S)
+            for task in pending:
+                node = self.running.pop(task)
+                codes = self.runner.codes(node.node_type)
+                code = codes.cancelled if self.stop == "cancelled" else codes.timeout
+                result = self._not_started(
+                    node, code, "the call did not report after its run stopped", self.stop
+                )
+                self._end(node, _Ended(result, True))
+
+    def _result(self) -> GraphResult:
+        results = {n.id: self.results[n.id] for n in self.plan.nodes}
+        error = None
+        if self.stop is not None:
+            status: GraphStatus = self.stop
+            code = ErrorCode.GRAPH_CANCELLED if status == "cancelled" else ErrorCode.GRAPH_TIMEOUT
+            message = "the run was cancelled" if status == "cancelled" else "the run timed out"
+            error = ErrorInfo(code=code, message=message)
+        elif all(r.status == "success" for r in results.values()):
+            status = "success"
+        else:
+            status = "failed"
+        return GraphResult.model_construct(
+            run_id=self.run_id, graph=self.plan.name, status=status, results=results,
+            deps=self.plan.deps, error=error,
+        )  # fmt: skip
+
+
+class GraphRunner:
+    """Runs Graphs and loops through one ``ainvoke`` (``Runtime`` builds it).
+
+    Args:
+        ainvoke: the runtime's ``ainvoke`` (accepting ``trace=``).
+        codes: node id -> its kind's codes, for every node the runtime serves.
+        call_timeout_s: a node call's timeout when the run's deadline is later
+            (``fleet.callTimeoutS``).
+        loop_budget: Graphs a loop may run by default (``graph.loopBudget``, 1024).
+    """
+
+    def __init__(
+        self,
+        ainvoke: AInvoke,
+        codes: Mapping[str, KindCodes],
+        call_timeout_s: float,
+        loop_budget: int,
+    ) -> None:
+        self.ainvoke = ainvoke
+        self._codes = dict(codes)
+        self.call_timeout_s = call_timeout_s
+        self.loop_budget = loop_budget
+
+    def codes(self, node_type: str) -> KindCodes:
+        """The codes of ``node_type``'s kind."""
+        return self._codes.get(node_type) or KindCodes.for_kind(node_type.split(".")[0])
+
+    def check(self, plan: Any) -> Graph:
+        """``plan`` if it is a Graph whose node types this runtime serves.
+
+        Raises:
+            GraphError: not a Graph, or a node type the runtime does not serve.
+        """
+        if not isinstance(plan, Graph):
+            raise GraphError(f"expected a Graph (graph(name).node(...)), got {type(plan).__name__}")
+        plan.check(self._codes)
+        return plan
+
+    async def arun(
+        self,
+        plan: Graph,
+        input: Any,
+        *,
+        timeout: float | None = None,
+        cancel: CancelToken | None = None,
+        scope: Any = None,
+        run_id: str | None = None,
+        deadline: float | None = None,
+    ) -> GraphResult:
+        """Run ``plan`` with ``input``; see ``Runtime.arun``.
+
+        Raises:
+            GraphError: see :meth:`check`; before any node runs.
+            asyncio.CancelledError: the awaiting task was cancelled (calls in flight are
+                cancelled first).
+        """
+        self.check(plan)
+        if timeout is not None:
+            end = time.time() + timeout
+            deadline = end if deadline is None else min(deadline, end)
+        run = _Run(self, plan, input, deadline, scope, run_id or _new_id())
+        return await run.run(cancel)
+
+    async def aloop(
+        self,
+        plan: Plan,
+        input: Any,
+        *,
+        budget: int | None = None,
+        timeout: float | None = None,
+        cancel: CancelToken | None = None,
+        scope: Any = None,
+        run_id: str | None = None,
+    ) -> LoopResult:
+        """Run a plan; see ``Runtime.aloop``.
+
+        Raises:
+            GraphError: ``plan`` is not a generator function, ``budget`` < 1, or the plan
+                let a GraphError it was given (a bad step, an unknown node type) escape.
+            Exception: whatever else the plan raised (not a ``NodeError``).
+        """
+        budget = self.loop_budget if budget is None else budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise GraphError("budget must be an integer >= 1")
+        driver = _Driver.of(plan, input)
+        token = CancelToken()
+        unlink = cancel.on_cancel(token.cancel) if cancel is not None else _noop
+        deadline = None if timeout is None else time.time() + timeout
+        loop = _Loop(self, driver, budget, token, deadline, scope, run_id or _new_id())
+        try:
+            return await loop.run()
+        except asyncio.CancelledError:
+            token.cancel()
+            await driver.close()
+            raise
+        finally:
+            unlink()
+
+
+class _Done:
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+class _Driver:
+    """Resumes a sync or async plan generator."""
+
+    def __init__(self, gen: Any) -> None:
+        self.gen = gen
+        self.is_async = inspect.isasyncgen(gen)
+
+    @classmethod
+    def of(cls, plan: Any, input: Any) -> _Driver:
+        gen = plan(input) if callable(plan) else plan
+        if not (inspect.isgenerator(gen) or inspect.isasyncgen(gen)):
+            raise GraphError("a plan is a generator function: plan(input) yields (graph, input)")
+        return cls(gen)
+
+    async def resume(self, value: Any, error: BaseException | None) -> Any:
+        """The plan's next step, or :class:`_Done` with its return value."""
+        try:
+            if self.is_async:
+                if error is not None:
+                    return await self.gen.athrow(error)
+                return await self.gen.asend(value)
+            if error is not None:
+                return self.gen.throw(error)
+            return self.gen.send(value)
+        except StopIteration as stop:
+            return _Done(stop.value)
+        except StopAsyncIteration:
+            return _Done(None)
+
+    async def close(self) -> None:
+        if self.is_async:
+            await self.gen.aclose()
+        else:
+            self.gen.close()
+
+
+class _Loop:
+    def __init__(
+        self, runner: GraphRunner, driver: _Driver, budget: int, token: CancelToken,
+        deadline: float | None, scope: Any, run_id: str,
+    ) -> None:  # fmt: skip
+        self.runner = runner
+        self.driver = driver
+        self.budget = budget
+        self.token = token
+        self.deadline = deadline
+        self.scope = scope
+        self.run_id = run_id
+        self.graphs: list[GraphResult] = []
+
+    def _end(self, status: GraphStatus, output: Any = None,
+             error: ErrorInfo | None = None) -> LoopResult:  # fmt: skip
+        return LoopResult.model_construct(
+            run_id=self.run_id, status=status, output=output, graphs=self.graphs,
+            budget=self.budget, error=error,
+        )  # fmt: skip
+
+    def _stopped(self) -> GraphStatus | None:
+        if self.token.cancelled:
+            return "cancelled"
+        if self.deadline is not None and time.time() >= self.deadline:
+            return "timeout"
+        return None
+
+    def _failed(self, exc: NodeError) -> LoopResult:
+        return self._end("failed", error=ErrorInfo(code=exc.code, message=exc.safe_message))
+
+    async def _stop(self, status: GraphStatus) -> LoopResult:
+        await self.driver.close()
+        if status == "cancelled":
+            error = ErrorInfo(code=ErrorCode.GRAPH_CANCELLED, message="the loop was cancelled")
+        else:
+            error = ErrorInfo(code=ErrorCode.GRAPH_TIMEOUT, message="the loop timed out")
+        return self._end(status, error=error)
+
+    async def run(self) -> LoopResult:
+        sent: Any = None
+        error: BaseException | None = None
+        exhausted = False
+        while True:
+            try:
+                step = await self.driver.resume(sent, error)
+            except NodeError as exc:
+                return self._failed(exc)
+            if isinstance(step, _Done):
+                return self._end("success", output=step.value)
+            sent, error = None, None
+            stopped = self._stopped()
+            if stopped is not None:
+                return await self._stop(stopped)
+            if len(self.graphs) >= self.budget:
+                if exhausted:  # the plan caught it and asked again
+                    await self.driver.close()
+                    return self._failed(GraphBudgetExhausted(self.budget))
+                exhausted, error = True, GraphBudgetExhausted(self.budget)
+                continue
+            try:
+                plan, input = _unpack(step)
+                self.runner.check(plan)
+            except GraphError as exc:
+                error = exc
+                continue
+            result = await self.runner.arun(
+                plan, input, cancel=self.token, scope=self.scope, deadline=self.deadline,
+                run_id=f"{self.run_id}.{len(self.graphs)}",
+            )  # fmt: skip
+            self.graphs.append(result)
+            if result.status in ("cancelled", "timeout"):
+                return await self._stop(result.status)
+            sent = result
+
+
+def _unpack(step: Any) -> Step:
+    if isinstance(step, tuple) and len(step) == 2 and isinstance(step[0], Graph):
+        return step[0], step[1]
+    raise GraphError(f"a plan yields (graph, input), not {type(step).__name__}")
