@@ -48,6 +48,11 @@ RESULT_KEY_PREFIX = "celery-task-meta-"
 T = TypeVar("T")
 Meta = dict[str, Any]
 
+_NOT_FINAL = frozenset({"PENDING", "RECEIVED", "STARTED", "RETRY"})
+"""Celery states a call does not end on (``celery.states.UNREADY_STATES``): node tasks are
+never retried (MEM-ERR-5), but Celery's cold shutdown stores RETRY for a running call that
+its pool process then finishes (:mod:`ditto_worker.fleet.shutdown`)."""
+
 
 class ResultListener:
     """Awaits Celery task results stored in Redis, for many concurrent calls.
@@ -194,6 +199,8 @@ class ResultListener:
         except (ValueError, TypeError):
             log.warning("undecodable result on a result channel")
             return
+        if isinstance(meta, dict) and meta.get("status") in _NOT_FINAL:
+            return  # e.g. RETRY, stored by a cold shutdown while the call still runs
         if isinstance(meta, dict) and not future.done():
             try:
                 future.set_result(meta)

@@ -35,6 +35,7 @@ from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.fleet.cancellation import RedisCancelWatcher, local_registry
 from ditto_worker.fleet.celery_app import DEADLINE_HEADER, SENT_HEADER
 from ditto_worker.fleet.redaction import Reply, input_repr, install_redaction
+from ditto_worker.fleet.shutdown import ignore_group_sigterm
 from ditto_worker.memory.scope import SCOPE_HEADER, parse_scope
 from ditto_worker.runtime.context import NodeContext
 from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition, WorkerSource
@@ -288,6 +289,8 @@ def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
         return [n for n, (_, spec) in runtime.table.items() if spec.queue in wanted]
 
     def process_init(sender: Any = None, **_: Any) -> None:  # prefork children, solo
+        if getattr(app, "_ditto_main_pid", None) not in (None, os.getpid()):
+            ignore_group_sigterm()  # a prefork child: finish the call, the parent stops us
         if not getattr(app, "_ditto_pool_threads", False):
             _open_quietly(runtime, None)
 
@@ -295,6 +298,7 @@ def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
         owner: Any = getattr(sender, "app", None)
         if owner is None or owner is not app:
             return
+        app._ditto_main_pid = os.getpid()
         pool = str(getattr(sender, "pool_cls", "") or "")
         if "thread" in pool.lower():  # the threads pool has no worker_process_init
             app._ditto_pool_threads = True

@@ -1,8 +1,9 @@
 """The Procfile as a newcomer runs it: ``honcho start``, the demo, per-node counts in Flower.
 
-honcho starts every Procfile line — a loopback Redis on a free port, the three worker
-groups, Flower on a free port — exactly as written; only the environment differs (ports,
-broker URL, fresh credentials, a SQLite file of the test's own). The demo then runs
+honcho starts every Procfile line — the worker groups, the retrieval, context and infer
+workers, Flower on a free port — exactly as written, against a Redis started apart (as the
+README says: stopping the fleet must not stop its broker); only the environment differs
+(ports, broker URL, fresh credentials, a SQLite file of the test's own). The demo then runs
 through the fleet with ``--broker``, and Flower's ``/metrics`` (with the credentials; 401
 without) must count every MEMORY node's succeeded calls, as many as the demo made.
 """
@@ -30,6 +31,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ditto_worker.fleet.celery_app import fleet_nodes
+from ditto_worker.testing.servers import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -37,8 +39,8 @@ REPO = Path(__file__).resolve().parents[2]
 CONVERSATION = REPO / "data" / "locomo" / "30.json"
 NODES = ["MEMORY.WRITE", "MEMORY.GET", "MEMORY.QUERY", "MEMORY.SEARCH",
          "MEMORY.UPDATE", "MEMORY.DELETE"]  # fmt: skip
-WORKERS = ["reads.1", "writes.1", "search.1", "retrieval.1"]  # honcho names = Celery nodes
-READY_S = 45.0
+WORKERS = ["reads.1", "writes.1", "search.1", "retrieval.1", "context.1", "infer.1"]  # = nodes
+READY_S = 90.0
 T = TypeVar("T")
 
 
@@ -133,20 +135,21 @@ def _stop(proc: subprocess.Popen[bytes], log_path: Path) -> None:
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    """``honcho start`` with the repo's Procfile; yields once Flower sees all three workers."""
+    """``honcho start`` with the repo's Procfile (and a Redis of its own, started apart);
+    yields once Flower sees every worker."""
     if shutil.which("redis-server") is None:
         if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
-            pytest.fail("required service missing: redis-server (the Procfile's redis line)")
-        pytest.skip("no redis-server on PATH (the Procfile's redis line)")
-    redis_port = free_port()
-    flower_port = next(p for p in iter(free_port, None) if p != redis_port)
+            pytest.fail("required service missing: redis-server")
+        pytest.skip("no redis-server on PATH")
+    redis = RedisServer().start()
+    flower_port = next(p for p in iter(free_port, None) if p != redis.port)
     credentials = f"ops:{secrets.token_urlsafe(12)}"
-    broker_url = f"redis://127.0.0.1:{redis_port}/0"
+    broker_url = f"{redis.url}/0"
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "DITTO_REDIS_PORT": str(redis_port),
         "DITTO_BROKER_URL": broker_url,
+        "DITTO_WORKER_CONTEXT_REDIS_URL": f"{redis.url}/1",
         "DITTO_RESULT_BACKEND": "",
         "DITTO_WORKER_MEMORY_SQLITE_PATH": str(tmp_path / "fleet.sqlite"),
         "FLOWER_PORT": str(flower_port),
@@ -168,13 +171,14 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
         fleet = Fleet(broker_url, f"http://127.0.0.1:{flower_port}", credentials, proc, log_path)
         try:
             fleet.wait_for(
-                "Flower to see reads.1, writes.1, search.1 and retrieval.1 online",
+                f"Flower to see {', '.join(WORKERS)} online",
                 lambda: True if set(WORKERS) <= online_workers(fleet.metrics()) else None,
                 READY_S,
             )
             yield fleet
         finally:
             _stop(proc, log_path)
+            redis.close()
 
 
 def demo_calls(stdout: str) -> dict[str, int]:

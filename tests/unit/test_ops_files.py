@@ -1,20 +1,28 @@
 """Procfile, compose.yaml and Dockerfile agree and are safe (no Docker engine needed).
 
-compose.yaml is checked as data (PyYAML): each service runs the same program and
-arguments as the Procfile line of the same name, once env references take their
-defaults (``${VAR:-default}``, compose and sh alike) and the values of host options
+compose.yaml is checked as data (PyYAML) and against the Compose Specification's JSON schema
+(the copy check-jsonschema ships; no Docker engine runs here): each service runs the same
+program and arguments as the Procfile line of the same name, once env references take
+their defaults (``${VAR:-default}``, compose and sh alike) and the values of host options
 (``--bind``, ``--address``: loopback on the host, all interfaces in a container) are set
-aside; every published port binds 127.0.0.1; every image is pinned.
+aside; every published port binds 127.0.0.1; every image is pinned (external ones by
+digest); Redis is durable and password-protected; workers stop after Redis and within
+their grace period; the Dockerfile installs the dependencies before it copies the source.
 """
 
 from __future__ import annotations
 
+import importlib.resources
+import json
 import re
 import shlex
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from honcho.environ import parse_procfile
@@ -24,6 +32,7 @@ from ditto_worker.config import load_runtime_config_file
 REPO = Path(__file__).resolve().parents[2]
 HOST_OPTIONS = {"--bind", "--address"}
 WORKER_GROUPS = ["reads", "writes", "search"]
+WORKERS = [*WORKER_GROUPS, "retrieval", "context", "infer"]
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::[-?]([^}]*))?\}")
 
 
@@ -66,11 +75,14 @@ def compose_argv(service: dict[str, Any]) -> list[str]:
     return shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
 
 
-def test_procfile_runs_redis_worker_groups_retrieval_and_flower() -> None:
-    assert list(procfile()) == ["redis", "reads", "writes", "search", "retrieval", "flower"]
-    argv = shlex.split(procfile()["retrieval"])
-    assert argv[:4] == ["ditto-worker", "worker", "--nodes", "retrieval"]
-    assert argv[argv.index("--hostname") + 1] == "${HONCHO_PROCESS_NAME:-retrieval}@%h"
+def test_procfile_runs_the_workers_and_flower_but_not_redis() -> None:
+    # Redis is started apart: honcho stops every process at once (issue 14 item 1)
+    assert list(procfile()) == [*WORKERS, "flower"]
+    assert "redis-server" not in (REPO / "Procfile").read_text().split("#")[-1]
+    for kind in ["retrieval", "context", "infer"]:
+        argv = shlex.split(procfile()[kind])
+        assert argv[:4] == ["ditto-worker", "worker", "--nodes", kind]
+        assert argv[argv.index("--hostname") + 1] == f"${{HONCHO_PROCESS_NAME:-{kind}}}@%h"
 
 
 def test_worker_lines_are_the_groups_of_ditto_yaml() -> None:
@@ -86,11 +98,10 @@ def test_worker_lines_are_the_groups_of_ditto_yaml() -> None:
 
 def test_procfile_binds_loopback_only() -> None:
     lines = {name: shlex.split(cmd) for name, cmd in procfile().items()}
-    assert lines["redis"][lines["redis"].index("--bind") + 1] == "127.0.0.1"
     assert lines["flower"][lines["flower"].index("--address") + 1] == "127.0.0.1"
 
 
-@pytest.mark.parametrize("name", ["redis", "reads", "writes", "search", "retrieval", "flower"])
+@pytest.mark.parametrize("name", [*WORKERS, "flower"])
 def test_compose_command_matches_the_procfile_line(name: str) -> None:
     service = compose()["services"][name]
     procfile_argv = normalized(shlex.split(procfile()[name]))
@@ -129,10 +140,11 @@ def test_every_published_port_binds_loopback() -> None:
 
 def test_worker_groups_scale() -> None:
     # `docker compose up --scale reads=3` needs no fixed name and no fixed host port
-    for group in [*WORKER_GROUPS, "retrieval"]:
+    for group in WORKERS:
         service = compose()["services"][group]
         assert "container_name" not in service and "ports" not in service
-        assert service["environment"]["DITTO_BROKER_URL"] == "redis://redis:6379/0"
+        url = service["environment"]["DITTO_BROKER_URL"]
+        assert url.startswith("redis://:${DITTO_REDIS_PASSWORD:?") and url.endswith("@redis:6379/0")
         assert service["depends_on"]["redis"]["condition"] == "service_healthy"
 
 
@@ -142,19 +154,98 @@ def _tag(image: str) -> str:
     return last.partition(":")[2] or ("digest" if digest else "")
 
 
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+UNDIGESTED = ("qdrant/qdrant:",)  # no published digest of its tag could be looked up here
+
+
 def test_images_are_pinned() -> None:
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     images = {name: s["image"] for name, s in compose()["services"].items()}
-    assert set(images) >= {"redis", "reads", "writes", "search", "flower", "postgres"}
+    assert set(images) >= {"redis", *WORKERS, "flower", "postgres"}
     for name, image in images.items():
         tag = _tag(image)
         assert tag and tag != "latest" and re.search(r"\d", tag), (name, image)
+        if not image.startswith(("ditto-worker", *UNDIGESTED)):  # pulled: tag and digest
+            assert DIGEST.search(image), (name, image)
     assert images["postgres"].startswith("pgvector/pgvector:")
-    for name in [*WORKER_GROUPS, "flower"]:  # the project image, built from the Dockerfile
+    for name in [*WORKER_GROUPS, "retrieval", "context", "flower"]:  # built from the Dockerfile
         assert images[name] == f"ditto-worker:{version}"
         assert compose()["services"][name]["build"] == "."
+    assert images["infer"] == f"ditto-worker-infer:{version}"
+    assert compose()["services"]["infer"]["build"]["args"]["EXTRAS"] == "ops,qdrant,infer"
     bases = re.findall(r"^FROM\s+(\S+)", (REPO / "Dockerfile").read_text(), re.M)
-    assert bases and all(_tag(b) not in ("", "latest") for b in bases), bases
+    assert bases and all(_tag(b) not in ("", "latest") and DIGEST.search(b) for b in bases)
+
+
+def compose_schema() -> dict[str, Any]:
+    """The Compose Specification's JSON schema, as check-jsonschema vendors it."""
+    vendor = importlib.resources.files("check_jsonschema.builtin_schemas.vendor")
+    schema: dict[str, Any] = json.loads((vendor / "compose-spec.json").read_text())
+    return schema
+
+
+def test_compose_file_follows_the_compose_specification() -> None:
+    schema = compose_schema()
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(compose())]
+    assert errors == []
+    broken = compose()
+    broken["services"]["reads"]["healtcheck"] = broken["services"]["reads"].pop("healthcheck")
+    assert not validator.is_valid(broken)  # the schema does catch a misspelt key
+
+
+def test_redis_is_durable_and_needs_a_password() -> None:
+    redis = compose()["services"]["redis"]
+    command = " ".join(redis["command"])
+    assert "--appendonly yes" in command and "--appendfsync everysec" in command
+    assert "--dir /data" in command and "ditto-redis:/data" in redis["volumes"]
+    assert "ditto-redis" in compose()["volumes"]
+    # the password comes from the environment, into a config file, never onto argv
+    assert "requirepass" in command and "--requirepass" not in command
+    assert redis["environment"]["DITTO_REDIS_PASSWORD"].startswith("${DITTO_REDIS_PASSWORD:?")
+    assert "REDISCLI_AUTH" in " ".join(redis["healthcheck"]["test"])
+
+
+def _seconds(value: str) -> float:
+    match = re.fullmatch(r"(\d+)(s|m)", value)
+    assert match, value
+    return float(match.group(1)) * (60 if match.group(2) == "m" else 1)
+
+
+def test_workers_stop_gracefully_before_redis() -> None:
+    config = load_runtime_config_file(REPO / "ditto.yaml", env={})
+    for name in WORKERS:
+        service = compose()["services"][name]
+        # SIGTERM (warm shutdown), SIGKILL only after the longest call could end
+        grace = _seconds(service["stop_grace_period"])
+        longest = config.fleet.call_timeout_s
+        if name == "infer":
+            longest = config.infer_worker.request_timeout_s
+        assert grace > longest, (name, grace, longest)
+        # depends_on: compose stops the workers before Redis
+        assert "redis" in service["depends_on"]
+        check = " ".join(service["healthcheck"]["test"])
+        assert f"inspect ping -d {name}@$$HOSTNAME" in check, check
+    assert "STOPSIGNAL SIGTERM" in (REPO / "Dockerfile").read_text()
+    unit = (REPO / "docs" / "ops" / "ditto-worker@.service").read_text()
+    assert "KillMode=mixed" in unit and "KillSignal=SIGTERM" in unit
+    assert _seconds(re.search(r"TimeoutStopSec=(\d+)", unit).group(1) + "s") > 30  # type: ignore[union-attr]
+
+
+def test_dockerfile_installs_dependencies_before_the_source() -> None:
+    lines = (REPO / "Dockerfile").read_text().splitlines()
+    install = next(i for i, line in enumerate(lines) if "pip install -r" in line)
+    source = next(i for i, line in enumerate(lines) if line.startswith("COPY ditto_worker"))
+    assert install < source
+    copied_before = " ".join(line for line in lines[:install] if line.startswith("COPY"))
+    assert "ditto_worker" not in copied_before and "pyproject.toml" in copied_before
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "requirements.py"), "ops,infer",
+         str(REPO / "pyproject.toml")],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert "flower==2.2.0" in out and "xllamacpp" in " ".join(out)
+    assert any(r.startswith("celery") for r in out) and not any("ditto-worker" in r for r in out)
 
 
 def test_flower_credentials_come_from_the_environment() -> None:
