@@ -49,8 +49,9 @@ def start_worker(folder: Path, redis_url: str) -> WorkerProc:
         "DITTO_TEST_SLOW_GET_S": "2",
         "DITTO_TEST_SLOW_WRITE_S": "2",
     }
-    return WorkerProc(folder, ["--nodes", "memory", "--store", "slowsqlite", "--pool",
-                               "prefork", "--concurrency", "2", "--loglevel", "INFO"], env)  # fmt: skip
+    args = ["--nodes", "memory", "--store", "slowsqlite", "--pool", "prefork",
+            "--concurrency", "2", "--loglevel", "INFO"]  # fmt: skip
+    return WorkerProc(folder, args, env)
 
 
 @pytest.mark.parametrize("stop", ["SIGTERM to the process group", "SIGQUIT to the main process"])
