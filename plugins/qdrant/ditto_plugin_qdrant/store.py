@@ -450,15 +450,15 @@ class QdrantMemoryStore(NativeSearch):
         keys = list(dict.fromkeys(keys))
         if not keys:
             return []
-        has_key = models.Filter(must_not=[models.IsEmptyCondition(
-            is_empty=models.PayloadField(key="key"))])  # fmt: skip
         if self.local and len(keys) > _LOCAL_KEY_SCAN:
-            # brute force either way: one pass over the namespace beats a list per point
+            # brute force either way: one pass over the namespace (one condition, only the
+            # keys copied) beats matching a list of keys on every point
             wanted = set(keys)
-            flt = namespace_filter(ns, None)
-            flt.must = [*(flt.must or []), has_key]
-            points = self._scroll_all(flt, options, fields)
-            return [p for p in points if (p.payload or {}).get("key") in wanted]
+            scanned = self._scroll_all(namespace_filter(ns, None), options, ["key"])
+            hits = [p for p in scanned if (p.payload or {}).get("key") in wanted]
+            if fields == ["key"]:
+                return hits
+            return list(self._retrieve(ns, [str(p.id) for p in hits], options).values())
         out: list[Point] = []
         for chunk in _chunks(keys):
             flt = namespace_filter(ns, None)

@@ -266,3 +266,18 @@ def test_local_mode_serves_one_process_per_folder(tmp_path: Path) -> None:
                                  "another process"), out.stdout + out.stderr  # fmt: skip
     assert str(tmp_path) not in out.stdout
     store.close()
+
+
+def test_many_keys_are_checked_in_one_pass_in_local_mode(tmp_path: Path) -> None:
+    # more than 32 keys: local mode reads the namespace's keys once (same answers)
+    memory = create_memory(_store(tmp_path))
+    memory.write({"memories": [{"key": f"k{i}", "content": i} for i in range(100)]})
+    memory.write({"memories": [{"key": "k0", "content": "other scope"}]}, scope=Scope("a", "b"))
+    keys = [f"k{i}" for i in range(0, 100, 2)] + ["absent"]
+    got = memory.get({"keys": keys}).output
+    assert sorted(i.content for i in got) == list(range(0, 100, 2))
+    clash = [{"key": f"new{i}", "content": i} for i in range(40)] + [{"key": "k77", "content": 0}]
+    result = memory.write({"memories": clash})
+    assert result.error is not None and result.error.code == "CONFLICT"
+    assert "memories[40].key" in result.error.message
+    assert len(memory.query({"limit": 1000}).output.items) == 100  # nothing written
