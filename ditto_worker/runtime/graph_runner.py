@@ -20,9 +20,8 @@ thread pools, or the fleet client: the same transport as a single call):
   :data:`STOP_GRACE_S` to report after the run stopped; one that has not is cancelled
   and recorded with its kind's cancelled / timeout code.
 
-``loop`` drives a plan — a generator yielding ``(graph, input)`` and receiving each
-:class:`~ditto_worker.runtime.graphs.GraphResult` — under one budget of Graphs
-(``yield from`` sub-plans share it; MEM-GRAPH-4).
+``aloop`` drives a plan under one budget of Graphs (:mod:`ditto_worker.runtime.graph_loop`;
+MEM-GRAPH-4).
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ import logging
 import time
 import traceback
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -42,10 +41,10 @@ from ditto_worker.contracts import ErrorInfo, NodeResult
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.runtime.definition import KindCodes
+from ditto_worker.runtime.graph_loop import Plan, run_loop
 from ditto_worker.runtime.graphs import (
     Bind,
     Graph,
-    GraphBudgetExhausted,
     GraphError,
     GraphNode,
     GraphResult,
@@ -64,10 +63,6 @@ deadline, seconds (the fleet client reports a cancel as soon as the cancel flag 
 
 AInvoke = Callable[..., Awaitable[NodeResult[Any]]]
 """``ainvoke(node, input, *, timeout, cancel, scope, trace) -> NodeResult``."""
-
-Step = tuple[Graph, Any]
-Plan = Callable[[Any], Generator[Step, GraphResult, Any] | AsyncGenerator[Step, GraphResult]]
-"""``plan(input)`` -> a generator (sync or async) yielding ``(graph, input)``."""
 
 
 def _new_id() -> str:
@@ -358,143 +353,5 @@ class GraphRunner:
             Exception: whatever else the plan raised (not a ``NodeError``).
         """
         budget = self.loop_budget if budget is None else budget
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise GraphError("budget must be an integer >= 1")
-        driver = _Driver.of(plan, input)
-        token = CancelToken()
-        unlink = cancel.on_cancel(token.cancel) if cancel is not None else _noop
-        deadline = None if timeout is None else time.time() + timeout
-        loop = _Loop(self, driver, budget, token, deadline, scope, run_id or _new_id())
-        try:
-            return await loop.run()
-        except asyncio.CancelledError:
-            token.cancel()
-            await driver.close()
-            raise
-        finally:
-            unlink()
-
-
-class _Done:
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-class _Driver:
-    """Resumes a sync or async plan generator."""
-
-    def __init__(self, gen: Any) -> None:
-        self.gen = gen
-        self.is_async = inspect.isasyncgen(gen)
-
-    @classmethod
-    def of(cls, plan: Any, input: Any) -> _Driver:
-        gen = plan(input) if callable(plan) else plan
-        if not (inspect.isgenerator(gen) or inspect.isasyncgen(gen)):
-            raise GraphError("a plan is a generator function: plan(input) yields (graph, input)")
-        return cls(gen)
-
-    async def resume(self, value: Any, error: BaseException | None) -> Any:
-        """The plan's next step, or :class:`_Done` with its return value."""
-        try:
-            if self.is_async:
-                if error is not None:
-                    return await self.gen.athrow(error)
-                return await self.gen.asend(value)
-            if error is not None:
-                return self.gen.throw(error)
-            return self.gen.send(value)
-        except StopIteration as stop:
-            return _Done(stop.value)
-        except StopAsyncIteration:
-            return _Done(None)
-
-    async def close(self) -> None:
-        if self.is_async:
-            await self.gen.aclose()
-        else:
-            self.gen.close()
-
-
-class _Loop:
-    def __init__(
-        self, runner: GraphRunner, driver: _Driver, budget: int, token: CancelToken,
-        deadline: float | None, scope: Any, run_id: str,
-    ) -> None:  # fmt: skip
-        self.runner = runner
-        self.driver = driver
-        self.budget = budget
-        self.token = token
-        self.deadline = deadline
-        self.scope = scope
-        self.run_id = run_id
-        self.graphs: list[GraphResult] = []
-
-    def _end(self, status: GraphStatus, output: Any = None,
-             error: ErrorInfo | None = None) -> LoopResult:  # fmt: skip
-        return LoopResult.model_construct(
-            run_id=self.run_id, status=status, output=output, graphs=self.graphs,
-            budget=self.budget, error=error,
-        )  # fmt: skip
-
-    def _stopped(self) -> GraphStatus | None:
-        if self.token.cancelled:
-            return "cancelled"
-        if self.deadline is not None and time.time() >= self.deadline:
-            return "timeout"
-        return None
-
-    def _failed(self, exc: NodeError) -> LoopResult:
-        return self._end("failed", error=ErrorInfo(code=exc.code, message=exc.safe_message))
-
-    async def _stop(self, status: GraphStatus) -> LoopResult:
-        await self.driver.close()
-        if status == "cancelled":
-            error = ErrorInfo(code=ErrorCode.GRAPH_CANCELLED, message="the loop was cancelled")
-        else:
-            error = ErrorInfo(code=ErrorCode.GRAPH_TIMEOUT, message="the loop timed out")
-        return self._end(status, error=error)
-
-    async def run(self) -> LoopResult:
-        sent: Any = None
-        error: BaseException | None = None
-        exhausted = False
-        while True:
-            try:
-                step = await self.driver.resume(sent, error)
-            except NodeError as exc:
-                return self._failed(exc)
-            if isinstance(step, _Done):
-                return self._end("success", output=step.value)
-            sent, error = None, None
-            stopped = self._stopped()
-            if stopped is not None:
-                return await self._stop(stopped)
-            if len(self.graphs) >= self.budget:
-                if exhausted:  # the plan caught it and asked again
-                    await self.driver.close()
-                    return self._failed(GraphBudgetExhausted(self.budget))
-                exhausted, error = True, GraphBudgetExhausted(self.budget)
-                continue
-            try:
-                plan, input = _unpack(step)
-                self.runner.check(plan)
-            except GraphError as exc:
-                error = exc
-                continue
-            result = await self.runner.arun(
-                plan, input, cancel=self.token, scope=self.scope, deadline=self.deadline,
-                run_id=f"{self.run_id}.{len(self.graphs)}",
-            )  # fmt: skip
-            self.graphs.append(result)
-            if result.status in ("cancelled", "timeout"):
-                return await self._stop(result.status)
-            sent = result
-
-
-def _unpack(step: Any) -> Step:
-    if isinstance(step, tuple) and len(step) == 2 and isinstance(step[0], Graph):
-        return step[0], step[1]
-    raise GraphError(f"a plan yields (graph, input), not {type(step).__name__}")
+        return await run_loop(self, plan, input, budget, timeout, cancel, scope,
+                              run_id or _new_id())  # fmt: skip

@@ -27,7 +27,8 @@ from ditto_worker.errors import ConfigError, MemoryError
 from ditto_worker.memory.scope import Scope, parse_scope
 from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.runtime.definition import WorkerDefinition, WorkerSource
-from ditto_worker.runtime.graph_runner import GraphRunner, Plan
+from ditto_worker.runtime.graph_loop import Plan
+from ditto_worker.runtime.graph_runner import GraphRunner
 from ditto_worker.runtime.graphs import DEFAULT_LOOP_BUDGET, Graph, GraphResult, LoopResult
 from ditto_worker.runtime.registry import worker_definitions
 
