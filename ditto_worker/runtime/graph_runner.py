@@ -105,6 +105,7 @@ class _Run:
             for dep in n.deps:
                 self.dependents[dep].append(n)
         self.running: dict[asyncio.Task[_Ended], GraphNode] = {}
+        self.changed = asyncio.Event()  # a call ended, the token was cancelled, the deadline
         self.stop: GraphStatus | None = None
 
     # --- one node -------------------------------------------------------------------------
@@ -165,7 +166,11 @@ class _Run:
                                                       message), False))  # fmt: skip
             return
         task = asyncio.get_running_loop().create_task(self._call(node, node.bound()))
+        task.add_done_callback(self._wake)
         self.running[task] = node
+
+    def _wake(self, _: object = None) -> None:
+        self.changed.set()
 
     def _end(self, node: GraphNode, ended: _Ended) -> None:
         self.results[node.id] = ended.result
@@ -180,30 +185,30 @@ class _Run:
 
     async def run(self, cancel: CancelToken | None) -> GraphResult:
         loop = asyncio.get_running_loop()
-        wake: asyncio.Future[None] = loop.create_future()
 
-        def settle() -> None:
-            if not wake.done():
-                wake.set_result(None)
-
-        def on_cancel() -> None:
+        def on_cancel() -> None:  # any thread
             with contextlib.suppress(RuntimeError):  # the loop is gone: the run has ended
-                loop.call_soon_threadsafe(settle)
+                loop.call_soon_threadsafe(self._wake)
 
         unlink_wake = self.token.on_cancel(on_cancel)
         unlink_user = cancel.on_cancel(self.token.cancel) if cancel is not None else _noop
+        timer = None
+        if self.deadline is not None:
+            timer = loop.call_at(loop.time() + self.deadline - time.time(), self._wake)
         try:
             self._check_stop()
             for node in self.plan.nodes:
                 if not node.deps:
                     self._start(node)
             while self.running:
-                await self._step(wake)
+                await self._step()
         except asyncio.CancelledError:
             self.token.cancel()
             await self._drain()
             raise
         finally:
+            if timer is not None:
+                timer.cancel()
             unlink_user()
             unlink_wake()
         return self._result()
@@ -215,15 +220,14 @@ class _Run:
             elif self.deadline is not None and time.time() >= self.deadline:
                 self.stop = "timeout"
 
-    async def _step(self, wake: asyncio.Future[None]) -> None:
+    async def _step(self) -> None:
         self._check_stop()
         if self.stop is not None:
             await self._drain()
             return
-        left = None if self.deadline is None else max(0.0, self.deadline - time.time())
-        waited: set[asyncio.Future[Any]] = {*self.running, wake}
-        await asyncio.wait(waited, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-        for task in [t for t in self.running if t.done()]:
+        await self.changed.wait()
+        self.changed.clear()
+        for task in [t for t in self.running if t.done()]:  # in start order
             self._end(self.running.pop(task), task.result())
 
     async def _drain(self) -> None:
@@ -235,8 +239,8 @@ class _Run:
             self.token.cancel()
         # past the deadline the calls end by themselves: each has the run's deadline or less
         while self.running:
-            done, pending = await asyncio.wait(set(self.running), timeout=STOP_GRACE_S)
-            for task in done:
+            _, pending = await asyncio.wait(set(self.running), timeout=STOP_GRACE_S)
+            for task in [t for t in self.running if t.done()]:
                 self._end(self.running.pop(task), task.result())
             if not pending:
                 continue

@@ -20,6 +20,7 @@ stripped of control characters and spaces. Nothing here imports Celery.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,8 +55,13 @@ _REPR_KEYS = ((RUN_ID, "run"), (GRAPH, "graph"), (GRAPH_NODE, "node"))
 _REPR_PREFIX = "run="
 
 
+_UNSAFE = re.compile(r"[\s]")
+
+
 def _clean(value: Any) -> str:
     text = str(value)[:MAX_TRACE_CHARS]
+    if text.isprintable() and not _UNSAFE.search(text):
+        return text  # the usual case: ids
     return "".join(c if c.isprintable() and not c.isspace() else "_" for c in text)
 
 
