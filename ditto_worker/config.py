@@ -95,6 +95,24 @@ class FleetSettings(_Section):
         "INVALID_INPUT before any handler runs (every node kind).",
     )
 
+    time_limit_margin_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="Hard time limit of a call on a prefork worker: its deadline plus this "
+        "margin, seconds; a pool process still running the call then is killed and replaced "
+        "(the call fails). 0: none. The threads and solo pools enforce no time limit.",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="Log lines of every ditto-worker process: text (UTC timestamp, level, "
+        "process, logger, message) or json (one object per line).",
+    )
+    log_repeat_window_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="A warning or error repeating one logged less than this many seconds "
+        "ago is dropped (counted in the next one logged); 0 keeps all.",
+    )
     log_content: bool = Field(
         default=False,
         description="Debugging only: show node inputs and NodeResults (memory content, "

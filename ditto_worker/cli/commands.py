@@ -46,6 +46,36 @@ app = typer.Typer(
     rich_markup_mode=None,  # help text is plain: "[retrieval]" is not a markup tag
 )
 
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    typer.echo(
+        f"ditto-worker {of('ditto-worker')} (celery {of('celery')}, kombu {of('kombu')}, "
+        f"redis-py {of('redis')}, Python {sys.version.split()[0]})"
+    )
+    raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print versions and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="ditto.yaml to load.")]
 BrokerOpt = Annotated[
     str | None, typer.Option("--broker", help="Broker URL (redis://…); overrides ditto.yaml.")
@@ -150,20 +180,47 @@ def resolve_nodes(
     return NodeSelection(picked, concurrency, settings.pool, settings.state_db, kind)
 
 
-@app.command()
+_OWN_QUEUE_OPTIONS = ("-Q", "--queues", "-X", "--exclude-queues", "-A", "--app", "-b")
+
+
+def _celery_extra(args: list[str]) -> list[str]:
+    """Celery worker options passed through unchanged (``--max-tasks-per-child 100``,
+    ``-O fair``, ``--logfile …``, ``--without-gossip`` …).
+
+    Raises:
+        ConfigError: an option that selects queues, the app or the broker, which
+            ``--nodes`` / ``--broker`` / ``ditto.yaml`` own.
+    """
+    for arg in args:
+        if arg.split("=", 1)[0] in _OWN_QUEUE_OPTIONS:
+            raise ConfigError(
+                f"worker: {arg.split('=', 1)[0]} is set by ditto-worker (use --nodes for the "
+                "queues, --broker or DITTO_BROKER_URL for the broker)"
+            )
+    return args
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def worker(
+    ctx: typer.Context,
     nodes: Annotated[
         str | None,
         typer.Option(help="Worker kinds, groups or node ids, comma-separated (default: memory)."),
     ] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Pool size; overrides YAML.")] = None,
-    pool: Annotated[str | None, typer.Option(help="prefork | threads | solo.")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", "-c", help="Pool size; overrides YAML.")
+    ] = None,
+    pool: Annotated[
+        str | None, typer.Option("--pool", "-P", help="prefork | threads | solo.")
+    ] = None,
     autoscale: Annotated[
         str | None,
         typer.Option(help="MAX,MIN pool processes (Celery --autoscale); overrides --concurrency."),
     ] = None,
-    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
-    hostname: Annotated[str | None, typer.Option(help="Celery node name.")] = None,
+    loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Log level.")] = "INFO",
+    hostname: Annotated[
+        str | None, typer.Option("--hostname", "-n", help="Celery node name.")
+    ] = None,
     statedb: Annotated[
         str | None,
         typer.Option(
@@ -180,6 +237,14 @@ def worker(
 
     The nodes are --nodes: worker kinds (memory, retrieval, context, infer …), group names
     (reads, writes, search) or node ids, comma-separated; default memory (its six nodes).
+
+    Other options are Celery's own worker options, passed through: --max-tasks-per-child N,
+    --max-memory-per-child KIB, -O fair, --prefetch-multiplier N, --logfile FILE,
+    --without-gossip, --without-mingle, --without-heartbeat, --time-limit S,
+    --soft-time-limit S (see 'celery worker --help'). Queues, app and broker are set here.
+
+    Exit 0 after a normal stop, 2 for a config error, non-zero when the worker cannot start
+    (broker unreachable, resources that do not open).
     """
     from ditto_worker.fleet.celery_app import queue_for
     from ditto_worker.fleet.launch import create_worker_app
@@ -189,6 +254,7 @@ def worker(
         typer.echo("worker: no broker configured (set DITTO_BROKER_URL or --broker)", err=True)
         raise typer.Exit(2)
     try:
+        extra = _celery_extra(list(ctx.args))
         celery_app = create_worker_app(cfg, store=store)
         selection = resolve_nodes(cfg, nodes, celery_app.ditto_runtime.table)
     except ConfigError as exc:
@@ -197,7 +263,7 @@ def worker(
     state_db = statedb or selection.state_db  # revoked ids persisted across restarts
     suffix = "-".join(n.split(".", 1)[1].lower() for n in selection.nodes)
     name = hostname or f"{selection.name}-{suffix}@{socket.gethostname()}"
-    celery_app.worker_main([
+    argv = [
         "worker",
         "-Q", ",".join(queue_for(n) for n in selection.nodes),
         "-c", str(concurrency or selection.concurrency),
@@ -207,7 +273,33 @@ def worker(
         "-E",
         *(["--autoscale", autoscale] if autoscale else []),
         *(["--statedb", state_db] if state_db else []),
-    ])  # fmt: skip
+        *extra,
+    ]  # fmt: skip
+    from celery import signals
+
+    from ditto_worker.cli.logs import celery_setup_logging
+
+    fleet = cfg.fleet
+    setup = celery_setup_logging(fleet.log_format, fleet.log_repeat_window_s)
+    signals.setup_logging.connect(setup, weak=False)  # Celery's level and --logfile, our format
+    quiet = ["--quiet"] if fleet.log_format == "json" else []  # no banner among JSON lines
+    raise typer.Exit(_run_worker(celery_app, [*quiet, *argv]))
+
+
+def _run_worker(celery_app: Any, argv: list[str]) -> int:
+    """Run Celery's worker command with ``argv``; its exit code (non-zero when it could not
+    start). ``app.worker_main`` drops the code Celery's command exits with (a worker that
+    fails to connect exited 0); ``app.start`` returns it."""
+    import click
+
+    try:
+        code = celery_app.start(argv)
+    except click.ClickException as exc:  # an unknown or malformed Celery option
+        exc.show()
+        return int(exc.exit_code)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return int(code or 0)
 
 
 @app.command()
@@ -445,6 +537,10 @@ def eval_locomo(
 
 
 def main() -> None:
-    """Console entry point."""
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    """Console entry point: warnings and errors on stderr in the format of
+    ``DITTO_LOG_FORMAT`` (a worker switches to ``fleet.logFormat`` and its log level)."""
+    from ditto_worker.cli.logs import configure_logging
+
+    fmt = "json" if os.environ.get("DITTO_LOG_FORMAT", "").strip().lower() == "json" else "text"
+    configure_logging(logging.WARNING, fmt)
     app()

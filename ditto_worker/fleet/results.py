@@ -30,6 +30,7 @@ import json
 import logging
 import secrets
 import threading
+import time
 import uuid
 from collections.abc import Coroutine
 from concurrent.futures import Future as ThreadFuture
@@ -82,6 +83,7 @@ class ResultListener:
         self._reader: asyncio.Task[None] | None = None
         self._lock: asyncio.Lock | None = None
         self._home = f"ditto:listener:{uuid.uuid4().hex}"
+        self._down_since: float | None = None  # time.monotonic() when Redis was lost
         self._thread.start()
         self._started.wait()
 
@@ -226,10 +228,16 @@ class ResultListener:
             try:
                 message = await self._pubsub.get_message(timeout=1.0)
             except RedisError:
-                log.warning("result listener lost Redis; reconnecting")
+                if self._down_since is None:  # one line per outage, one when it ends
+                    self._down_since = time.monotonic()
+                    log.warning("result listener lost Redis; reconnecting every 0.2 s")
                 await asyncio.sleep(0.2)
                 await self._recover()
                 continue
+            if self._down_since is not None and self._pattern_ready:
+                log.warning("result listener reconnected to Redis after %.1f s",
+                            time.monotonic() - self._down_since)  # fmt: skip
+                self._down_since = None
             if message is None:
                 continue
             kind = message.get("type")
@@ -251,7 +259,7 @@ class ResultListener:
                 await self._pubsub.subscribe(self._home, *channels)
                 await self._pubsub.psubscribe(self._pattern)
         except RedisError:
-            log.warning("result listener still cannot reach Redis")
+            pass  # _read tries again; the outage was logged once
 
     # --- shutdown -------------------------------------------------------------------------
 

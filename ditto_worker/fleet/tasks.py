@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -69,9 +70,12 @@ class SizedRequest(Request):  # type: ignore[misc]
 
     log_content = False
     """``fleet.logContent``: set on the per-app subclass (:func:`register_tasks`)."""
+    time_limit_margin_s = 0.0
+    """``fleet.timeLimitMarginS``: set on the per-app subclass; 0 = no hard time limit."""
 
     def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(message, *args, **kwargs)
+        self._hard_time_limit()
         body = self._body
         size = len(body) if isinstance(body, bytes | str) else 0
         self._request_dict[INPUT_BYTES] = size
@@ -79,6 +83,19 @@ class SizedRequest(Request):  # type: ignore[misc]
             traced = trace_repr(trace_from_headers(self._request_dict)) or "()"
             self._argsrepr = self._request_dict["argsrepr"] = traced
             self._kwargsrepr = self._request_dict["kwargsrepr"] = input_repr(size)
+
+    def _hard_time_limit(self) -> None:
+        """A hard time limit a margin past the call's deadline (``ditto_deadline``): a
+        prefork pool process still running then is killed and replaced, the call fails
+        (Celery's ``TimeLimitExceeded``). Backs up the cooperative deadline for a handler
+        stuck where it cannot see it; a time limit the sender set stays. The threads and
+        solo pools enforce no time limit (Celery's pools)."""
+        deadline = self._request_dict.get(DEADLINE_HEADER)
+        hard, soft = self.time_limits
+        if self.time_limit_margin_s <= 0 or hard or not isinstance(deadline, int | float):
+            return
+        limit = max(0.0, float(deadline) - time.time()) + self.time_limit_margin_s
+        self.time_limits = self._request_dict["timelimit"] = (limit, soft)
 
     def info(self, safe: bool = False) -> dict[str, Any]:
         """Celery's request info (``celery inspect``); the reprs unless :attr:`log_content`."""
@@ -275,7 +292,9 @@ def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
     log_content = runtime.config.fleet.log_content
     install_redaction(log_content)
     install_log_trace()  # a traced call's run and Graph node on its received/succeeded lines
-    request = type("SizedRequest", (SizedRequest,), {"log_content": log_content})
+    margin = runtime.config.fleet.time_limit_margin_s
+    request = type("SizedRequest", (SizedRequest,),
+                   {"log_content": log_content, "time_limit_margin_s": margin})  # fmt: skip
     for node, (_, spec) in runtime.table.items():
         _make_task(app, runtime, node, spec, request)
     app.ditto_runtime = runtime
