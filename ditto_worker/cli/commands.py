@@ -46,6 +46,7 @@ app = typer.Typer(
     rich_markup_mode=None,  # help text is plain: "[retrieval]" is not a markup tag
 )
 
+
 def _print_version(value: bool) -> None:
     if not value:
         return
@@ -541,6 +542,6 @@ def main() -> None:
     ``DITTO_LOG_FORMAT`` (a worker switches to ``fleet.logFormat`` and its log level)."""
     from ditto_worker.cli.logs import configure_logging
 
-    fmt = "json" if os.environ.get("DITTO_LOG_FORMAT", "").strip().lower() == "json" else "text"
-    configure_logging(logging.WARNING, fmt)
+    json_lines = os.environ.get("DITTO_LOG_FORMAT", "").strip().lower() == "json"
+    configure_logging(logging.WARNING, "json" if json_lines else "text")
     app()

@@ -91,7 +91,8 @@ class SizedRequest(Request):  # type: ignore[misc]
         stuck where it cannot see it; a time limit the sender set stays. The threads and
         solo pools enforce no time limit (Celery's pools)."""
         deadline = self._request_dict.get(DEADLINE_HEADER)
-        hard, soft = self.time_limits
+        limits: tuple[float | None, float | None] = self.time_limits
+        hard, soft = limits
         if self.time_limit_margin_s <= 0 or hard or not isinstance(deadline, int | float):
             return
         limit = max(0.0, float(deadline) - time.time()) + self.time_limit_margin_s
