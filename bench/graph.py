@@ -30,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any
@@ -226,15 +227,19 @@ def run(redis_url: str, args: argparse.Namespace) -> None:
 
     if args.concurrency < FAN_OUT:
         raise SystemExit(f"--concurrency must be >= {FAN_OUT} (the fan-out)")
+    worker_log = tempfile.TemporaryFile("w+")  # the worker's banner and warnings
     worker = subprocess.Popen([sys.executable, __file__, "--serve", redis_url,
-                               str(args.concurrency)], stdout=subprocess.DEVNULL)  # fmt: skip
+                               str(args.concurrency)], stdout=worker_log,
+                              stderr=subprocess.STDOUT)  # fmt: skip
     config = load_runtime_config({"fleet": {"brokerUrl": redis_url}}, env={})
     fleet = create_ditto([bench_kind()], config)
     embedded = create_ditto([bench_kind()], load_runtime_config(None, env={}))
     try:
         deadline = time.monotonic() + 60
         while fleet.invoke("BENCH.NOOP", {}, timeout=2).status != "success":
-            assert worker.poll() is None and time.monotonic() < deadline, "no worker"
+            if worker.poll() is not None or time.monotonic() > deadline:
+                worker_log.seek(0)
+                raise SystemExit(f"the worker did not start:\n{worker_log.read()[-3000:]}")
         for _ in range(3):  # warm up every path
             _ok(fleet.run(fan_out_graph(), None))
             p50_ms_async(lambda: fleet.arun(noop_graph(), None), 50)
@@ -245,6 +250,7 @@ def run(redis_url: str, args: argparse.Namespace) -> None:
         embedded.close()
         worker.terminate()
         worker.wait(30)
+        worker_log.close()
 
 
 def main() -> None:
