@@ -91,7 +91,7 @@ class SizedRequest(Request):  # type: ignore[misc]
         stuck where it cannot see it; a time limit the sender set stays. The threads and
         solo pools enforce no time limit (Celery's pools)."""
         deadline = self._request_dict.get(DEADLINE_HEADER)
-        limits: tuple[float | None, float | None] = self.time_limits
+        limits: Any = getattr(self, "time_limits", (None, None))  # Celery's (hard, soft)
         hard, soft = limits
         if self.time_limit_margin_s <= 0 or hard or not isinstance(deadline, int | float):
             return
