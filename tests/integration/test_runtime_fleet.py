@@ -26,6 +26,7 @@ from ditto_worker.config import load_runtime_config
 from ditto_worker.contracts import to_wire
 from ditto_worker.fleet.results import RESULT_KEY_PREFIX
 from ditto_worker.runtime import CancelToken, Runtime
+from ditto_worker.testing.servers import RedisServer
 from tests.conftest import stop_worker
 
 pytestmark = pytest.mark.integration
@@ -135,13 +136,17 @@ def test_a_sub_call_ends_with_its_callers_deadline(fleet: Runtime) -> None:
 
 
 def test_a_read_cancelled_in_the_queue_never_runs_without_a_flag_read(
-    redis_url: str, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a worker whose cancel subscription is known complete skips the per-call flag read
     # for a call without effects; a cancel announced while the call waits in the queue
     # still stops it before it starts (it never runs)
     from ditto_worker.fleet.cancellation import COVER_MARGIN_S
 
+    # a Redis of its own: its command counts are this test's alone
+    server = RedisServer().start()
+    redis_url = server.url + "/0"
+    redis_client = redis.Redis.from_url(redis_url)
     monkeypatch.syspath_prepend(str(ECHO))
     env = _worker_env(redis_url)
     worker = subprocess.Popen(
@@ -174,6 +179,8 @@ def test_a_read_cancelled_in_the_queue_never_runs_without_a_flag_read(
     finally:
         runtime.close()
         stop_worker(worker)  # type: ignore[arg-type]
+        redis_client.close()
+        server.close()
 
 
 def _calls(client: redis.Redis, command: str) -> int:
