@@ -5,7 +5,8 @@ fleet's Celery app: the broker of ``ditto.yaml`` / ``DITTO_BROKER_URL``, the six
 queues declared (so ``/api/queues/length`` lists them even before a worker answers).
 Workers send task events (``-E``, :mod:`ditto_worker.fleet.celery_app`), from which Flower
 counts each task name — each MEMORY node is one task name — in
-``flower_events_total{type, task, worker}``.
+``flower_events_total{type, task, worker}``; :mod:`ditto_worker.fleet.metrics` adds calls by
+node, status and code and the queue lengths on the same ``/metrics``.
 
 Authentication: the credentials come only from the environment,
 ``FLOWER_BASIC_AUTH=user:password[,user2:password2]`` (Flower reads the variable itself);
@@ -138,5 +139,8 @@ def run_flower(
         raise ConfigError("flower: no broker configured (set DITTO_BROKER_URL or --broker)")
     basic_auth_from_env()
     require_auth_on_metrics()
+    from ditto_worker.fleet.metrics import install_flower_metrics
+
     app = create_celery_app(config.fleet, guarded_transport=False)  # Flower: plain redis://
+    install_flower_metrics(app)  # ditto_node_calls_total, ditto_queue_messages on /metrics
     return app.start(flower_argv(address, port, extra))

@@ -220,3 +220,34 @@ def test_honcho_fleet_runs_the_demo_and_flower_counts_every_node(fleet: Fleet) -
     assert status == 200
     queues = len(fleet_nodes())  # every installed worker kind's queue, all drained
     assert body.count('"messages": 0') == queues and "retrieval.search" in body
+
+    # our series on the same /metrics: calls by node, status and code; queue lengths
+    from ditto_worker.config import FleetSettings
+    from ditto_worker.fleet.client import DittoClient
+
+    client = DittoClient.from_fleet(FleetSettings(broker_url=fleet.broker_url))
+    try:
+        bad = client.invoke("MEMORY.QUERY", {"limit": 0}, timeout=10)
+        assert bad.status == "failed" and bad.error is not None
+    finally:
+        client.close()
+
+    def ditto_series() -> dict[tuple[str, ...], float] | None:
+        series = {}
+        for family in text_string_to_metric_families(fleet.metrics()):
+            for sample in family.samples:
+                if sample.name.startswith("ditto_"):
+                    key = (sample.name, *(f"{k}={v}" for k, v in sorted(sample.labels.items())))
+                    series[key] = sample.value
+        failed = ("ditto_node_calls_total", "code=INVALID_INPUT", "node=MEMORY.QUERY",
+                  "status=failed")  # fmt: skip
+        return series if failed in series else None
+
+    series = fleet.wait_for("the failed call in ditto_node_calls_total", ditto_series, 15.0)
+    for node in NODES:
+        key = ("ditto_node_calls_total", "code=", f"node={node}", "status=success")
+        assert series[key] == calls[node], (node, series.get(key))
+    assert series[("ditto_broker_up",)] == 1.0
+    waiting = {k: v for k, v in series.items() if k[0] == "ditto_queue_messages"}
+    assert len(waiting) == queues and set(waiting.values()) == {0.0}
+    assert ("ditto_queue_messages", "node=MEMORY.GET", "queue=memory.get") in waiting

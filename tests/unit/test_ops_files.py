@@ -16,6 +16,7 @@ import importlib.resources
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -254,3 +255,64 @@ def test_flower_credentials_come_from_the_environment() -> None:
     for path in ["Procfile", "compose.yaml", "Dockerfile"]:
         assert "--basic_auth" not in (REPO / path).read_text(), path
     assert ".env" in (REPO / ".gitignore").read_text().split()
+
+
+OPS = REPO / "docs" / "ops"
+SERIES = re.compile(r"\b((?:ditto|flower)_[a-z_]+|up)\b")
+
+
+def exported_series() -> set[str]:
+    """Every series name ``ditto-worker flower``'s /metrics can serve: Flower's metric
+    families (as Flower registers them) and ours."""
+    from flower.events import get_prometheus_metrics
+    from prometheus_client import REGISTRY
+
+    from ditto_worker.fleet.metrics import NODE_CALLS, QueueCollector
+
+    get_prometheus_metrics()  # registers Flower's families on the default registry
+    families = [f.name for f in REGISTRY.collect() if f.name.startswith("flower_")]
+    families += [f.name for f in NODE_CALLS.collect()]
+    families += [f.name for f in QueueCollector(app=None).describe()]
+    suffixes = ("", "_total", "_bucket", "_sum", "_count")
+    return {name + suffix for name in families for suffix in suffixes} | {"up"}
+
+
+def test_grafana_dashboard_loads_and_uses_exported_series() -> None:
+    dashboard = json.loads((OPS / "grafana-dashboard.json").read_text())  # loads: valid JSON
+    assert dashboard["uid"] and dashboard["title"] and dashboard["schemaVersion"] >= 36
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels) >= 6
+    exprs = [t["expr"] for p in panels for t in p["targets"]]
+    assert all(p["targets"] and {"x", "y", "w", "h"} <= set(p["gridPos"]) for p in panels)
+    known = exported_series()
+    for expr in exprs:
+        used = set(SERIES.findall(expr))
+        assert used and used <= known, (expr, used - known)
+    text = " ".join(exprs)
+    for needed in ["ditto_node_calls_total", "ditto_queue_messages",
+                   "flower_task_runtime_seconds_bucket"]:  # fmt: skip
+        assert needed in text
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"datasource", "node"} <= variables
+
+
+def test_alert_rules_cover_backlog_failures_and_p95() -> None:
+    rules = yaml.safe_load((OPS / "alerts.yml").read_text())
+    alerts = {r["alert"]: r for g in rules["groups"] for r in g["rules"]}
+    assert {"DittoQueueBacklog", "DittoNodeFailureRate", "DittoNodeSlow",
+            "DittoBrokerDown"} <= set(alerts)  # fmt: skip
+    known = exported_series()
+    for name, rule in alerts.items():
+        assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, name
+        assert re.fullmatch(r"\d+[smh]", rule["for"]) and rule["labels"]["severity"], name
+        used = set(SERIES.findall(rule["expr"]))
+        assert used and used <= known, (name, used - known)
+    assert "histogram_quantile(0.95" in alerts["DittoNodeSlow"]["expr"]
+    assert "code" in alerts["DittoNodeFailureRate"]["expr"]
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_alert_rules_pass_promtool() -> None:
+    out = subprocess.run(["promtool", "check", "rules", str(OPS / "alerts.yml")],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
