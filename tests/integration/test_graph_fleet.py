@@ -226,7 +226,7 @@ def test_the_run_deadline_bounds_the_node_on_the_worker(fleet: tuple[Fleet, Runt
     running = result.results["running"]
     assert (running.status, running.error and running.error.code) == ("timeout", "ECHO_TIMEOUT")
     deadline = env.echo.by_tag()["running"].deadline
-    assert deadline is not None and before < deadline <= before + 1.0 + 0.2  # not 30 s
+    assert deadline is not None and before < deadline <= before + 1.0 + 1.0  # not 30 s
 
 
 # --- loops and tracing ---------------------------------------------------------------------
