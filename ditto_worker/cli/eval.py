@@ -29,6 +29,7 @@ from ditto_worker.cli.demo import Conversation, evidence_recall, load_conversati
 from ditto_worker.contracts import NodeResult
 from ditto_worker.errors import DittoError
 from ditto_worker.memory.core import create_memory
+from ditto_worker.memory.scope import Scope
 from ditto_worker.retrieval.embed import EmbeddingProvider
 from ditto_worker.retrieval.search import create_retrieval_memory_search_provider
 from ditto_worker.retrieval.settings import RetrievalConfig
@@ -37,8 +38,10 @@ __all__ = [
     "CONVERSATION_PIPELINE",
     "EvalError",
     "EvalReport",
+    "ScopedMemory",
     "StrategyReport",
     "evaluate_conversation",
+    "evaluate_shared_store",
     "format_reports",
 ]
 
@@ -214,6 +217,67 @@ def evaluate_conversation(
         finally:
             store.close()
     return report
+
+
+class ScopedMemory:
+    """The SDK's ``write``/``search`` in one tenant scope (:class:`MemoryCalls`)."""
+
+    def __init__(self, memory: Any, scope: Scope) -> None:
+        self.memory, self.scope = memory, scope
+
+    def write(self, input: dict[str, Any]) -> NodeResult[Any]:
+        """MEMORY.WRITE in :attr:`scope`."""
+        result: NodeResult[Any] = self.memory.write(input, scope=self.scope)
+        return result
+
+    def search(self, input: dict[str, Any]) -> NodeResult[Any]:
+        """MEMORY.SEARCH in :attr:`scope`."""
+        result: NodeResult[Any] = self.memory.search(input, scope=self.scope)
+        return result
+
+
+def evaluate_shared_store(
+    paths: Sequence[str | Path],
+    embedder: EmbeddingProvider,
+    config: RetrievalConfig | None = None,
+    strategies: Sequence[str] = STRATEGIES,
+    workdir: str | Path | None = None,
+) -> list[EvalReport]:
+    """The same evaluation with every conversation in its own scope of ONE SQLite store
+    (issue 19: a tenant's recall must not depend on the other tenants' text).
+
+    All conversations are written first (each as tenant ``eval``, user ``<file stem>``),
+    then each is evaluated in its scope. Conversation names get ``@shared``.
+
+    Raises:
+        EvalError: a write or search failed.
+    """
+    from ditto_plugin_sqlite import SqliteMemoryStore
+
+    convs = [load_conversation(path) for path in paths]
+    reports: list[EvalReport] = []
+    with tempfile.TemporaryDirectory(dir=workdir) as folder:
+        store = SqliteMemoryStore(Path(folder) / "shared.sqlite", embedder=embedder)
+        try:
+            search = create_retrieval_memory_search_provider(
+                store, embedder, config or CONVERSATION_PIPELINE
+            )
+            memory = create_memory(store, search)
+            scoped = [ScopedMemory(memory, Scope("eval", f"c{i}")) for i in range(len(convs))]
+            ingested = []
+            for calls, conv in zip(scoped, convs, strict=True):
+                start = time.perf_counter()
+                ingested.append((ingest(calls, conv), time.perf_counter() - start))
+            for calls, conv, (dia_by_id, seconds) in zip(scoped, convs, ingested, strict=True):
+                report = EvalReport(f"{conv.name}@shared", len(conv.turns), seconds)
+                for strategy in strategies:
+                    report.strategies[strategy] = evaluate_strategy(
+                        calls, conv, dia_by_id, strategy
+                    )
+                reports.append(report)
+        finally:
+            store.close()
+    return reports
 
 
 def format_reports(reports: Sequence[EvalReport]) -> str:
