@@ -37,6 +37,16 @@ scripts/postgres.sh start``); the bench works in a schema of its own, dropped at
     python bench/store_scale.py --stores sqlite --n 20000
     python bench/store_scale.py --tenants 0,100      # unscoped vs one of 100 tenants
     python bench/store_scale.py --stores sqlite,postgres,qdrant --n 20000 --embedder hashing
+    python bench/store_scale.py --tenants 0,4,100 --pipeline   # issue 19, see below
+
+``--pipeline`` (issue 19) measures the retrieval pipeline instead
+(``create_retrieval_memory_search_provider`` with the conversation pipeline, local
+all-MiniLM-L6-v2): the LoCoMo conversation ``--conversation`` (663 turns) in a store of
+its own (``0``) and as tenant ``t0`` of a store shared with ``T - 1`` other tenants
+holding the same number of turns (the two sample conversations in turn), for each ``T``
+of ``--tenants``; ``--questions`` (40) questions per strategy (keyword, vector, hybrid),
+p50/p95 ms and the ratio to the own store. Texts are embedded once (a cache keyed by
+text), so loading 100 tenants takes minutes, not an hour.
 """
 
 from __future__ import annotations
@@ -299,6 +309,76 @@ def run(
     return {"rate": rate, "load_s": loaded, "rows": rows, "total_s": time.perf_counter() - started}
 
 
+class CachedEmbedder:
+    """An embedding provider that embeds each distinct text once (same identity)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.cache = inner, {}
+
+    @property
+    def identity(self) -> Any:
+        return self.inner.identity
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        missing = list(dict.fromkeys(t for t in texts if t not in self.cache))
+        if missing:
+            self.cache.update(zip(missing, self.inner.embed(missing), strict=True))
+        return [self.cache[t] for t in texts]
+
+
+def pipeline_bench(args: argparse.Namespace) -> int:
+    """The ``--pipeline`` measurement (module docstring)."""
+    from ditto_worker.cli.demo import load_conversation
+    from ditto_worker.cli.eval import CONVERSATION_PIPELINE, turn_drafts
+    from ditto_worker.retrieval import create_retrieval_memory_search_provider
+    from ditto_worker.retrieval.embed import LocalEmbeddingProvider
+
+    embedder = CachedEmbedder(LocalEmbeddingProvider())
+    main_conv = load_conversation(REPO / "data" / "locomo" / args.conversation)
+    others = [load_conversation(p) for p in sorted((REPO / "data" / "locomo").glob("*.json"))]
+    questions = [q.question for q in main_conv.questions if q.evidence][: args.questions]
+    counts = [int(c) for c in args.tenants.split(",")]
+    results: dict[str, dict[str, tuple[float, float]]] = {}
+    for name in args.stores.split(","):
+        for count in counts:
+            label = f"{name}/{'own' if count == 0 else f'{count}t'}"
+            print(f"== {label}: loading", flush=True)
+            with open_store(name, embedder) as store:
+                search = create_retrieval_memory_search_provider(
+                    store, embedder, CONVERSATION_PIPELINE
+                )
+                memory = create_memory(store, search)
+                scope = Scope("bench", "t0") if count else None
+                _write(memory, turn_drafts(main_conv), scope)
+                for index in range(1, count):
+                    other = others[index % len(others)]
+                    _write(memory, turn_drafts(other), Scope("bench", f"t{index}"))
+                rows: dict[str, tuple[float, float]] = {}
+                call = Scoped(memory, scope).search
+                plans = {
+                    strategy: [{"query": q, "strategy": strategy, "limit": 10} for q in questions]
+                    for strategy in ("keyword", "vector", "hybrid")
+                }
+                for inputs in plans.values():  # warm-up: every query text embedded once
+                    timed(call, inputs)
+                for strategy, inputs in plans.items():
+                    rows[strategy] = percentiles(timed(call, inputs))
+                results[label] = rows
+    labels = list(results)
+    print(f"\npipeline over {args.conversation} ({len(questions)} questions); p50 / p95 ms, "
+          "ratio = p50 / the same store's own p50")  # fmt: skip
+    print(f"{'':<10}" + "".join(f"{label:>28}" for label in labels))
+    for strategy in ("keyword", "vector", "hybrid"):
+        cells = ""
+        for label in labels:
+            own = results[label.split("/")[0] + "/own"][strategy][0] if "/" in label else 0
+            p50, p95 = results[label][strategy]
+            ratio = p50 / own if own else 0.0
+            cells += f"{p50:>9.2f} / {p95:>7.2f} ({ratio:4.2f}x)"
+        print(f"{strategy:<10}{cells}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="memories per store")
@@ -314,7 +394,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tenants", default="0", help="comma-separated tenant counts; 0 = unscoped, e.g. 0,100"
     )
+    parser.add_argument("--pipeline", action="store_true", help="the retrieval pipeline bench")
+    parser.add_argument("--conversation", default="30.json", help="--pipeline: data/locomo file")
+    parser.add_argument("--questions", type=int, default=40, help="--pipeline: questions")
     args = parser.parse_args(argv)
+    if args.pipeline:
+        return pipeline_bench(args)
     if args.million:
         args.n = 1_000_000
     words = vocabulary()
