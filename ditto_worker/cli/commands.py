@@ -521,6 +521,13 @@ def eval_locomo(
             "print both: recall must not depend on the other tenants.",
         ),
     ] = False,
+    index_fields: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated metadata fields indexed with each turn (indexFields); "
+            "'' for the turn text alone."
+        ),
+    ] = "speaker",
 ) -> None:
     """Recall and latency of keyword, vector and hybrid search on LoCoMo.
 
@@ -540,8 +547,16 @@ def eval_locomo(
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     embedder = MicroBatchingEmbedder(LocalEmbeddingProvider())
     try:
-        reports = [evaluate_on_fleet(path, embedder, strategies=names) for path in paths]
-        shared = evaluate_shared_store(paths, embedder, strategies=names) if shared_store else []
+        fields = tuple(f.strip() for f in index_fields.split(",") if f.strip())
+        reports = [
+            evaluate_on_fleet(path, embedder, strategies=names, index_fields=fields)
+            for path in paths
+        ]
+        shared = (
+            evaluate_shared_store(paths, embedder, strategies=names, index_fields=fields)
+            if shared_store
+            else []
+        )
     except DittoError as exc:
         typer.echo(f"eval failed: {exc}", err=True)
         raise typer.Exit(1) from exc

@@ -60,6 +60,9 @@ LoCoMo 30.json and 26.json (each held out in turn; README "Embeddings, vector an
 search"): 0.83 / 0.81 evidence recall@10 vs keyword 0.67 / 0.57."""
 
 STRATEGIES: Final = ("keyword", "vector", "hybrid")
+INDEX_FIELDS: Final = ("speaker",)
+"""The eval store's ``indexFields``: each turn is indexed and embedded as
+``"<speaker>: <text>"`` (issue 19; ``ditto_worker.memory.indexing``)."""
 _DIA: Final = re.compile(r"D(\d+):(\d+)")
 
 
@@ -186,6 +189,7 @@ def evaluate_conversation(
     config: RetrievalConfig | None = None,
     strategies: Sequence[str] = STRATEGIES,
     workdir: str | Path | None = None,
+    index_fields: Sequence[str] = INDEX_FIELDS,
 ) -> EvalReport:
     """Ingest one LoCoMo conversation into a fresh SQLite store and evaluate strategies.
 
@@ -203,7 +207,9 @@ def evaluate_conversation(
 
     conv = load_conversation(path)
     with tempfile.TemporaryDirectory(dir=workdir) as folder:
-        store = SqliteMemoryStore(Path(folder) / "eval.sqlite", embedder=embedder)
+        store = SqliteMemoryStore(
+            Path(folder) / "eval.sqlite", embedder=embedder, index_fields=index_fields
+        )
         try:
             search = create_retrieval_memory_search_provider(
                 store, embedder, config or CONVERSATION_PIPELINE
@@ -242,6 +248,7 @@ def evaluate_shared_store(
     config: RetrievalConfig | None = None,
     strategies: Sequence[str] = STRATEGIES,
     workdir: str | Path | None = None,
+    index_fields: Sequence[str] = INDEX_FIELDS,
 ) -> list[EvalReport]:
     """The same evaluation with every conversation in its own scope of ONE SQLite store
     (issue 19: a tenant's recall must not depend on the other tenants' text).
@@ -257,7 +264,9 @@ def evaluate_shared_store(
     convs = [load_conversation(path) for path in paths]
     reports: list[EvalReport] = []
     with tempfile.TemporaryDirectory(dir=workdir) as folder:
-        store = SqliteMemoryStore(Path(folder) / "shared.sqlite", embedder=embedder)
+        store = SqliteMemoryStore(
+            Path(folder) / "shared.sqlite", embedder=embedder, index_fields=index_fields
+        )
         try:
             search = create_retrieval_memory_search_provider(
                 store, embedder, config or CONVERSATION_PIPELINE

@@ -22,6 +22,7 @@ from typing import Any
 from ditto_worker.cli.demo import load_conversation
 from ditto_worker.cli.eval import (
     CONVERSATION_PIPELINE,
+    INDEX_FIELDS,
     STRATEGIES,
     EvalReport,
     evaluate_strategy,
@@ -61,6 +62,7 @@ def evaluate_on_fleet(
     pipeline: RetrievalConfig | None = None,
     strategies: Sequence[str] = STRATEGIES,
     config: RuntimeConfig | None = None,
+    index_fields: Sequence[str] = INDEX_FIELDS,
 ) -> EvalReport:
     """Ingest one conversation through the fleet and search every question per strategy.
 
@@ -70,6 +72,7 @@ def evaluate_on_fleet(
         pipeline: hybrid settings (default :data:`CONVERSATION_PIPELINE`).
         strategies: ``keyword``, ``vector``, ``hybrid``.
         config: runtime config (default: in-process fleet, built-in defaults).
+        index_fields: the store's ``indexFields`` (default ``speaker``).
 
     Raises:
         EvalError: a node call did not succeed.
@@ -79,7 +82,9 @@ def evaluate_on_fleet(
     conv = load_conversation(path)
     config = config or load_runtime_config(None, env={})
     with tempfile.TemporaryDirectory(prefix="ditto-eval-") as folder:
-        store = SqliteMemoryStore(Path(folder) / "eval.sqlite", embedder=embedder)
+        store = SqliteMemoryStore(
+            Path(folder) / "eval.sqlite", embedder=embedder, index_fields=index_fields
+        )
         search = create_retrieval_memory_search_provider(
             store, embedder, pipeline or CONVERSATION_PIPELINE
         )

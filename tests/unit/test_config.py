@@ -26,6 +26,7 @@ def test_reference_ditto_yaml_loads_with_defaults() -> None:
         "embedding": "none",  # MEM-SEARCH-6: no embedding unless configured
         "hybrid": {},
         "executionRetentionS": 86400,
+        "indexFields": [],
     }  # MEM-PY-8
     assert set(config.memory_worker.groups) == {"reads", "writes", "search"}
 

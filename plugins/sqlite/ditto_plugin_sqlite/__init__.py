@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from ditto_plugin_sqlite.store import SqliteMemoryStore
 from ditto_worker.errors import ConfigError
+from ditto_worker.memory.indexing import parse_fields
 
 __all__ = ["DEFAULT_PATH", "SqliteMemoryStore", "create_store"]
 
@@ -23,7 +24,7 @@ _ENV_PATH: Final = "DITTO_WORKER_MEMORY_SQLITE_PATH"
 _ENV_BUSY: Final = "DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS"
 _ENV_EMBEDDING: Final = "DITTO_WORKER_MEMORY_SQLITE_EMBEDDING"
 _SETTINGS: Final = frozenset(
-    {"path", "busyTimeoutMs", "embedding", "hybrid", "executionRetentionS"}
+    {"path", "busyTimeoutMs", "embedding", "hybrid", "executionRetentionS", "indexFields"}
 )
 
 
@@ -50,7 +51,9 @@ def create_store(
             ``vector``/``hybrid`` strategies, :func:`ditto_worker.retrieval.
             create_embedding_provider`) and ``hybrid`` (``RetrievalConfig`` settings of
             the ``hybrid`` strategy), ``executionRetentionS`` (how long a committed
-            execution id is remembered for exactly-once replays, s; default 86400). Other
+            execution id is remembered for exactly-once replays, s; default 86400),
+            ``indexFields`` (metadata fields indexed with the content for keyword and
+            vector search, default ``[]``; :mod:`ditto_worker.memory.indexing`). Other
             keys are rejected.
         env: the environment (default ``os.environ``). ``DITTO_WORKER_MEMORY_SQLITE_PATH``,
             ``DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS`` and
@@ -94,4 +97,5 @@ def create_store(
         embedder=embedder,
         hybrid=hybrid,
         execution_retention_s=retention_s,
+        index_fields=parse_fields(settings.get("indexFields")),
     )

@@ -25,6 +25,7 @@ from ditto_plugin_sqlite import vectors as vec
 from ditto_plugin_sqlite.db import open_connection, transaction, usable
 from ditto_plugin_sqlite.executions import DEFAULT_RETENTION_S, claim_replay, record
 from ditto_plugin_sqlite.fts import index_record, unindex_records
+from ditto_plugin_sqlite.fts import rebuild as rebuild_keywords
 from ditto_plugin_sqlite.rows import COLUMNS as _COLUMNS
 from ditto_plugin_sqlite.rows import Row as _Row
 from ditto_plugin_sqlite.rows import check_keys as _check_keys
@@ -64,17 +65,23 @@ from ditto_worker.memory.filters import (
     query_fingerprint,
     timestamp_now,
 )
+from ditto_worker.memory.indexing import (
+    INDEX_SETTING,
+    decode_fields,
+    encode_fields,
+    fields_mismatch,
+)
 from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
-from ditto_worker.memory.text import keyword_text
+from ditto_worker.memory.text import embedding_text, keyword_text
 
 __all__ = ["SqliteMemoryStore"]
 
 _DEFAULT_QUERY_LIMIT: Final = 100
 
 
-def _index(conn: sqlite3.Connection, seq: int, ns: str, key: str | None, content: Any) -> None:
-    index_record(conn, seq, ns, keyword_text(content, key))
+def _metadata(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
 
 
 class SqliteMemoryStore(SearchMixin):
@@ -132,8 +139,11 @@ class SqliteMemoryStore(SearchMixin):
         embedder: EmbeddingProvider | None = None,
         hybrid: Any = None,
         execution_retention_s: float = DEFAULT_RETENTION_S,
+        index_fields: Sequence[str] = (),
     ) -> None:
         self._path = os.fspath(path)
+        self._index_fields = tuple(index_fields)
+        self._index_mismatch: str | None = None
         self._retention_s = execution_retention_s
         Path(self._path).parent.mkdir(parents=True, exist_ok=True)
         self._busy_timeout_ms = busy_timeout_ms
@@ -149,11 +159,66 @@ class SqliteMemoryStore(SearchMixin):
         self._hybrid_settings = hybrid
         if embedder is not None:
             self.capabilities = VECTOR_CAPABILITIES
-        with transaction(self._conn(), None, write=embedder is not None) as conn:
+        write = embedder is not None or bool(self._index_fields)
+        with transaction(self._conn(), None, write=write) as conn:
             if embedder is not None:
                 stored = vec.claim_identity(conn, embedder.identity)
                 if stored != embedder.identity:
                     self._mismatch = vec.mismatch_message(embedder.identity, stored)
+            self._index_mismatch = self._claim_index_fields(conn)
+
+    def _claim_index_fields(self, conn: sqlite3.Connection) -> str | None:
+        """Record ``indexFields`` in an empty database; the mismatch message when the
+        database was indexed with other fields (:mod:`ditto_worker.memory.indexing`)."""
+        text = read_setting(conn, INDEX_SETTING)
+        if text is None and self._index_fields:
+            empty = conn.execute("SELECT 1 FROM memories LIMIT 1").fetchone() is None
+            if empty:
+                text = claim_setting(conn, INDEX_SETTING, encode_fields(self._index_fields))
+        stored = decode_fields(text)
+        return fields_mismatch("SQLite memory store", self._index_fields, stored)
+
+    def _index(
+        self, conn: sqlite3.Connection, seq: int, ns: str, key: str | None, content: Any,
+        metadata: Any,
+    ) -> None:  # fmt: skip
+        text = keyword_text(content, key, metadata, self._index_fields)
+        index_record(conn, seq, ns, text)
+
+    def _embedding_text(self, pair: tuple[Any, Any]) -> str:
+        """The text a ``(content, metadata)`` record is embedded by (``indexFields``)."""
+        return embedding_text(pair[0], pair[1], self._index_fields)
+
+    def _rebuild_index(self, batch_size: int) -> int:
+        """Rebuild the keyword index and every vector with the configured ``indexFields``,
+        then record them (``reindex_embeddings`` after an ``indexFields`` change)."""
+        self._check_model()
+        sql = "SELECT seq, namespace, key, content, metadata FROM memories ORDER BY seq"
+        with transaction(self._conn(), None, write=True) as conn:
+            rows = conn.execute(sql).fetchall()
+            rebuild_keywords(conn, [
+                (seq, ns, keyword_text(json.loads(c), key, _metadata(m), self._index_fields))
+                for seq, ns, key, c, m in rows
+            ])  # fmt: skip
+        done = 0
+        for start in range(0, len(rows) if self._embedder is not None else 0, batch_size):
+            chunk = rows[start : start + batch_size]
+            pairs = [(json.loads(row[3]), _metadata(row[4])) for row in chunk]
+            assert self._embedder is not None
+            blobs = vec.embed_contents(self._embedder, pairs, self._embedding_text)
+            with transaction(self._conn(), None, write=True) as conn:
+                for row, blob in zip(chunk, blobs, strict=True):
+                    alive = conn.execute("SELECT 1 FROM memories WHERE seq = ?", (row[0],))
+                    if alive.fetchone() is not None:
+                        vec.put_vector(conn, row[0], blob)
+                        done += blob is not None
+        with transaction(self._conn(), None, write=True) as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO store_settings (name, value) VALUES (?, ?)",
+                (INDEX_SETTING, encode_fields(self._index_fields)),
+            )
+        self._index_mismatch = None
+        return done
 
     @property
     def embedder(self) -> EmbeddingProvider | None:
@@ -162,24 +227,31 @@ class SqliteMemoryStore(SearchMixin):
 
     def reindex_embeddings(self, batch_size: int = 256) -> int:
         """Embed the records that have text but no vector (e.g. written before the store
-        had a provider); explicit, never run implicitly (MEM-SEARCH-6).
+        had a provider); explicit, never run implicitly (MEM-SEARCH-6). After an
+        ``indexFields`` change: rebuild the keyword index and re-embed every record with
+        the configured fields, then record them (other processes keep their own
+        ``indexFields`` until restarted).
 
         Returns:
             The number of records embedded (0 without an embedder).
 
         Raises:
-            MemoryError: ``ErrorCode.EMBEDDING_MISMATCH`` / ``EMBEDDING_UNAVAILABLE``.
+            MemoryError: ``ErrorCode.EMBEDDING_MISMATCH`` (another model) /
+                ``EMBEDDING_UNAVAILABLE``.
         """
+        if self._index_mismatch is not None:
+            return self._rebuild_index(batch_size)
         done, after = 0, 0
         while self._embedder is not None:
             with self._tx(None, write=False) as conn:
                 rows = vec.unembedded(conn, after, batch_size)
             if not rows:
                 return done
-            blobs = self._embed([json.loads(content) for _, content in rows])
+            pairs = [(json.loads(content), _metadata(meta)) for _, content, meta in rows]
+            blobs = self._embed(pairs)
             with self._tx(None, write=True) as conn:
-                self._store_vectors(conn, [seq for seq, _ in rows], blobs)
-            done, after = done + sum(blob is not None for blob in blobs or ()), rows[-1][0]
+                self._store_vectors(conn, [row[0] for row in rows], blobs)
+            done, after = done + sum(blob is not None for blob in blobs or ()), int(rows[-1][0])
         return done
 
     @property
@@ -234,17 +306,23 @@ class SqliteMemoryStore(SearchMixin):
             self._cursor_key = secret
         return self._cursor_key
 
-    def _check_identity(self) -> None:
-        """``EMBEDDING_MISMATCH`` when the embedder differs from the database's (MEM-RET-4)."""
+    def _check_model(self) -> None:
         if self._mismatch is not None:
             raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
 
-    def _embed(self, contents: Sequence[Any]) -> list[bytes | None] | None:
-        """Vector BLOBs of ``contents`` (before the write transaction), or ``None``."""
+    def _check_identity(self) -> None:
+        """``EMBEDDING_MISMATCH`` when the embedder differs from the database's, or the
+        ``indexFields`` from those its index was built with (MEM-RET-4)."""
+        self._check_model()
+        if self._index_mismatch is not None:
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._index_mismatch)
+
+    def _embed(self, pairs: Sequence[tuple[Any, Any]]) -> list[bytes | None] | None:
+        """Vector BLOBs of ``(content, metadata)`` pairs, or ``None`` without an embedder."""
         self._check_identity()
-        if self._embedder is None or not contents:
+        if self._embedder is None or not pairs:
             return None
-        return vec.embed_contents(self._embedder, contents)
+        return vec.embed_contents(self._embedder, pairs, self._embedding_text)
 
     def _blob_list(self, blobs: Any) -> list[bytes | None] | None:
         return None if self._embedder is None else [next(blobs)]
@@ -333,7 +411,7 @@ class SqliteMemoryStore(SearchMixin):
             for i, d in enumerate(drafts)
         ]
         ids = [uuid.uuid4().hex for _ in drafts]
-        blobs = self._embed([d.content for d in drafts])
+        blobs = self._embed([(d.content, d.metadata) for d in drafts])
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
         with self._tx(options, write=True) as conn:
@@ -351,7 +429,7 @@ class SqliteMemoryStore(SearchMixin):
                     (ns, memory_id, draft.key, content, metadata, now, now),
                 )
                 seqs.append(int(cur.lastrowid or 0))
-                _index(conn, seqs[-1], ns, draft.key, draft.content)
+                self._index(conn, seqs[-1], ns, draft.key, draft.content, draft.metadata)
             self._store_vectors(conn, seqs, blobs)
             items = [
                 _item((0, memory_id, draft.key, content, metadata))
@@ -383,8 +461,9 @@ class SqliteMemoryStore(SearchMixin):
                 params.append(_dump(entry.metadata, f"memories[{i}].metadata"))
             changes.append((sets, params))
         rows: list[_Row] = []
-        embedded = [entry for entry in entries if entry.has_content]
-        blobs = iter(self._embed([entry.content for entry in embedded]) or ())
+        fields = self._index_fields
+        embedded = [] if fields else [entry for entry in entries if entry.has_content]
+        blobs = iter(self._embed([(entry.content, None) for entry in embedded]) or ())
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
         with self._tx(options, write=True) as conn:
@@ -401,12 +480,17 @@ class SqliteMemoryStore(SearchMixin):
                     raise MemoryError(ErrorCode.NOT_FOUND, f"memories[{i}]: no memory with this id")
                 sql = f"UPDATE memories SET {', '.join(sets)} WHERE seq = ?"
                 conn.execute(sql, [now, *params, seq_row[0]])
-                if entry.has_content:  # a metadata-only update keeps the vector
-                    unindex_records(conn, [seq_row[0]])
-                    _index(conn, seq_row[0], ns, seq_row[1], entry.content)
-                    self._store_vectors(conn, [seq_row[0]], self._blob_list(blobs))
                 select = f"SELECT {_COLUMNS} FROM memories AS m WHERE m.seq = ?"
                 rows.append(conn.execute(select, (seq_row[0],)).fetchone())
+                if entry.has_content or (fields and entry.has_metadata):
+                    # a metadata-only update keeps the vector unless indexFields read it
+                    content, metadata = json.loads(rows[-1][3]), _metadata(rows[-1][4])
+                    unindex_records(conn, [seq_row[0]])
+                    self._index(conn, seq_row[0], ns, seq_row[1], content, metadata)
+                    # with indexFields the text needs the stored metadata: embedded here
+                    now_blobs = self._embed([(content, metadata)]) if fields else None
+                    blob = now_blobs if fields else self._blob_list(blobs)
+                    self._store_vectors(conn, [seq_row[0]], blob)
             items = [_item(row) for row in rows]
             output = [to_wire(i) for i in items]
             record(conn, eid, "MEMORY.UPDATE", output, self._retention_s, ns)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import sqlite3
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ditto_worker.errors import ErrorCode, MemoryError
@@ -94,14 +94,18 @@ def forbid_unembedded_write(conn: sqlite3.Connection) -> None:
         raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, mismatch_message(None, stored))
 
 
-def embed_contents(embedder: EmbeddingProvider, contents: Sequence[Any]) -> list[bytes | None]:
+def embed_contents(
+    embedder: EmbeddingProvider,
+    contents: Sequence[Any],
+    text_of: Callable[[Any], str] = content_text,
+) -> list[bytes | None]:
     """One vector BLOB per content (``None`` for content without text), one model batch
-    (:func:`ditto_worker.memory.vectors.content_vectors`).
+    (:func:`ditto_worker.memory.vectors.content_vectors`; ``text_of`` makes the text).
 
     Raises:
         MemoryError: the provider's ``EMBEDDING_UNAVAILABLE`` / ``EMBEDDING_MISMATCH``.
     """
-    vectors = kit.content_vectors(embedder, contents, content_text)
+    vectors = kit.content_vectors(embedder, contents, text_of)
     return [None if vector is None else to_blob(vector) for vector in vectors]
 
 
@@ -115,14 +119,17 @@ def put_vector(conn: sqlite3.Connection, seq: int, blob: bytes | None) -> None:
         )
 
 
-def unembedded(conn: sqlite3.Connection, after: int, limit: int) -> list[tuple[int, str]]:
-    """Up to ``limit`` ``(seq, content JSON)`` of records after ``after`` without a vector."""
+def unembedded(
+    conn: sqlite3.Connection, after: int, limit: int
+) -> list[tuple[int, str, str | None]]:
+    """Up to ``limit`` ``(seq, content JSON, metadata JSON)`` of records after ``after``
+    without a vector."""
     rows = conn.execute(
-        "SELECT m.seq, m.content FROM memories AS m WHERE m.seq > ? AND NOT EXISTS "
+        "SELECT m.seq, m.content, m.metadata FROM memories AS m WHERE m.seq > ? AND NOT EXISTS "
         "(SELECT 1 FROM memory_vectors AS v WHERE v.seq = m.seq) ORDER BY m.seq LIMIT ?",
         (after, limit),
     ).fetchall()
-    return [(int(seq), str(content)) for seq, content in rows]
+    return [(int(seq), str(content), meta) for seq, content, meta in rows]
 
 
 def query_blob(embedder: EmbeddingProvider, query: Any) -> bytes:
