@@ -183,7 +183,18 @@ def namespace_filter(namespace: str, node: FilterNode | None) -> models.Filter:
         models.FieldCondition(key="ns", match=models.MatchValue(value=namespace)),
     ]
     if node is not None:
-        must.append(to_condition(node))
+        condition = to_condition(node)
+        inner = condition.must if isinstance(condition, models.Filter) else None
+        plain_and = (
+            isinstance(condition, models.Filter)
+            and condition.should is None
+            and condition.must_not is None
+            and condition.min_should is None
+        )
+        if plain_and and isinstance(inner, list):  # one level less for local mode per point
+            must += inner
+        else:
+            must.append(condition)
     return models.Filter(must=must)
 
 
@@ -326,6 +337,33 @@ def _exists(field: FieldRef, exists: bool) -> models.Condition:
     return _present(key) if exists else _empty(key)
 
 
+def _merge_ranges(conditions: list[models.Condition]) -> list[models.Condition]:
+    """AND-ed ranges on one key as one range (``{n: {$gte: 1, $lt: 5}}``): one condition
+    less per point in local mode. Exact because every key ranged here (``fn.<h>``,
+    ``seq``, ``updatedUs``) holds one number, never an array."""
+    out: list[models.Condition] = []
+    slots: dict[str, int] = {}  # key -> position in `out` of its (merged) range
+    for condition in conditions:
+        if isinstance(condition, models.FieldCondition) and isinstance(
+            condition.range, models.Range
+        ):
+            bounds = condition.range.model_dump(exclude_none=True)
+            slot = slots.get(condition.key)
+            if slot is None:
+                slots[condition.key] = len(out)
+            else:
+                kept = out[slot]
+                assert isinstance(kept, models.FieldCondition) and kept.range is not None
+                merged = kept.range.model_dump(exclude_none=True)
+                if not set(merged) & set(bounds):
+                    out[slot] = models.FieldCondition(
+                        key=condition.key, range=models.Range(**merged, **bounds)
+                    )
+                    continue
+        out.append(condition)
+    return out
+
+
 def to_condition(node: FilterNode) -> models.Condition:
     """One Qdrant condition for a parsed filter (:func:`ditto_worker.memory.filters.
     parse_filter`), with the filter language's semantics (module docstring).
@@ -335,7 +373,8 @@ def to_condition(node: FilterNode) -> models.Condition:
             ``key`` or metadata.
     """
     if isinstance(node, And):
-        return models.Filter(must=[to_condition(child) for child in node.children])
+        merged = _merge_ranges([to_condition(c) for c in node.children])
+        return merged[0] if len(merged) == 1 else models.Filter(must=merged)
     if isinstance(node, Or):
         return models.Filter(should=[to_condition(child) for child in node.children])
     if isinstance(node, Exists):
