@@ -18,13 +18,18 @@ Paths (:data:`PATHS`; each a ``(prompt) -> Call`` function):
 * ``handler`` — ``create_infer_worker(...)``'s INFER.GENERATE handler called in-process
   with a ``NodeContext`` (validation, the streamed client, the abort timer, the check).
 
-A ``fleet`` path (the same call through ``DittoClient.invoke`` on the runtime, issue 12)
-is one more function in :data:`PATHS`. Paths run in blocks over all prompts, in the order
-A B … B A for ``--rounds 2`` (each path sees the same prompt-cache state; the server has
-one slot and keeps only the last prompt).
+* ``fleet``   — the same call through the fleet: ``DittoClient.invoke`` -> Redis (a
+  throwaway ``redis-server``) -> a real worker process (``python -m ditto_worker worker
+  --nodes infer --pool threads --concurrency 1``, pointed at the same model server by
+  ``DITTO_WORKER_INFER_BASE_URL``) -> the handler -> the model server.
+
+Paths run in blocks over all prompts, in the order A B C … C B A for ``--rounds 2`` (each
+path sees the same prompt-cache state; the server has one slot and keeps only the last
+prompt).
 
     python bench/infer.py                        # starts the local model (all cores)
     python bench/infer.py --prompts 32 --rounds 2 --threads 2
+    python bench/infer.py --paths direct,handler          # without Redis and a worker
     python bench/infer.py --base-url http://127.0.0.1:18080/v1 --model NAME   # a running server
 """
 
@@ -33,8 +38,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -189,11 +196,67 @@ def handler_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
     return run
 
 
+def fleet_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
+    from ditto_worker.config import FleetSettings
+    from ditto_worker.fleet import DittoClient
+    from ditto_worker.testing.servers import RedisServer
+
+    redis_server = RedisServer().start()
+    env = dict(os.environ)
+    env.update(
+        DITTO_BROKER_URL=redis_server.url + "/0",
+        DITTO_WORKER_INFER_BASE_URL=base_url,
+        DITTO_WORKER_INFER_MODEL=model,
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "infer", "--pool", "threads",
+         "--concurrency", "1", "--loglevel", "WARNING"],
+        env=env, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    client = DittoClient.from_fleet(FleetSettings(broker_url=redis_server.url + "/0"))
+    CLEANUP.append(lambda: (client.close(), _stop(worker), redis_server.close()))
+    bad = client.invoke(INFER_GENERATE, {"messages": []}, timeout=120)  # waits for the worker
+    assert bad.error is not None and bad.error.code == ErrorCode.INVALID_INPUT, bad
+
+    def run(p: Prompt) -> Call:
+        started = time.perf_counter()
+        result = client.invoke(
+            INFER_GENERATE,
+            {"messages": messages(p), "responseSchema": SCHEMA, "temperature": 0,
+             "maxTokens": MAX_TOKENS},
+            timeout=300,
+        )  # fmt: skip
+        latency = time.perf_counter() - started
+        if result.status == "success":
+            out = result.output
+            return Call(latency, out.usage.completion_tokens, out.json_)
+        assert result.error is not None, result
+        if result.error.code != ErrorCode.INFER_INVALID_OUTPUT:
+            raise SystemExit(f"fleet call failed: {result.error.code} {result.error.message}")
+        cut = "cut off" in result.error.message
+        return Call(latency, MAX_TOKENS if cut else 0, None, cut=cut)
+
+    return run
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+CLEANUP: list[Callable[[], Any]] = []
+"""What the paths started (a worker process, a Redis), stopped at the end."""
+
 PATHS: dict[str, Callable[[str, str], Callable[[Prompt], Call]]] = {
     "direct": direct_path,
     "handler": handler_path,
+    "fleet": fleet_path,
 }
-"""Path name -> ``(base_url, model) -> (prompt -> Call)``; add ``fleet`` here."""
+"""Path name -> ``(base_url, model) -> (prompt -> Call)``."""
 
 
 def summarize(calls: list[tuple[Prompt, Call]]) -> dict[str, float]:
@@ -243,6 +306,8 @@ def main() -> None:
                 print(f"  round {r + 1}: {name} done", file=sys.stderr, flush=True)
         rss = server.rss_bytes() if server is not None else 0
     finally:
+        for cleanup in reversed(CLEANUP):
+            cleanup()
         if server is not None:
             server.stop()
     report(results, names, start_s, rss, len(batch), args)

@@ -7,8 +7,8 @@ server uses one thread (``threads=1``): slower than two on an idle machine, but 
 step stays short when other work shares the cores, which the "slot free within a second"
 checks rely on.
 
-The handler is called directly with a :class:`NodeContext` (the runtime's fleet wiring,
-issue 12, comes later). Needs ``pip install -e ".[infer]"`` (in ``dev``): missing, the
+The handler is called directly with a :class:`NodeContext`, and once through the fleet (a
+real Celery worker thread on real Redis, ``DittoClient.invoke``). Needs ``pip install -e ".[infer]"`` (in ``dev``): missing, the
 tests skip locally and fail with ``DITTO_REQUIRE_SERVICES=1``.
 """
 
@@ -273,3 +273,52 @@ def test_without_an_endpoint_the_local_model_starts_itself_and_a_kill_is_unavail
         defn.close()
     assert handler.local_server is None
     assert server.process.poll() is not None
+
+
+# --- through the fleet (a real Celery worker on real Redis; issue 12's runtime) ------------
+
+
+def test_through_the_fleet_replies_fail_and_cancel_like_the_handler(
+    model: Any, start_fleet_worker: Any, client: Any
+) -> None:
+    settings = {"baseUrl": model.base_url, "model": model.model}
+    factory = lambda: create_infer_worker(settings, env={}, dotenv_path=None)  # noqa: E731
+    with start_fleet_worker(factory, queues=["infer.generate"], concurrency=1):
+        ok = client.invoke(
+            INFER_GENERATE,
+            {"messages": PREFERENCE_MESSAGES, "responseSchema": PREFERENCE_SCHEMA, "maxTokens": 96},
+            timeout=120,
+        )
+        assert ok.status == "success", ok.error
+        assert ok.output.json_["language"] == "German"  # parsed as InferGenerateOutput
+        assert ok.output.usage.completion_tokens > 0
+        cut = client.invoke(
+            INFER_GENERATE,
+            {"messages": PREFERENCE_MESSAGES, "responseSchema": PREFERENCE_SCHEMA, "maxTokens": 4},
+            timeout=120,
+        )
+        assert (cut.status, cut.error.code) == ("failed", ErrorCode.INFER_INVALID_OUTPUT)
+        bad = client.invoke(INFER_GENERATE, {"messages": []}, timeout=30)
+        assert (bad.status, bad.error.code) == ("failed", ErrorCode.INVALID_INPUT)
+
+        cancel = CancelToken()
+        box: dict[str, Any] = {}
+        call = threading.Thread(
+            target=lambda: box.update(
+                result=client.invoke(
+                    INFER_GENERATE, {"messages": LONG, "maxTokens": 400}, timeout=120, cancel=cancel
+                )
+            )
+        )
+        call.start()
+        wait_decoding(model.address)
+        cancelled_at = time.monotonic()
+        cancel.cancel()
+        call.join(30)
+        result = box["result"]
+        assert (result.status, result.error.code) == ("cancelled", ErrorCode.INFER_CANCELLED)
+        assert seconds_until_idle(model.address) + (time.monotonic() - cancelled_at) < 3.0
+
+        late = client.invoke(INFER_GENERATE, {"messages": LONG, "maxTokens": 400}, timeout=2.0)
+        assert (late.status, late.error.code) == ("timeout", ErrorCode.INFER_TIMEOUT)
+        assert seconds_until_idle(model.address) < 2.0  # the worker stopped at the deadline
