@@ -8,8 +8,9 @@ step stays short when other work shares the cores, which the "slot free within a
 checks rely on.
 
 The handler is called directly with a :class:`NodeContext`, and once through the fleet (a
-real Celery worker thread on real Redis, ``DittoClient.invoke``). Needs ``pip install -e ".[infer]"`` (in ``dev``): missing, the
-tests skip locally and fail with ``DITTO_REQUIRE_SERVICES=1``.
+real Celery worker thread on real Redis, ``DittoClient.invoke``). Needs ``pip install -e
+".[infer]"`` (in ``dev``): missing, the tests skip locally and fail with
+``DITTO_REQUIRE_SERVICES=1``.
 """
 
 from __future__ import annotations
