@@ -283,6 +283,35 @@ class RedisContextCache:
             return None
         return _context(reply)
 
+    def open(self, timeout_s: float) -> None:
+        """Connect now and load both scripts into Redis (``SCRIPT LOAD``), so a wrong URL
+        or a Redis that is down shows when a worker starts, and its first calls run
+        ``EVALSHA`` at once. The connection stays in the idle list for the first call.
+
+        Args:
+            timeout_s: longest wait for the connection and each reply, seconds.
+
+        Raises:
+            NodeError: ``CONTEXT_UNAVAILABLE`` (unreachable, no answer within
+                ``timeout_s``, or an error reply); the message never holds the URL.
+        """
+        conn = self._checkout()
+        try:
+            conn.socket_connect_timeout = timeout_s
+            conn.socket_timeout = timeout_s
+            conn.connect()
+            conn.update_current_socket_timeout(timeout_s)
+            for script in (UPDATE_SCRIPT, LOAD_SCRIPT):
+                conn.send_command("SCRIPT", "LOAD", script)
+                if conn.read_response() != _SHA[script].encode():
+                    raise _unavailable("(Redis) did not load the context scripts")
+        except BaseException as exc:
+            error = self._failure(exc, conn, timeout_s, None)
+            if error is None:
+                raise
+            raise error from None
+        self._checkin(conn)
+
     def close(self) -> None:
         """Close the idle connections; later calls open new ones."""
         with self._lock:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -75,6 +75,11 @@ class ContextWorkerSettings(BaseModel):
     )
     concurrency: int = Field(
         default=8, ge=1, description="Concurrent CONTEXT calls one worker process serves."
+    )
+    pool: Literal["prefork", "threads", "solo"] = Field(
+        default="threads",
+        description="Celery pool of `ditto-worker worker --nodes context`: threads (calls "
+        "wait on Redis; one process, one connection list, one in-process cache).",
     )
 
     @property

@@ -36,7 +36,7 @@ from ditto_worker.context.contracts import (
     ContextUpdateOutput,
 )
 from ditto_worker.context.merge import check_ingress, check_merged, invalid_input, merge_items
-from ditto_worker.context.settings import ContextWorkerSettings
+from ditto_worker.context.settings import REDIS_URL_ENV, ContextWorkerSettings
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.memory.checks import describe
 from ditto_worker.memory.scope import Scope
@@ -229,7 +229,9 @@ def create_context_worker(
 
     Returns:
         ``WorkerDefinition("CONTEXT", [CONTEXT.UPDATE, CONTEXT.LOAD])`` with
-        ``concurrency = settings.concurrency``. Nothing connects until the first call.
+        ``concurrency = settings.concurrency``. Nothing connects until the first call
+        or the definition's ``open`` hook (a worker process runs it before it announces
+        ready: it connects to Redis and loads the scripts).
 
     Raises:
         ValueError: ``redis_url`` is not a Redis URL.
@@ -257,11 +259,35 @@ def create_context_worker(
         ],
         concurrency=settings.concurrency,
         close=cache.close if owned else None,
+        open=lambda: _open(cache, settings),
     )
+
+
+def _open(cache: ContextCache, settings: ContextWorkerSettings) -> None:
+    """The definition's ``open`` hook (a worker process, before it announces ready):
+    connects to the Redis cache and loads its scripts, or says that cached contexts stay
+    in this process when no Redis is configured.
+
+    Raises:
+        NodeError: ``CONTEXT_UNAVAILABLE`` when the Redis cache does not answer within
+            ``workers.context.timeoutS`` (safe message, no URL).
+    """
+    open_cache = getattr(cache, "open", None)
+    if callable(open_cache):
+        open_cache(settings.timeout_s)
+        logger.info("CONTEXT: the context cache (Redis) answers; scripts loaded")
+    elif isinstance(cache, InProcessContextCache):
+        logger.warning(
+            "CONTEXT: no Redis configured (workers.context.redisUrl / %s): cached contexts "
+            "live in this worker process only, not shared with other CONTEXT workers and "
+            "lost when it stops",
+            REDIS_URL_ENV,
+        )
 
 
 def from_config(config: RuntimeConfig) -> WorkerDefinition:
     """The CONTEXT worker of a worker process, from ``workers.context`` in ``ditto.yaml``
     (entry point ``context`` of the group ``ditto_worker.workers``). Connects to nothing
-    until the first call (redis-py's pool reconnects per process after a fork)."""
+    until its ``open`` hook or the first call, in the process that serves (a forked
+    process drops its parent's connections)."""
     return create_context_worker(config.context_worker)

@@ -197,6 +197,17 @@ class ChatEndpoint:
         """Close the HTTP client."""
         self._client.close()
 
+    def probe(self, timeout_s: float) -> bool:
+        """Whether a server answers ``GET {baseUrl}/models`` within ``timeout_s``, with any
+        HTTP status (a 401 or a 404 still proves one is there). Nothing is logged."""
+        import httpx
+
+        try:
+            self._client.get("models", timeout=timeout_s)
+        except httpx.HTTPError:
+            return False
+        return True
+
     def chat(self, body: dict[str, Any], abort: CallAbort) -> ChatReply:
         """Send one chat completion request and read the whole (streamed) reply.
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic.alias_generators import to_camel
@@ -137,6 +137,11 @@ class InferSettings(_Section):
         ge=1,
         description="Concurrent INFER.GENERATE calls per worker: one per model-server slot "
         "(the local server has one).",
+    )
+    pool: Literal["prefork", "threads", "solo"] = Field(
+        default="threads",
+        description="Celery pool of `ditto-worker worker --nodes infer`: threads (a call "
+        "waits on the model server; one process, so one local model when it starts one).",
     )
     local: LocalModelSettings = Field(default_factory=LocalModelSettings)
 

@@ -23,9 +23,10 @@ for the kind; MEM-RT-4). Endpoint faults are ``INFER_UNAVAILABLE``, never retrie
 never messages, replies or the key.
 
 With no endpoint configured (``workers.infer.baseUrl`` and
-``DITTO_WORKER_INFER_BASE_URL`` empty) the first call starts the packaged local model
-(:mod:`ditto_worker.infer.local`) and logs a warning saying so; the definition's
-``close`` stops it.
+``DITTO_WORKER_INFER_BASE_URL`` empty) the packaged local model
+(:mod:`ditto_worker.infer.local`) is started by the definition's ``open`` hook (a worker
+process, before it announces ready) or else by the first call, with a warning saying so;
+the definition's ``close`` stops it.
 """
 
 from __future__ import annotations
@@ -310,6 +311,24 @@ class InferGenerate:
         )  # fmt: skip
         return self._local.base_url, self._settings.model or self._local.model
 
+    def open(self) -> None:
+        """Build the endpoint now (the definition's ``open`` hook: a worker process runs it
+        before it announces ready). With no endpoint configured this starts the local
+        model, so the first call does not wait for it; with one, the endpoint is asked for
+        ``/models`` once and a warning is logged when no server answers (calls then fail
+        ``INFER_UNAVAILABLE`` until one does: a model server may start after its workers).
+
+        Raises:
+            NodeError: ``INFER_UNAVAILABLE`` when the local model cannot start.
+        """
+        endpoint, _ = self._get_endpoint()
+        if self._local is None and not endpoint.probe(self._settings.connect_timeout_s):
+            logger.warning(
+                "INFER: the model endpoint (workers.infer.baseUrl / "
+                "DITTO_WORKER_INFER_BASE_URL) is not reachable yet; calls fail "
+                "INFER_UNAVAILABLE until it is"
+            )
+
     def close(self) -> None:
         """Close the HTTP client and stop a local model this handler started."""
         with self._lock:
@@ -340,8 +359,9 @@ def create_infer_worker(
 
     Returns:
         ``WorkerDefinition("INFER", {INFER.GENERATE}, concurrency=workers.infer.concurrency)``;
-        its ``close`` closes the HTTP client and stops a local model it started. Nothing
-        connects before the first call.
+        its ``open`` (run by a worker process before it announces ready) builds the
+        endpoint or starts the local model, its ``close`` closes the HTTP client and stops
+        a local model it started. Nothing connects before ``open`` or the first call.
 
     Raises:
         ConfigError: invalid settings (an ``apiKey`` in ``ditto.yaml`` included).
@@ -350,12 +370,13 @@ def create_infer_worker(
     handler = InferGenerate(resolved, endpoint_factory)
     spec = NodeSpec(INFER_GENERATE, handler, output=InferGenerateOutput)
     return WorkerDefinition.of(
-        "INFER", [spec], concurrency=resolved.concurrency, close=handler.close
-    )
+        "INFER", [spec], concurrency=resolved.concurrency, close=handler.close,
+        open=handler.open,
+    )  # fmt: skip
 
 
 def from_config(config: RuntimeConfig) -> WorkerDefinition:
     """The INFER worker of a worker process, from ``workers.infer`` in ``ditto.yaml`` (entry
     point ``infer`` of the group ``ditto_worker.workers``); nothing connects or starts
-    before the first call."""
+    before its ``open`` hook or the first call."""
     return create_infer_worker(config.infer_worker)

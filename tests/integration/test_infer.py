@@ -7,19 +7,25 @@ server uses one thread (``threads=1``): slower than two on an idle machine, but 
 step stays short when other work shares the cores, which the "slot free within a second"
 checks rely on.
 
-The handler is called directly with a :class:`NodeContext`, and once through the fleet (a
-real Celery worker thread on real Redis, ``DittoClient.invoke``). Needs ``pip install -e
-".[infer]"`` (in ``dev``): missing, the tests skip locally and fail with
-``DITTO_REQUIRE_SERVICES=1``.
+The handler is called directly with a :class:`NodeContext`, and once through the fleet: a
+real ``ditto-worker worker --nodes infer`` process on real Redis pointed at the module's
+server by ``DITTO_WORKER_INFER_BASE_URL``, called with ``DittoClient.invoke`` (text and
+schema replies, a cut reply, bad input, a client cancel and a deadline that free the
+slot). Needs ``pip install -e ".[infer]"`` (in ``dev``): missing, the tests skip locally
+and fail with ``DITTO_REQUIRE_SERVICES=1``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,10 +33,16 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from ditto_worker.errors import ErrorCode, NodeError
-from ditto_worker.infer import INFER_GENERATE, LocalModelSettings, create_infer_worker
+from ditto_worker.infer import (
+    INFER_GENERATE,
+    InferGenerateOutput,
+    LocalModelSettings,
+    create_infer_worker,
+)
 from ditto_worker.runtime import NodeContext, WorkerDefinition
 from ditto_worker.runtime.cancel import CancelToken
 from tests.conftest import missing_service
+from tests.integration._procs import WorkerProc
 
 pytestmark = pytest.mark.integration
 
@@ -276,50 +288,102 @@ def test_without_an_endpoint_the_local_model_starts_itself_and_a_kill_is_unavail
     assert server.process.poll() is not None
 
 
-# --- through the fleet (a real Celery worker on real Redis; issue 12's runtime) ------------
+# --- through the fleet: a real `ditto-worker worker --nodes infer` on real Redis --------------
 
 
-def test_through_the_fleet_replies_fail_and_cancel_like_the_handler(
-    model: Any, start_fleet_worker: Any, client: Any
+@pytest.fixture
+def infer_worker(model: Any, redis_url: str, tmp_path: Path) -> Iterator[WorkerProc]:
+    """``ditto-worker worker --nodes infer`` as an operator starts it: no pool or
+    concurrency option (the kind's own: threads, 1), the endpoint from
+    ``DITTO_WORKER_INFER_BASE_URL`` (what ``scripts/llm.sh start`` prints)."""
+    env = {
+        "DITTO_BROKER_URL": redis_url,
+        "DITTO_RESULT_BACKEND": "",
+        "DITTO_WORKER_INFER_BASE_URL": model.base_url,
+        "DITTO_WORKER_INFER_MODEL": model.model,
+    }
+    args = ["--nodes", "infer", "--hostname", f"infer-{os.getpid()}@localhost"]
+    worker = WorkerProc(tmp_path, args, env, "infer")
+    try:
+        worker.wait_ready()
+        yield worker
+    finally:
+        worker.stop()
+
+
+def test_through_the_fleet_text_schema_cancel_and_deadline(
+    model: Any, infer_worker: WorkerProc, redis_url: str, client: Any, tmp_path: Path
 ) -> None:
-    settings = {"baseUrl": model.base_url, "model": model.model}
-    factory = lambda: create_infer_worker(settings, env={}, dotenv_path=None)  # noqa: E731
-    with start_fleet_worker(factory, queues=["infer.generate"], concurrency=1):
-        ok = client.invoke(
-            INFER_GENERATE,
-            {"messages": PREFERENCE_MESSAGES, "responseSchema": PREFERENCE_SCHEMA, "maxTokens": 96},
-            timeout=120,
-        )
-        assert ok.status == "success", ok.error
-        assert ok.output.json_["language"] == "German"  # parsed as InferGenerateOutput
-        assert ok.output.usage.completion_tokens > 0
-        cut = client.invoke(
-            INFER_GENERATE,
-            {"messages": PREFERENCE_MESSAGES, "responseSchema": PREFERENCE_SCHEMA, "maxTokens": 4},
-            timeout=120,
-        )
-        assert (cut.status, cut.error.code) == ("failed", ErrorCode.INFER_INVALID_OUTPUT)
-        bad = client.invoke(INFER_GENERATE, {"messages": []}, timeout=30)
-        assert (bad.status, bad.error.code) == ("failed", ErrorCode.INVALID_INPUT)
+    # MEM-INF-1/2/3 through Redis: the caller sees what the handler answers
+    status = subprocess.run(
+        [sys.executable, "-m", "ditto_worker", "status", "--json", "--timeout", "3",
+         "--broker", redis_url],
+        cwd=tmp_path, env={**os.environ, "DITTO_BROKER_URL": ""},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    rows = {row["node"]: row for row in map(json.loads, status.stdout.splitlines())}
+    # one worker, one call at a time: the local server has one slot
+    assert rows["INFER.GENERATE"] == {"node": "INFER.GENERATE", "queue": "infer.generate",
+                                      "backlog": 0, "workers": 1, "processes": 1}  # fmt: skip
 
-        cancel = CancelToken()
-        box: dict[str, Any] = {}
-        call = threading.Thread(
-            target=lambda: box.update(
-                result=client.invoke(
-                    INFER_GENERATE, {"messages": LONG, "maxTokens": 400}, timeout=120, cancel=cancel
-                )
+    text = client.invoke(
+        INFER_GENERATE,
+        {"messages": [{"role": "user", "content": "Name the capital of France in one word."}],
+         "maxTokens": 16, "temperature": 0},
+        timeout=120,
+    )  # fmt: skip
+    assert text.status == "success", text.error
+    assert isinstance(text.output, InferGenerateOutput)  # parsed by the client
+    assert "Paris" in text.output.text and text.output.json_ is None
+    assert text.output.finish_reason == "stop" and text.output.model == model.model
+
+    ok = client.invoke(
+        INFER_GENERATE,
+        {"messages": PREFERENCE_MESSAGES, "responseSchema": PREFERENCE_SCHEMA, "maxTokens": 96},
+        timeout=120,
+    )
+    assert ok.status == "success", ok.error
+    assert ok.output.json_["language"] == "German"
+    assert list(Draft202012Validator(PREFERENCE_SCHEMA).iter_errors(ok.output.json_)) == []
+    assert ok.output.usage.completion_tokens > 0
+    cut = client.invoke(
+        INFER_GENERATE,
+        {"messages": PREFERENCE_MESSAGES, "responseSchema": PREFERENCE_SCHEMA, "maxTokens": 4},
+        timeout=120,
+    )
+    assert (cut.status, cut.error.code) == ("failed", ErrorCode.INFER_INVALID_OUTPUT)
+    bad = client.invoke(INFER_GENERATE, {"messages": []}, timeout=30)
+    assert (bad.status, bad.error.code) == ("failed", ErrorCode.INVALID_INPUT)
+
+    # a client cancel reaches the worker, which closes the request: the slot is free again
+    cancel = CancelToken()
+    box: dict[str, Any] = {}
+    call = threading.Thread(
+        target=lambda: box.update(
+            result=client.invoke(
+                INFER_GENERATE, {"messages": LONG, "maxTokens": 400}, timeout=120, cancel=cancel
             )
         )
-        call.start()
-        wait_decoding(model.address)
-        cancelled_at = time.monotonic()
-        cancel.cancel()
-        call.join(30)
-        result = box["result"]
-        assert (result.status, result.error.code) == ("cancelled", ErrorCode.INFER_CANCELLED)
-        assert seconds_until_idle(model.address) + (time.monotonic() - cancelled_at) < 3.0
+    )
+    call.start()
+    wait_decoding(model.address)
+    cancelled_at = time.monotonic()
+    cancel.cancel()
+    call.join(30)
+    result = box["result"]
+    assert (result.status, result.error.code) == ("cancelled", ErrorCode.INFER_CANCELLED)
+    assert seconds_until_idle(model.address) + (time.monotonic() - cancelled_at) < 3.0
+    # the next call is served at once, not queued behind the cancelled 400 tokens
+    started = time.monotonic()
+    hi = client.invoke(INFER_GENERATE, {"messages": [{"role": "user", "content": "Hi"}],
+                                        "maxTokens": 1}, timeout=60)  # fmt: skip
+    assert hi.status == "success" and hi.output.usage.completion_tokens == 1
+    assert time.monotonic() - started < 15
 
-        late = client.invoke(INFER_GENERATE, {"messages": LONG, "maxTokens": 400}, timeout=2.0)
-        assert (late.status, late.error.code) == ("timeout", ErrorCode.INFER_TIMEOUT)
-        assert seconds_until_idle(model.address) < 2.0  # the worker stopped at the deadline
+    # the caller's deadline travels with the call: the worker stops at it
+    late = client.invoke(INFER_GENERATE, {"messages": LONG, "maxTokens": 400}, timeout=2.0)
+    assert (late.status, late.error.code) == ("timeout", ErrorCode.INFER_TIMEOUT)
+    assert seconds_until_idle(model.address) < 2.0
+    log = infer_worker.log()
+    assert "INFER.GENERATE" in log  # the worker logged its calls, without their text:
+    assert "capital of France" not in log and "Paris" not in log and "German" not in log

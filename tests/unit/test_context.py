@@ -452,3 +452,31 @@ def test_importing_the_package_loads_no_redis_cache() -> None:  # MEM-RT-5
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --- the open hook (a worker process builds its resources before it announces ready) ------
+
+
+def test_open_of_a_redis_worker_fails_safely_when_redis_is_down() -> None:
+    import socket
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"redis://:s3cret-pw@127.0.0.1:{port}/0"
+    definition = create_context_worker(ContextWorkerSettings(redis_url=url, timeout_s=1))
+    assert definition.open is not None
+    with pytest.raises(NodeError) as info:
+        definition.open()
+    assert info.value.code == ErrorCode.CONTEXT_UNAVAILABLE
+    assert "s3cret" not in info.value.safe_message and str(port) not in info.value.safe_message
+
+
+def test_open_without_redis_says_the_cache_is_per_process(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("DITTO_WORKER_CONTEXT_REDIS_URL", raising=False)
+    definition = create_context_worker()
+    assert definition.open is not None
+    definition.open()
+    assert "this worker process only" in caplog.text

@@ -435,3 +435,37 @@ def test_usage_of_a_reply_with_several_chunks() -> None:
         out = call(worker(fake.base_url), {"messages": MSGS})
     assert out["text"] == "ab"
     assert out["usage"] == {"promptTokens": 11, "completionTokens": 2}
+
+
+# --- the open hook (a worker process builds its resources before it announces ready) ------
+
+
+def test_open_builds_the_endpoint_and_probes_it_without_failing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with FakeChatServer(reply_script("hi")) as fake:
+        definition = worker(fake.base_url)
+        assert definition.open is not None
+        definition.open()
+        assert "not reachable" not in caplog.text
+        assert fake.requests == []  # a GET of /models only: no chat request
+        assert call(definition, {"messages": MSGS})["text"] == "hi"
+        assert definition.close is not None
+        definition.close()
+    # nothing listening: a warning, not a failure (the model server may start later)
+    definition = worker(f"http://127.0.0.1:{free_port()}/v1")
+    assert definition.open is not None
+    definition.open()
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith("ditto_worker")]
+    assert any("INFER: the model endpoint" in m and "not reachable" in m for m in ours)
+    assert not any("127.0.0.1" in m for m in ours)  # the URL may hold credentials
+    err = failure(definition, {"messages": MSGS})
+    assert err.code == ErrorCode.INFER_UNAVAILABLE
+
+
+def test_open_without_an_endpoint_or_auto_start_fails() -> None:
+    definition = create_infer_worker({"local": {"autoStart": False}}, env={}, dotenv_path=None)
+    assert definition.open is not None
+    with pytest.raises(NodeError) as info:
+        definition.open()
+    assert info.value.code == ErrorCode.INFER_UNAVAILABLE
