@@ -3,9 +3,11 @@
 honcho starts every Procfile line — the worker groups, the retrieval, context and infer
 workers, Flower on a free port — exactly as written, against a Redis started apart (as the
 README says: stopping the fleet must not stop its broker); only the environment differs
-(ports, broker URL, fresh credentials, a SQLite file of the test's own). The demo then runs
+(ports, broker URL, fresh credentials, a SQLite file of the test's own, the context cache
+on database 1, the infer worker pointed at a loopback fake endpoint). The demo then runs
 through the fleet with ``--broker``, and Flower's ``/metrics`` (with the credentials; 401
-without) must count every MEMORY node's succeeded calls, as many as the demo made.
+without) must count every MEMORY node's succeeded calls, as many as the demo made, then the
+CONTEXT and INFER calls made after it.
 """
 
 from __future__ import annotations
@@ -30,8 +32,11 @@ from typing import TypeVar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ditto_worker.config import FleetSettings
 from ditto_worker.fleet.celery_app import fleet_nodes
+from ditto_worker.fleet.client import DittoClient
 from ditto_worker.testing.servers import RedisServer
+from tests.unit._fake_chat import FakeChatServer, reply_script
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -134,7 +139,14 @@ def _stop(proc: subprocess.Popen[bytes], log_path: Path) -> None:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
+def chat() -> Iterator[FakeChatServer]:
+    """The infer worker's endpoint: a loopback fake (the real model: test_infer.py)."""
+    with FakeChatServer(reply_script("fine")) as server:
+        yield server
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, chat: FakeChatServer) -> Iterator[Fleet]:
     """``honcho start`` with the repo's Procfile (and a Redis of its own, started apart);
     yields once Flower sees every worker."""
     if shutil.which("redis-server") is None:
@@ -154,6 +166,9 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
         "DITTO_WORKER_MEMORY_SQLITE_PATH": str(tmp_path / "fleet.sqlite"),
         "FLOWER_PORT": str(flower_port),
         "FLOWER_BASIC_AUTH": credentials,
+        # as `scripts/llm.sh start` would; unset, the infer line starts the local model
+        "DITTO_WORKER_INFER_BASE_URL": chat.base_url,
+        "DITTO_WORKER_INFER_MODEL": "fake-model",
     }
     log_path = tmp_path / "honcho.log"
     with log_path.open("wb") as log:
@@ -216,15 +231,34 @@ def test_honcho_fleet_runs_the_demo_and_flower_counts_every_node(fleet: Fleet) -
     counts = fleet.wait_for("Flower to count every demo call", all_counted, 15.0)
     assert all(counts[node] > 0 for node in NODES), counts
 
+    # the context and infer lines serve their queues, and Flower counts their calls
+    client = DittoClient.from_fleet(FleetSettings(broker_url=fleet.broker_url))
+    try:
+        scope = {"tenant": "t", "user": "u"}
+        item = {"id": "a", "sourceNode": "MEMORY.SEARCH", "content": "x"}
+        others = [
+            client.invoke("CONTEXT.UPDATE", {"name": "n", "ingress": [item]}, scope=scope),
+            client.invoke("CONTEXT.LOAD", {"name": "n"}, scope=scope),
+            client.invoke("INFER.GENERATE", {"messages": [{"role": "user", "content": "hi"}]}),
+        ]
+    finally:
+        client.close()
+    assert [r.status for r in others] == ["success"] * 3, [r.error for r in others]
+    assert others[1].output.found and others[2].output.text == "fine"
+    wanted = {"CONTEXT.UPDATE": 1, "CONTEXT.LOAD": 1, "INFER.GENERATE": 1}
+
+    def others_counted() -> bool | None:
+        counts = succeeded_per_node(fleet.metrics())
+        return True if {n: int(counts.get(n, 0)) for n in wanted} == wanted else None
+
+    fleet.wait_for("Flower to count the CONTEXT and INFER calls", others_counted, 15.0)
+
     status, body = http_get(url + "/api/queues/length", fleet.credentials)
     assert status == 200
     queues = len(fleet_nodes())  # every installed worker kind's queue, all drained
     assert body.count('"messages": 0') == queues and "retrieval.search" in body
 
     # our series on the same /metrics: calls by node, status and code; queue lengths
-    from ditto_worker.config import FleetSettings
-    from ditto_worker.fleet.client import DittoClient
-
     client = DittoClient.from_fleet(FleetSettings(broker_url=fleet.broker_url))
     try:
         bad = client.invoke("MEMORY.QUERY", {"limit": 0}, timeout=10)

@@ -316,3 +316,27 @@ def test_alert_rules_pass_promtool() -> None:
     out = subprocess.run(["promtool", "check", "rules", str(OPS / "alerts.yml")],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_context_and_infer_workers_get_their_endpoints() -> None:
+    # both lines leave pool and concurrency to the kind (threads; 8 and 1: issues 15, 16)
+    for kind in ["context", "infer"]:
+        argv = shlex.split(procfile()[kind])
+        assert "--concurrency" not in argv and "--pool" not in argv
+        assert normalized(compose_argv(compose()["services"][kind])) == normalized(argv)
+    services = compose()["services"]
+    context = services["context"]["environment"]
+    assert context["DITTO_WORKER_CONTEXT_REDIS_URL"].endswith("@redis:6379/1")  # its own db
+    infer = services["infer"]
+    for name in ["BASE_URL", "MODEL", "API_KEY"]:  # from the env or .env; empty by default
+        assert infer["environment"][f"DITTO_WORKER_INFER_{name}"] == (
+            f"${{DITTO_WORKER_INFER_{name}:-}}"
+        )
+    # an empty endpoint starts the packaged local model: the image has the infer extra, and
+    # the model is joined into a folder the image's user may write (its home is not)
+    assert "infer" in infer["build"]["args"]["EXTRAS"].split(",")
+    assert infer["image"] != services["reads"]["image"]
+    assert infer["environment"]["XDG_CACHE_HOME"].startswith("/data/")
+    assert "- ditto-data:/data" in (REPO / "compose.yaml").read_text()
+    # the shared worker settings reach it too (one anchor)
+    assert infer["environment"]["DITTO_WORKER_MEMORY_SQLITE_PATH"] == "/data/memory.sqlite"
