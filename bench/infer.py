@@ -43,6 +43,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -208,10 +209,12 @@ def fleet_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
         DITTO_WORKER_INFER_BASE_URL=base_url,
         DITTO_WORKER_INFER_MODEL=model,
     )
+    log = tempfile.NamedTemporaryFile(prefix="bench-infer-worker-", suffix=".log", delete=False)
+    print(f"  fleet worker log: {log.name}", file=sys.stderr)
     worker = subprocess.Popen(
         [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "infer", "--pool", "threads",
          "--concurrency", "1", "--loglevel", "WARNING"],
-        env=env, stdin=subprocess.DEVNULL,
+        env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     client = DittoClient.from_fleet(FleetSettings(broker_url=redis_server.url + "/0"))
     CLEANUP.append(lambda: (client.close(), _stop(worker), redis_server.close()))
