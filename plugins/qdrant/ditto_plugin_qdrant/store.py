@@ -545,7 +545,9 @@ class QdrantMemoryStore(NativeSearch):
         strict = False
         direction = models.Direction.DESC if desc else models.Direction.ASC
         while len(out) < n:
-            want = n - len(out) + 1
+            # one point more to see where a run ends; one more still after a cursor, whose
+            # own row comes back first (non-strict bound) and is dropped
+            want = n - len(out) + 1 + (after is not None)
             condition = flt
             if bound is not None:
                 op = ("lt" if strict else "lte") if desc else ("gt" if strict else "gte")
