@@ -9,22 +9,34 @@ turn, so the context keeps its size). Printed, one caller, sequential:
   (b) ``CONTEXT.UPDATE`` through its handler (``create_context_worker(...)``, a
       NodeContext built here): input validation, limits, one EVALSHA, output parsing;
   (c) ``CONTEXT.LOAD`` through its handler;
-  (d) through the fleet — added once the runtime serves worker definitions (issue 12):
-      fill in :func:`fleet_update` (``FLEET`` below) and it joins the table.
+  (d) ``CONTEXT.UPDATE`` through the fleet: ``Runtime.invoke`` (``create_ditto`` on the
+      broker, the scope as the call's header) -> Redis (the broker on another database
+      of the same server) -> a real worker process, ``python -m ditto_worker worker
+      --nodes context`` (its own pool: threads, 8) -> the handler -> the cache -> the
+      result back through Redis;
 
-with calls/s, p50/p95 ms and the ratio to (a). Then 8 concurrent writers on one key:
-the Lua update (b) against the alternative it replaced, WATCH/GET/MULTI/SET/EXEC with
-the merge in Python (optimistic retries counted), calls/s each.
+with calls/s, p50/p95 ms and the ratio to (a). Then the fleet with ``--writers``
+concurrent callers (calls/s: what one context worker process serves), and 8 concurrent
+writers on one key: the Lua update (b) against the alternative it replaced,
+WATCH/GET/MULTI/SET/EXEC with the merge in Python (optimistic retries counted), calls/s
+each.
 
     python bench/context.py                       # throwaway redis-server
     python bench/context.py --redis redis://127.0.0.1:6379/9 --calls 5000 --items 100
+
+With ``--redis``, the given database is flushed at the end and the fleet's broker uses
+the next one (``/10`` above).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -33,6 +45,8 @@ from typing import Any
 
 import redis
 
+from ditto_worker import create_ditto
+from ditto_worker.config import load_runtime_config
 from ditto_worker.context import ContextWorkerSettings, create_context_worker
 from ditto_worker.memory.scope import Scope
 from ditto_worker.runtime import NodeContext
@@ -79,6 +93,8 @@ class Setup:
         self.update = self.definition.nodes["CONTEXT.UPDATE"].handler
         self.load = self.definition.nodes["CONTEXT.LOAD"].handler
         self.client = redis.Redis.from_url(url)
+        self.cleanup: list[Callable[[], Any]] = []
+        self.fleet: Any = None  # the fleet column's Runtime, for the concurrent figure
 
     def ctx(self) -> NodeContext:
         return NodeContext("bench", node="CONTEXT.UPDATE", scope=self.scope,
@@ -116,10 +132,78 @@ def handler_load(s: Setup) -> Call:
     return lambda k: s.load({"name": "load"}, s.ctx())
 
 
+def broker_url(cache_url: str) -> str:
+    """The fleet's broker: the next database of the cache's Redis server."""
+    base, _, db = cache_url.rpartition("/")
+    return f"{base}/{(int(db or 0) + 1) % 16}"
+
+
 def fleet_update(s: Setup) -> Call:
-    """CONTEXT.UPDATE through the fleet (a worker process serving the CONTEXT definition,
-    a client ``invoke``). Needs the runtime of issue 12; until then this column is n/a."""
-    raise NotImplementedError("the fleet runtime (issue 12) has not landed")
+    """CONTEXT.UPDATE through the fleet (see the module docstring, column (d))."""
+    broker = broker_url(s.url)
+    env = {**os.environ, "DITTO_BROKER_URL": broker, "DITTO_RESULT_BACKEND": "",
+           "DITTO_WORKER_CONTEXT_REDIS_URL": s.url}  # fmt: skip
+    log = tempfile.NamedTemporaryFile(prefix="bench-context-worker-", suffix=".log")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "context",
+         "--loglevel", "WARNING", "--hostname", f"bench-context-{os.getpid()}@localhost"],
+        env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    s.cleanup.append(log.close)
+    runtime = create_ditto(
+        config=load_runtime_config({"fleet": {"brokerUrl": broker}}, env={}),
+        scope={"tenant": s.scope.tenant, "user": s.scope.user},
+    )
+    s.fleet = runtime
+    s.cleanup += [runtime.close, lambda: _stop(worker)]
+    s.fill("fleet")
+    deadline = time.monotonic() + 120
+    while runtime.invoke("CONTEXT.LOAD", {"name": "fleet"}, timeout=2).status != "success":
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("the context worker did not start:\n" + _tail(log.name))
+
+    def call(k: int) -> None:
+        body = {"name": "fleet", "ingress": [item(k % s.items, s.content)]}
+        result = runtime.invoke("CONTEXT.UPDATE", body, timeout=10)
+        if result.status != "success":
+            raise SystemExit(f"fleet call failed: {result.error}")
+
+    return call
+
+
+def _tail(path: str) -> str:
+    with open(path, errors="replace") as f:
+        return f.read()[-3000:]
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def fleet_concurrent(s: Setup, callers: int, per_caller: int) -> float:
+    """calls/s of ``callers`` threads sending CONTEXT.UPDATE through the fleet (each on a
+    context of its own), served by the one worker process of column (d)."""
+    runtime = s.fleet
+    for c in range(callers):
+        s.fill(f"fleet-{c}")
+
+    def body(c: int) -> None:
+        for i in range(per_caller):
+            body = {"name": f"fleet-{c}", "ingress": [item(i % s.items, s.content)]}
+            assert runtime.invoke("CONTEXT.UPDATE", body, timeout=30).status == "success"
+
+    threads = [threading.Thread(target=body, args=(c,)) for c in range(callers)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return callers * per_caller / (time.perf_counter() - start)
 
 
 COLUMNS: list[tuple[str, Callable[[Setup], Call]]] = [
@@ -209,12 +293,18 @@ def run(url: str, calls: int, items: int, content_bytes: int, writers: int) -> N
             f"{got['p50_ms'] / base['p50_ms']:>11.2f}"
         )
     per_writer = max(1, calls // writers)
+    if s.fleet is not None:
+        rate = fleet_concurrent(s, writers, per_writer)
+        print(f"(d) UPDATE fleet, {writers} concurrent callers (one context each): "
+              f"{rate:.0f} calls/s")  # fmt: skip
     c = contended(s, writers, per_writer)
     print(
         f"{writers} writers x {per_writer} updates on one key: Lua {c['lua_calls_per_s']:.0f} "
         f"calls/s (version +{c['lua_version']}); WATCH/MULTI {c['watch_calls_per_s']:.0f} "
         f"calls/s, {c['watch_retries']:.0f} retries (version {c['watch_version']:.0f})"
     )
+    for cleanup in reversed(s.cleanup):
+        cleanup()
     s.client.flushdb()
     s.client.close()
     if s.definition.close is not None:

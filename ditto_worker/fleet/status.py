@@ -1,9 +1,12 @@
 """Fleet status: per-queue backlog from the broker and per-node workers from ``celery inspect``.
 
-``ditto-worker status`` prints one row per MEMORY node::
+``ditto-worker status`` prints one row per node of every installed worker kind (MEMORY,
+RETRIEVAL, CONTEXT, INFER, a kind of your own), in the order the worker definitions give::
 
-    node           queue            backlog  workers  processes
-    MEMORY.GET     memory.get             0        1          4
+    node              queue              backlog  workers  processes
+    CONTEXT.UPDATE    context.update           0        1          8
+    ...
+    MEMORY.GET        memory.get               0        1          4
     ...
 
 - **backlog**: messages waiting in the node's queue on the broker, not yet taken by a
@@ -51,7 +54,7 @@ class BrokerUnavailableError(DittoError):
 
 @dataclass(frozen=True)
 class QueueStatus:
-    """One row of the status table: a MEMORY node and its queue.
+    """One row of the status table: a node and its queue.
 
     Attributes:
         node: node id, e.g. ``MEMORY.GET`` (also the Celery task name).
