@@ -16,12 +16,12 @@ Paths (:data:`PATHS`; each a ``(prompt) -> Call`` function):
 * ``direct``  — the model server called directly with httpx (the same streamed request
   body the handler sends, minimal SSE parsing, the same jsonschema check);
 * ``handler`` — ``create_infer_worker(...)``'s INFER.GENERATE handler called in-process
-  with a ``NodeContext`` (validation, the streamed client, the abort timer, the check).
-
+  with a ``NodeContext`` (validation, the streamed client, the abort timer, the check);
 * ``fleet``   — the same call through the fleet: ``DittoClient.invoke`` -> Redis (a
   throwaway ``redis-server``) -> a real worker process (``python -m ditto_worker worker
-  --nodes infer --pool threads --concurrency 1``, pointed at the same model server by
-  ``DITTO_WORKER_INFER_BASE_URL``) -> the handler -> the model server.
+  --nodes infer``: its own pool, threads, concurrency 1; pointed at the same model server
+  by ``DITTO_WORKER_INFER_BASE_URL``) -> the handler -> the model server -> the result
+  back through Redis.
 
 Paths run in blocks over all prompts, in the order A B C … C B A for ``--rounds 2`` (each
 path sees the same prompt-cache state; the server has one slot and keeps only the last
@@ -40,6 +40,7 @@ import itertools
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -212,14 +213,15 @@ def fleet_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
     log = tempfile.NamedTemporaryFile(prefix="bench-infer-worker-", suffix=".log", delete=False)
     print(f"  fleet worker log: {log.name}", file=sys.stderr)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "infer", "--pool", "threads",
-         "--concurrency", "1", "--loglevel", "WARNING"],
+        [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "infer",
+         "--loglevel", "WARNING", "--hostname", f"bench-infer-{os.getpid()}@localhost"],
         env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     client = DittoClient.from_fleet(FleetSettings(broker_url=redis_server.url + "/0"))
-    CLEANUP.append(lambda: (client.close(), _stop(worker), redis_server.close()))
+    CLEANUP.append(lambda: (client.close(), _stop(worker), redis_server.close(), log.close()))
     bad = client.invoke(INFER_GENERATE, {"messages": []}, timeout=120)  # waits for the worker
-    assert bad.error is not None and bad.error.code == ErrorCode.INVALID_INPUT, bad
+    if bad.error is None or bad.error.code != ErrorCode.INVALID_INPUT:
+        raise SystemExit(f"the infer worker did not answer: {bad.error}\n{_tail(log.name)}")
 
     def run(p: Prompt) -> Call:
         started = time.perf_counter()
@@ -240,6 +242,11 @@ def fleet_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
         return Call(latency, MAX_TOKENS if cut else 0, None, cut=cut)
 
     return run
+
+
+def _tail(path: str) -> str:
+    with open(path, errors="replace") as f:
+        return f.read()[-3000:]
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -289,6 +296,8 @@ def main() -> None:
     parser.add_argument("--model", default="")
     args = parser.parse_args()
     names = args.paths.split(",")
+    # SIGTERM ends the run through the cleanup below (the worker, Redis, the local model)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     server = None
     base_url, model, start_s = args.base_url, args.model, None
     if not base_url:
