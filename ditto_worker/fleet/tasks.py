@@ -312,17 +312,20 @@ def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
         if getattr(app, "_ditto_main_pid", None) not in (None, os.getpid()):
             ignore_group_sigterm()  # a prefork child: finish the call, the parent stops us
         if not getattr(app, "_ditto_pool_threads", False):
-            _open_quietly(runtime, None)
+            # only the definitions of the queues this worker consumes (worker_init found
+            # them before the fork); unknown: none — handlers build on first use
+            _open_quietly(runtime, getattr(app, "_ditto_served", None) or [])
 
     def worker_init(sender: Any = None, **_: Any) -> None:
         owner: Any = getattr(sender, "app", None)
         if owner is None or owner is not app:
             return
         app._ditto_main_pid = os.getpid()
+        app._ditto_served = served(sender)
         pool = str(getattr(sender, "pool_cls", "") or "")
         if "thread" in pool.lower():  # the threads pool has no worker_process_init
             app._ditto_pool_threads = True
-            _open_quietly(runtime, served(sender))
+            _open_quietly(runtime, app._ditto_served or [])
 
     # held by the app, connected weakly: an app that is gone leaves no handler behind
     app._ditto_signal_handlers = (process_init, worker_init)
