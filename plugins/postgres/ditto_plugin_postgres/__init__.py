@@ -17,6 +17,7 @@ from typing import Any, Final
 from ditto_plugin_postgres.migrations import LATEST_VERSION, MigrationReport
 from ditto_plugin_postgres.store import PostgresMemoryStore
 from ditto_worker.errors import ConfigError
+from ditto_worker.memory.indexing import parse_fields
 
 __all__ = [
     "ENV_SCHEMA",
@@ -43,6 +44,7 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "embedding": "none",
     "hybrid": None,
     "executionRetentionS": 86400.0,
+    "indexFields": None,
 }
 
 
@@ -126,6 +128,7 @@ def create_store(
             embedder=embedder,
             hybrid=hybrid,
             execution_retention_s=_number(values, "executionRetentionS", 0),
+            index_fields=parse_fields(values["indexFields"]),
         )
     except ValueError as exc:
         raise ConfigError(f"plugins.postgres.schema: {exc}") from exc

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 import psycopg
@@ -71,14 +71,15 @@ def adjust(
         )
 
 
-def rebuild(conn: psycopg.Connection, schema: str) -> None:
-    """Re-index every record with Python terms (migration 5, in its transaction)."""
+def rebuild(conn: psycopg.Connection, schema: str, fields: Sequence[str] = ()) -> None:
+    """Re-index every record with Python terms (migration 5, in its transaction; and
+    ``reindex_embeddings`` after an ``indexFields`` change, with ``fields``)."""
     after = 0
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     ids: dict[str, int] = {}
     while True:
         rows = conn.execute(
-            f"SELECT seq, namespace, key, content::text FROM {schema}.memories "
+            f"SELECT seq, namespace, key, content::text, metadata::text FROM {schema}.memories "
             "WHERE seq > %s ORDER BY seq LIMIT %s",
             [after, _BATCH],
         ).fetchall()
@@ -87,8 +88,9 @@ def rebuild(conn: psycopg.Connection, schema: str) -> None:
         seqs: list[int] = []
         vectors: list[str] = []
         counts: list[int] = []
-        for seq, namespace, key, content in rows:
-            terms = record_terms(keyword_text(json.loads(content), key))
+        for seq, namespace, key, content, meta in rows:
+            metadata = None if meta is None else json.loads(meta)
+            terms = record_terms(keyword_text(json.loads(content), key, metadata, fields))
             if namespace not in ids:
                 ids[namespace] = scope_id(conn, schema, namespace, create=True) or 0
             seqs.append(int(seq))

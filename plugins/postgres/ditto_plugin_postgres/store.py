@@ -68,11 +68,22 @@ from ditto_worker.memory.filters import (
     query_fingerprint,
     timestamp_now,
 )
+from ditto_worker.memory.indexing import (
+    INDEX_SETTING,
+    decode_fields,
+    encode_fields,
+    fields_mismatch,
+)
 from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
-from ditto_worker.memory.text import keyword_text
+from ditto_worker.memory.text import embedding_text, keyword_text
 
 __all__ = ["PostgresMemoryStore"]
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
 
 _DEFAULT_QUERY_LIMIT: Final = 100
 
@@ -136,7 +147,10 @@ class PostgresMemoryStore(SearchMixin):
         embedder: EmbeddingProvider | None = None,
         hybrid: Any = None,
         execution_retention_s: float = DEFAULT_RETENTION_S,
+        index_fields: Sequence[str] = (),
     ) -> None:
+        self._index_fields = tuple(index_fields)
+        self._index_mismatch: str | None = None
         self._quoted = quote_schema(schema)
         self._retention_s = execution_retention_s
         self._table = f"{self._quoted}.memories"
@@ -199,6 +213,7 @@ class PostgresMemoryStore(SearchMixin):
                         check_schema(conn, self.schema)
                     if self._embedder is not None:
                         self._claim(conn, self._embedder)
+                    self._claim_index_fields(conn)
                     self._cursor_key = claim_setting(
                         conn, self._quoted, CURSOR_SECRET_SETTING, new_cursor_secret()
                     )
@@ -221,6 +236,78 @@ class PostgresMemoryStore(SearchMixin):
         if stored != embedder.identity:
             self._mismatch = vec.mismatch_message(embedder.identity, stored)
 
+    def _claim_index_fields(self, conn: psycopg.Connection) -> None:
+        """Record ``indexFields`` in an empty schema; remember a mismatch with the fields
+        the index was built with (:mod:`ditto_worker.memory.indexing`)."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", [self._write_lock])
+            row = conn.execute(
+                f"SELECT value FROM {self._quoted}.store_settings WHERE name = %s",
+                [INDEX_SETTING],
+            ).fetchone()
+            text = None if row is None else str(row[0])
+            if text is None and self._index_fields:
+                empty = conn.execute(f"SELECT 1 FROM {self._table} LIMIT 1").fetchone() is None
+                if empty:
+                    text = encode_fields(self._index_fields)
+                    conn.execute(
+                        f"INSERT INTO {self._quoted}.store_settings (name, value) VALUES (%s, %s)",
+                        [INDEX_SETTING, text],
+                    )
+        stored = decode_fields(text)
+        self._index_mismatch = fields_mismatch(
+            "PostgreSQL memory store", self._index_fields, stored
+        )
+
+    def reindex_embeddings(self, batch_size: int = 256) -> int:
+        """After an ``indexFields`` change: rebuild the keyword index and re-embed every
+        record with the configured fields, then record them (other processes keep their
+        own ``indexFields`` until restarted). Without a change: nothing (every record
+        already has its vector: a store with a provider embeds on write).
+
+        Returns:
+            The number of records embedded.
+
+        Raises:
+            MemoryError: ``EMBEDDING_MISMATCH`` (another model) / ``EMBEDDING_UNAVAILABLE``.
+        """
+        pool = self._get_pool()
+        if self._mismatch is not None:
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
+        if self._index_mismatch is None:
+            return 0
+        with pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", [self._write_lock])
+            keywords.rebuild(conn, self._quoted, self._index_fields)
+        done, after = 0, 0
+        while self._embedder is not None:
+            with pool.connection() as conn:
+                rows = conn.execute(
+                    f"SELECT seq, content::text, metadata::text FROM {self._table} "
+                    "WHERE seq > %s ORDER BY seq LIMIT %s",
+                    [after, batch_size],
+                ).fetchall()
+            if not rows:
+                break
+            pairs = [(json.loads(c), None if m is None else json.loads(m)) for _, c, m in rows]
+            literals = vec.embed_contents(self._embedder, pairs, self._embedding_text)
+            with pool.connection() as conn, conn.transaction():
+                self._store_vectors(conn, [int(row[0]) for row in rows], literals)
+            done += sum(literal is not None for literal in literals)
+            after = int(rows[-1][0])
+        with pool.connection() as conn, conn.transaction():
+            conn.execute(
+                f"INSERT INTO {self._quoted}.store_settings (name, value) VALUES (%s, %s) "
+                "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+                [INDEX_SETTING, encode_fields(self._index_fields)],
+            )
+        self._index_mismatch = None
+        return done
+
+    def _embedding_text(self, pair: tuple[Any, Any]) -> str:
+        """The text a ``(content, metadata)`` record is embedded by (``indexFields``)."""
+        return embedding_text(pair[0], pair[1], self._index_fields)
+
     def _tx(self, options: MemoryCallOptions | None) -> AbstractContextManager[psycopg.Connection]:
         pool = self._get_pool()
         self._check_identity()
@@ -235,17 +322,21 @@ class PostgresMemoryStore(SearchMixin):
         return self._cursor_key
 
     def _check_identity(self) -> None:
-        """``EMBEDDING_MISMATCH`` when the embedder differs from the schema's (MEM-RET-4)."""
+        """``EMBEDDING_MISMATCH`` when the embedder differs from the schema's, or the
+        ``indexFields`` from those its index was built with (MEM-RET-4)."""
         if self._mismatch is not None:
             raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
+        if self._index_mismatch is not None:
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._index_mismatch)
 
-    def _embed(self, contents: Sequence[Any]) -> list[str | None] | None:
-        """Vector literals of ``contents`` (before the write transaction), or ``None``."""
+    def _embed(self, pairs: Sequence[tuple[Any, Any]]) -> list[str | None] | None:
+        """Vector literals of ``(content, metadata)`` pairs (before the write
+        transaction), or ``None`` without an embedder."""
         self._get_pool()
         self._check_identity()
-        if self._embedder is None or not contents:
+        if self._embedder is None or not pairs:
             return None
-        return vec.embed_contents(self._embedder, contents)
+        return vec.embed_contents(self._embedder, pairs, self._embedding_text)
 
     def _store_vectors(
         self, conn: psycopg.Connection, seqs: Sequence[int], literals: list[str | None] | None
@@ -335,9 +426,10 @@ class PostgresMemoryStore(SearchMixin):
             None if d.metadata is None else dump(d.metadata, f"memories[{i}].metadata", False)
             for i, d in enumerate(drafts)
         ]
-        terms = [record_terms(keyword_text(d.content, d.key)) for d in drafts]
+        fields = self._index_fields
+        terms = [record_terms(keyword_text(d.content, d.key, d.metadata, fields)) for d in drafts]
         ids = [uuid.uuid4().hex for _ in drafts]
-        literals = self._embed([d.content for d in drafts])
+        literals = self._embed([(d.content, d.metadata) for d in drafts])
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
         with self._tx(options) as conn:
@@ -403,7 +495,9 @@ class PostgresMemoryStore(SearchMixin):
         changes = [update_sql(i, entry) for i, entry in enumerate(input.memories)]
         ids = [entry.id for entry in input.memories]
         rows: list[Row] = []
-        embedded = self._embed([e.content for e in input.memories if e.has_content])
+        fields = self._index_fields
+        wanted = [] if fields else [e for e in input.memories if e.has_content]
+        embedded = self._embed([(e.content, None) for e in wanted])
         literals = None if embedded is None else iter(embedded)
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
@@ -412,11 +506,12 @@ class PostgresMemoryStore(SearchMixin):
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(i) for i in replay]
             found = conn.execute(
-                f"SELECT id, key, terms FROM {self._table} "
+                f"SELECT id, key, terms, content::text, metadata::text FROM {self._table} "
                 "WHERE namespace = %s AND id = ANY(%s::text[])",
                 [ns, ids],
             ).fetchall()
             present = {row[0]: (row[1], int(row[2])) for row in found}
+            stored = {row[0]: (json.loads(row[3]), _json(row[4])) for row in found}
             for index, memory_id in enumerate(ids):
                 if memory_id not in present:
                     raise MemoryError(
@@ -424,13 +519,18 @@ class PostgresMemoryStore(SearchMixin):
                     )
             now = timestamp_now()
             scope = 0
-            if any(entry.has_content for entry in input.memories):
+            if any(entry.has_content or fields for entry in input.memories):
                 scope = keywords.scope_id(conn, self._quoted, ns, create=True) or 0
             counts: list[tuple[int, int]] = []
             for entry, change in zip(input.memories, changes, strict=True):
-                if entry.has_content:  # the keyword terms follow the content
+                content, metadata = stored[entry.id]
+                content = entry.content if entry.has_content else content
+                metadata = entry.metadata if entry.has_metadata else metadata
+                stored[entry.id] = (content, metadata)
+                reindex = entry.has_content or bool(fields and entry.has_metadata)
+                if reindex:  # the keyword terms follow the content (and indexFields)
                     key, old = present[entry.id]
-                    terms = record_terms(keyword_text(entry.content, key))
+                    terms = record_terms(keyword_text(content, key, metadata, fields))
                     change = Sql(
                         f"{change.text}, tsv = %s::tsvector, terms = %s",
                         [*change.params, tsvector_literal(terms, scope), len(terms)],
@@ -443,8 +543,11 @@ class PostgresMemoryStore(SearchMixin):
                 )
                 params = [now, *change.params, ns, entry.id]
                 rows.append(conn.execute(sql, params).fetchone() or ())
-                if entry.has_content:  # a metadata-only update keeps the vector
-                    literal = None if literals is None else [next(literals)]
+                if reindex:  # a metadata-only update keeps the vector unless fields read it
+                    if fields:  # the text needs the stored metadata: embedded here
+                        literal = self._embed([(content, metadata)])
+                    else:
+                        literal = None if literals is None else [next(literals)]
                     self._store_vectors(conn, [int(rows[-1][0])], literal)
             keywords.adjust(conn, self._quoted, ns, counts)
             items = [item(row) for row in rows]

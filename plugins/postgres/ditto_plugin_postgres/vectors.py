@@ -33,7 +33,7 @@ approximate (its recall); the count is exact.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import psycopg
@@ -140,14 +140,18 @@ def forbid_unembedded_write(conn: psycopg.Connection, schema: str) -> None:
         raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, mismatch_message(None, stored))
 
 
-def embed_contents(embedder: EmbeddingProvider, contents: Sequence[Any]) -> list[str | None]:
+def embed_contents(
+    embedder: EmbeddingProvider,
+    contents: Sequence[Any],
+    text_of: Callable[[Any], str] = content_text,
+) -> list[str | None]:
     """One vector literal per content (``None`` for content without text), one batch
     (:func:`ditto_worker.memory.vectors.content_vectors`).
 
     Raises:
         MemoryError: the provider's ``EMBEDDING_UNAVAILABLE`` / ``EMBEDDING_MISMATCH``.
     """
-    vectors = kit.content_vectors(embedder, contents, content_text)
+    vectors = kit.content_vectors(embedder, contents, text_of)
     return [None if vector is None else to_literal(vector) for vector in vectors]
 
 
