@@ -239,16 +239,17 @@ class PostgresMemoryStore(SearchMixin):
     def _claim_index_fields(self, conn: psycopg.Connection) -> None:
         """Record ``indexFields`` in an empty schema; remember a mismatch with the fields
         the index was built with (:mod:`ditto_worker.memory.indexing`)."""
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", [self._write_lock])
-            row = conn.execute(
-                f"SELECT value FROM {self._quoted}.store_settings WHERE name = %s",
-                [INDEX_SETTING],
-            ).fetchone()
-            text = None if row is None else str(row[0])
-            if text is None and self._index_fields:
+        read = f"SELECT value FROM {self._quoted}.store_settings WHERE name = %s"
+        row = conn.execute(read, [INDEX_SETTING]).fetchone()
+        text = None if row is None else str(row[0])
+        if text is None and self._index_fields:  # maybe the first store: claim under the
+            # writers' lock (taken only then: a store without fields never waits here)
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", [self._write_lock])
+                row = conn.execute(read, [INDEX_SETTING]).fetchone()
+                text = None if row is None else str(row[0])
                 empty = conn.execute(f"SELECT 1 FROM {self._table} LIMIT 1").fetchone() is None
-                if empty:
+                if text is None and empty:
                     text = encode_fields(self._index_fields)
                     conn.execute(
                         f"INSERT INTO {self._quoted}.store_settings (name, value) VALUES (%s, %s)",
