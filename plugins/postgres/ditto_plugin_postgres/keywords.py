@@ -26,6 +26,9 @@ MIGRATION: Final = (
     'namespace text COLLATE "C" NOT NULL UNIQUE, records bigint NOT NULL DEFAULT 0, '
     "terms bigint NOT NULL DEFAULT 0)",
     "ALTER TABLE {s}.memories ADD COLUMN terms integer NOT NULL DEFAULT 0",
+    # no pending list: a GIN lookup after bulk writes would scan every tenant's pending
+    # entries (issue 19: a scoped search as fast as a store of its own)
+    "ALTER INDEX {s}.memories_tsv SET (fastupdate = off)",
 )
 """Migration 5's SQL (then :func:`rebuild` re-indexes every record in Python)."""
 _BATCH: Final = 1000

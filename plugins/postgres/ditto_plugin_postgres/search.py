@@ -38,7 +38,19 @@ from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.text import bm25_idf
 
-__all__ = ["COLUMNS", "KEYWORD_CAPABILITIES", "VECTOR_CAPABILITIES", "SearchMixin"]
+__all__ = [
+    "COLUMNS",
+    "EXACT_SCOPE_RECORDS",
+    "KEYWORD_CAPABILITIES",
+    "VECTOR_CAPABILITIES",
+    "SearchMixin",
+]
+
+EXACT_SCOPE_RECORDS: Final = 5000
+"""A ``vector`` search in a namespace of at most this many records (with text) ranks
+them all exactly instead of scanning the HNSW index (issue 19: at 100 tenants the index
+scan visits ``hnsw.max_scan_tuples`` mostly other tenants' vectors, then falls back to
+the exact scan anyway)."""
 
 COLUMNS: Final = "m.seq, m.id, m.key, m.content::text, m.metadata::text"
 _EXTRAS: Final = frozenset({"multi_process", "driver_cancel", "deadline"})
@@ -140,8 +152,13 @@ class SearchMixin(NativeSearch):
         requested = compile_filter(parse_filter(input.filter))
         # a filter or a scope may select few rows: the index scan gives up early then
         selective = requested.text != "true" or getattr(options, "scope", None) is not None
-        where = in_namespace(requested, namespace_of(options))
+        ns = namespace_of(options)
+        where = in_namespace(requested, ns)
         with self._tx(options) as conn:
+            # a scope of few records: rank them all (the namespace index finds them), no
+            # index scan that would filter out the other tenants' nearest vectors
+            scope = scope_stats(conn, self._quoted, ns)
+            exact = scope is not None and scope[1] <= EXACT_SCOPE_RECORDS
             rows = vector_search(conn, self._quoted, COLUMNS, to_literal(vector), where, limit,
-                                 self._iterative, selective)  # fmt: skip
+                                 self._iterative, selective, exact)  # fmt: skip
         return [(item(row), float(row[5])) for row in rows]

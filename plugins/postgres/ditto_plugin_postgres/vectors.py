@@ -167,13 +167,14 @@ def query_vector(embedder: EmbeddingProvider, query: Any) -> str:
 
 def vector_search(
     conn: psycopg.Connection, schema: str, columns: str, literal: str, where: Sql, limit: int,
-    iterative: bool = True, selective: bool | None = None,
+    iterative: bool = True, selective: bool | None = None, exact: bool = False,
 ) -> list[tuple[Any, ...]]:  # fmt: skip
     """Rows ``(columns…, score)`` of the ``limit`` nearest records passing ``where``, by
     descending cosine similarity (``score = 1 - cosine distance``), ``seq`` breaking ties;
     ``min(limit, matches)`` of them (see the module docstring). ``iterative``: the server
     has iterative index scans (:func:`iterative_scans`); ``selective``: ``where`` may
-    select few rows (default: any ``where`` but ``true``)."""
+    select few rows (default: any ``where`` but ``true``); ``exact``: skip the index and
+    rank every row passing ``where`` (the caller knows they are few: a small scope)."""
     if iterative:
         conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         if where.text != "true" if selective is None else selective:  # give up early: the
@@ -190,12 +191,12 @@ def vector_search(
         f"WITH k AS MATERIALIZED (SELECT {columns}, v.embedding <=> %s::vector AS d {base} "
         "ORDER BY d LIMIT %s) SELECT k.*, 1.0 - k.d AS score FROM k ORDER BY k.d + 0, k.seq"
     )
-    rows = conn.execute(knn, [literal, *where.params, limit]).fetchall()
-    if len(rows) < limit:  # the index scan gave up early: rank every matching record
-        exact = (
+    rows = [] if exact else conn.execute(knn, [literal, *where.params, limit]).fetchall()
+    if exact or len(rows) < limit:  # the index scan gave up early: rank every matching record
+        scan = (
             f"SELECT {columns}, v.embedding <=> %s::vector AS d, "
             f"1.0 - (v.embedding <=> %s::vector) AS score {base} "
             "ORDER BY score DESC, m.seq LIMIT %s"
         )
-        rows = conn.execute(exact, [literal, literal, *where.params, limit]).fetchall()
+        rows = conn.execute(scan, [literal, literal, *where.params, limit]).fetchall()
     return [(*row[:-2], row[-1]) for row in rows]
