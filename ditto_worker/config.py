@@ -21,9 +21,12 @@ from the file).
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
@@ -32,6 +35,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
+from ditto_worker.config_env import OWNED_SECTIONS, apply_env
 from ditto_worker.context.settings import ContextWorkerSettings
 from ditto_worker.contracts import NODE_IDS, Limit, MemoryDefaults
 from ditto_worker.errors import ConfigError
@@ -51,6 +55,8 @@ __all__ = [
     "load_runtime_config",
     "load_runtime_config_file",
 ]
+
+logger = logging.getLogger(__name__)
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -421,6 +427,54 @@ def _section(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
     return value
 
 
+@lru_cache(maxsize=1)
+def defaults_tree() -> dict[str, Any]:
+    """The built-in defaults of the sections this project owns, with ``ditto.yaml``'s
+    (camelCase) names: what :mod:`ditto_worker.config_env` reads keys from."""
+    return {
+        "fleet": FleetSettings().model_dump(by_alias=True),
+        "graph": GraphSettings().model_dump(by_alias=True),
+        "workers": {
+            "memory": MemoryWorkerSettings().model_dump(by_alias=True),
+            "retrieval": RetrievalWorkerSettings().model_dump(by_alias=True),
+            "context": ContextWorkerSettings().model_dump(by_alias=True),
+            "infer": InferSettings().model_dump(by_alias=True),
+        },
+    }
+
+
+def _near_miss(name: str, owned: tuple[str, ...]) -> str | None:
+    if name in owned:
+        return None
+    close = difflib.get_close_matches(name.lower(), owned, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _check_sections(raw: Mapping[str, Any], source: str | None) -> None:
+    """A top-level key (or ``workers.<name>`` without a factory) that is a near-miss of
+    one this project owns is an error (``fleeet``); other unknown top-level sections belong
+    to other programs sharing the file (MEM-PY-7): a warning."""
+    where = source or "ditto.yaml"
+    for key in raw:
+        guess = _near_miss(str(key), OWNED_SECTIONS)
+        if guess:
+            raise ConfigError(
+                f"{where}: unknown section {str(key)[:40]!r}; did you mean {guess!r}?"
+            )
+        if key not in OWNED_SECTIONS:
+            logger.warning("%s: section %r is not ditto-worker's; left alone", where,
+                           str(key)[:40])  # fmt: skip
+    workers = raw.get("workers")
+    for name, section in workers.items() if isinstance(workers, Mapping) else ():
+        has_factory = isinstance(section, Mapping) and "factory" in section
+        guess = _near_miss(str(name), OWNED_WORKER_SECTIONS)
+        if guess and not has_factory:
+            raise ConfigError(
+                f"{where}: unknown worker section workers.{str(name)[:40]}; did you mean "
+                f"workers.{guess}?"
+            )
+
+
 def load_runtime_config(
     data: Mapping[str, Any] | None, env: Mapping[str, str] | None = None, source: str | None = None
 ) -> RuntimeConfig:
@@ -431,6 +485,8 @@ def load_runtime_config(
     """
     env = os.environ if env is None else env
     raw = _expand(dict(data or {}), env, "ditto.yaml")
+    _check_sections(raw, source)
+    raw, _ = apply_env(raw, defaults_tree(), env)  # DITTO_<...> for every key (config_env)
     fleet = _section(raw, "fleet", "")
     sources = {key: source or "ditto.yaml" for key in _FLEET_ENV if fleet.get(key)}
     for key, var in _FLEET_ENV.items():
