@@ -32,7 +32,15 @@ from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from ditto_worker.config_env import OWNED_SECTIONS, apply_env
@@ -101,6 +109,13 @@ class FleetSettings(_Section):
         "INVALID_INPUT before any handler runs (every node kind).",
     )
 
+    start_wait_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="How long a starting worker waits for the broker to answer and for a "
+        "store it only reads (a retrieval target's) to appear, seconds; then it exits "
+        "non-zero.",
+    )
     time_limit_margin_s: float = Field(
         default=10.0,
         ge=0,
@@ -126,6 +141,31 @@ class FleetSettings(_Section):
         "celery inspect. false: ids, node, status, code, sizes and timings only.",
     )
 
+    sentinel_master_name: str = Field(
+        default="",
+        description="Redis Sentinel: the monitored master's name, for a sentinel:// broker "
+        "and result backend (their transport option master_name).",
+    )
+    broker_transport_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Celery broker_transport_options over the fleet's own (e.g. "
+        "sentinel_kwargs, socket_timeout); set key by key.",
+    )
+    result_backend_transport_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Celery result_backend_transport_options (e.g. sentinel_kwargs).",
+    )
+
+    @model_validator(mode="after")
+    def _amqp_needs_a_result_backend(self) -> FleetSettings:
+        scheme = self.broker_url.split("://", 1)[0].lower()
+        if scheme in ("amqp", "amqps", "pyamqp") and not self.result_backend:
+            raise ConfigError(
+                "fleet.resultBackend / DITTO_RESULT_BACKEND is required with an amqp:// broker: "
+                "a Redis URL (redis://host:6379/0); results and cancel flags live there"
+            )
+        return self
+
     @property
     def in_process(self) -> bool:
         """True when no broker is configured (the embedded default)."""
@@ -139,7 +179,9 @@ class FleetSettings(_Section):
         return check_fleet_url(value, name, sources.get(name))
 
 
-_BROKER_SCHEMES: Final = ("redis", "rediss", "redis+socket", "sentinel", "memory")
+_BROKER_SCHEMES: Final = (
+    "redis", "rediss", "redis+socket", "sentinel", "amqp", "amqps", "pyamqp", "memory",
+)  # fmt: skip
 _BACKEND_SCHEMES: Final = ("redis", "rediss", "redis+socket", "sentinel", "cache+memory")
 _FLEET_ENV: Final = {"brokerUrl": "DITTO_BROKER_URL", "resultBackend": "DITTO_RESULT_BACKEND"}
 _SCHEME: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -168,6 +210,12 @@ def check_fleet_url(url: str, setting: str, source: str | None = None) -> str:
     if not url:
         return url
     where = f"fleet.{setting}" + (f" (from {source})" if source else f" / {_FLEET_ENV[setting]}")
+    for part in url.split(";"):  # sentinel://h1:26379;sentinel://h2:26379
+        _check_one_url(part.strip(), setting, where)
+    return url
+
+
+def _check_one_url(url: str, setting: str, where: str) -> None:
     allowed = _BROKER_SCHEMES if setting == "brokerUrl" else _BACKEND_SCHEMES
     example = "redis://127.0.0.1:6379/0"
     match = _SCHEME.match(url)
@@ -188,7 +236,6 @@ def check_fleet_url(url: str, setting: str, source: str | None = None) -> str:
         raise ConfigError(f"{where}: the port is not a number from 1 to 65535") from None
     if scheme in ("redis", "rediss") and not re.fullmatch(r"/?(\d+)?", parts.path):
         raise ConfigError(f"{where}: the Redis database must be a number, e.g. {example}")
-    return url
 
 
 class NodeGroup(_Section):

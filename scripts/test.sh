@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite from nothing: installs the Python package with its dev extras
-# and redis-server (apt) if missing, starts a throwaway Redis on a loopback port unless
-# DITTO_TEST_REDIS_URL is already set, and a throwaway PostgreSQL with pgvector
+# and redis-server and rabbitmq-server (apt) if missing, starts a throwaway Redis on a
+# loopback port unless DITTO_TEST_REDIS_URL is already set, and a throwaway PostgreSQL with pgvector
 # (scripts/postgres.sh, port DITTO_PG_PORT or 15432) unless DITTO_TEST_POSTGRES_URL is
 # set, runs ruff and mypy, then pytest, and stops what it started.
 set -euo pipefail
@@ -11,6 +11,11 @@ if ! command -v redis-server >/dev/null 2>&1; then
   echo "== installing redis-server (apt)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
+fi
+if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+  echo "== installing rabbitmq-server (apt; the amqp:// broker test)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends rabbitmq-server >/dev/null
 fi
 echo "== installing ditto-worker[dev]"
 python3 -m pip install -q --disable-pip-version-check -e ".[dev]"

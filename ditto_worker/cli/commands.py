@@ -261,6 +261,15 @@ def worker(
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
+    from ditto_worker.fleet.startup import check_broker, check_resources
+
+    wait_s = cfg.fleet.start_wait_s
+    failure = check_broker(celery_app, wait_s) or check_resources(
+        celery_app.ditto_runtime, selection.nodes, pool or selection.pool, wait_s
+    )
+    if failure:  # before Celery announces ready: a worker that would fail every call
+        typer.echo(f"worker: cannot start: {failure}", err=True)
+        raise typer.Exit(1)
     state_db = statedb or selection.state_db  # revoked ids persisted across restarts
     suffix = "-".join(n.split(".", 1)[1].lower() for n in selection.nodes)
     name = hostname or f"{selection.name}-{suffix}@{socket.gethostname()}"

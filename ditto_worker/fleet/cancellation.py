@@ -31,6 +31,7 @@ from typing import Any
 
 import redis
 
+from ditto_worker.fleet.redis_urls import sync_client
 from ditto_worker.runtime.cancel import CancelRegistry, local_registry
 
 __all__ = [
@@ -66,18 +67,27 @@ class RedisCancelWatcher:
     """One daemon thread per worker process: cancel announcements and deadlines.
 
     Args:
-        url: the Redis URL of the fleet's result backend (cancel flags live there).
+        url: the Redis URL of the fleet's result backend (cancel flags live there):
+            ``redis://`` … or ``sentinel://`` (then ``sentinel_master`` names the master).
         registry: the registry to act on (default: this process's).
     """
 
-    def __init__(self, url: str, registry: CancelRegistry | None = None) -> None:
+    def __init__(
+        self, url: str, registry: CancelRegistry | None = None, sentinel_master: str | None = None
+    ) -> None:
         self.registry = registry if registry is not None else local_registry()  # (len 0 is falsy)
-        # one connection for flag reads (a lock-free pool would grow with the pool size)
-        pool = redis.BlockingConnectionPool.from_url(
-            url, max_connections=1, timeout=5, socket_timeout=5, health_check_interval=30
-        )
-        self._client = redis.Redis(connection_pool=pool)
-        self._pubsub_client = redis.Redis.from_url(url, socket_timeout=5, health_check_interval=30)
+        if url.startswith("sentinel://"):  # Sentinel's pools follow a failover
+            self._client = sync_client(url, sentinel_master, socket_timeout=5)
+            self._pubsub_client = sync_client(url, sentinel_master, socket_timeout=5,
+                                              health_check_interval=30)  # fmt: skip
+        else:
+            # one connection for flag reads (a lock-free pool would grow with the pool size)
+            pool = redis.BlockingConnectionPool.from_url(
+                url, max_connections=1, timeout=5, socket_timeout=5, health_check_interval=30
+            )
+            self._client = redis.Redis(connection_pool=pool)
+            self._pubsub_client = redis.Redis.from_url(url, socket_timeout=5,
+                                                       health_check_interval=30)  # fmt: skip
         self._stop = threading.Event()
         self._failing = False
         self._since: float | None = None  # announcements complete from this time on

@@ -68,6 +68,33 @@ def result_backend_url(fleet: FleetSettings) -> str:
     return _broker_urls(fleet)[1]
 
 
+def _transport_options(fleet: FleetSettings, broker: str, backend: str) -> dict[str, Any]:
+    """Broker and result-backend transport options: the fleet's own for a Redis broker
+    (visibility timeout, unacked restore), Sentinel's master name, then the operator's
+    ``fleet.brokerTransportOptions`` / ``resultBackendTransportOptions`` on top."""
+    options: dict[str, Any] = {}
+    if broker.startswith(("redis", "rediss", "sentinel")):
+        options = {
+            "visibility_timeout": fleet.visibility_timeout_s,
+            # a running worker scans for a dead worker's unacked messages this often
+            # (kombu's default 10 s x throttle 10 = ~100 s after the timeout)
+            "unacked_restore_interval": max(1, min(10, int(fleet.visibility_timeout_s))),
+            "unacked_restore_throttle": 1,
+        }
+    backend_options: dict[str, Any] = {}
+    if fleet.sentinel_master_name:
+        if broker.startswith("sentinel"):
+            options["master_name"] = fleet.sentinel_master_name
+        if backend.startswith("sentinel"):
+            backend_options["master_name"] = fleet.sentinel_master_name
+    options.update(fleet.broker_transport_options)
+    backend_options.update(fleet.result_backend_transport_options)
+    conf: dict[str, Any] = {"broker_transport_options": options}
+    if backend_options:
+        conf["result_backend_transport_options"] = backend_options
+    return conf
+
+
 def create_celery_app(
     fleet: FleetSettings | None = None,
     *,
@@ -127,13 +154,7 @@ def create_celery_app(
     if fleet.in_process:
         conf["broker_transport_options"] = {"polling_interval": IN_PROCESS_POLL_S}
     else:
-        conf["broker_transport_options"] = {
-            "visibility_timeout": fleet.visibility_timeout_s,
-            # a running worker scans for a dead worker's unacked messages this often
-            # (kombu's default 10 s x throttle 10 = ~100 s after the timeout)
-            "unacked_restore_interval": max(1, min(10, int(fleet.visibility_timeout_s))),
-            "unacked_restore_throttle": 1,
-        }
+        conf.update(_transport_options(fleet, broker, backend))
     if not fleet.in_process and guarded_transport and broker.startswith(("redis://", "rediss://")):
         # kombu's Redis transport, guarded so a Redis restart never stops a worker
         conf["broker_transport"] = "ditto_worker.fleet.transport:Transport"

@@ -70,6 +70,7 @@ from ditto_worker.fleet.celery_app import (
     result_backend_url,
 )
 from ditto_worker.fleet.redaction import args_repr
+from ditto_worker.fleet.redis_urls import is_redis_url
 from ditto_worker.fleet.results import ResultListener
 from ditto_worker.memory.scope import SCOPE_HEADER, Scope, parse_scope
 from ditto_worker.runtime.cancel import CancelToken, local_registry
@@ -124,7 +125,7 @@ def _failure(
 
 
 def _is_redis(url: str) -> bool:
-    return url.startswith(("redis://", "rediss://", "unix://"))
+    return is_redis_url(url)  # redis://, rediss://, unix://, sentinel://
 
 
 class DittoClient:
@@ -146,6 +147,7 @@ class DittoClient:
         nodes: the nodes this client may call (a node table of worker definitions,
             :func:`~ditto_worker.runtime.registry.node_table`); ``None``: every installed
             and configured worker kind.
+        sentinel_master: ``fleet.sentinelMasterName`` for a ``sentinel://`` result backend.
         log_content: ``fleet.logContent``: let Celery show each call's input in its
             ``task-sent`` event (debugging only); ``False``: a placeholder
             (:mod:`ditto_worker.fleet.redaction`).
@@ -164,6 +166,7 @@ class DittoClient:
         scope: Scope | Mapping[str, str] | None = None,
         nodes: NodeTable | None = None,
         log_content: bool = False,
+        sentinel_master: str | None = None,
     ) -> None:
         try:
             self._scope = parse_scope(scope)
@@ -175,7 +178,9 @@ class DittoClient:
         self._nodes = _known(_installed() if nodes is None else nodes)
         self._poll_s = IN_PROCESS_POLL_S if str(app.conf.broker_url).startswith("memory") else 0.01
         self._listener = (
-            ResultListener(result_backend, max_connections=send_threads)
+            ResultListener(
+                result_backend, max_connections=send_threads, sentinel_master=sentinel_master
+            )  # fmt: skip
             if result_backend and _is_redis(result_backend)
             else None
         )
@@ -199,6 +204,7 @@ class DittoClient:
         app = create_celery_app(fleet, results=not _is_redis(backend), nodes=list(table))
         kwargs.setdefault("default_timeout_s", fleet.call_timeout_s)
         kwargs.setdefault("log_content", fleet.log_content)
+        kwargs.setdefault("sentinel_master", fleet.sentinel_master_name or None)
         return cls(app, result_backend=backend, nodes=table, **kwargs)
 
     @property

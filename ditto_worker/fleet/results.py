@@ -39,6 +39,8 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from ditto_worker.fleet.redis_urls import async_client
+
 __all__ = ["RESULT_KEY_PREFIX", "ResultListener"]
 
 log = logging.getLogger(__name__)
@@ -59,14 +61,21 @@ class ResultListener:
     """Awaits Celery task results stored in Redis, for many concurrent calls.
 
     Args:
-        url: the result backend's Redis URL (``redis://`` or ``rediss://``).
+        url: the result backend's Redis URL (``redis://``, ``rediss://`` or ``sentinel://``).
         max_connections: size of the pool used for key reads and cancel flags (the
-            pub/sub connection is one more); calls wait for a free connection.
+            pub/sub connection is one more); calls wait for a free connection (Redis;
+            Sentinel's pool follows failovers and does not block).
+        sentinel_master: ``fleet.sentinelMasterName`` for a ``sentinel://`` URL.
+        sentinel_kwargs: connection options for the sentinels themselves.
     """
 
-    def __init__(self, url: str, *, max_connections: int = 4) -> None:
+    def __init__(
+        self, url: str, *, max_connections: int = 4, sentinel_master: str | None = None,
+        sentinel_kwargs: dict[str, Any] | None = None,
+    ) -> None:  # fmt: skip
         self.url = url
         self._max_connections = max_connections
+        self._sentinel = (sentinel_master, sentinel_kwargs)
         self.prefix = secrets.token_hex(4)  # the first group of every id this client makes
         self._pattern = f"{RESULT_KEY_PREFIX}{self.prefix}-*"
         self.loop = asyncio.new_event_loop()
@@ -91,10 +100,8 @@ class ResultListener:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        pool = aioredis.BlockingConnectionPool.from_url(
-            self.url, max_connections=self._max_connections, timeout=None
-        )
-        self._client = aioredis.Redis(connection_pool=pool)
+        master, sentinel_kwargs = self._sentinel
+        self._client = async_client(self.url, master, sentinel_kwargs, self._max_connections)
         self._pubsub = self._client.pubsub()
         self._lock = asyncio.Lock()
         self._ready = asyncio.Event()

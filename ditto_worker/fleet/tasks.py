@@ -36,6 +36,7 @@ from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.fleet.cancellation import RedisCancelWatcher, local_registry
 from ditto_worker.fleet.celery_app import DEADLINE_HEADER, SENT_HEADER
 from ditto_worker.fleet.redaction import Reply, input_repr, install_redaction
+from ditto_worker.fleet.redis_urls import is_redis_url
 from ditto_worker.fleet.shutdown import ignore_group_sigterm
 from ditto_worker.memory.scope import SCOPE_HEADER, parse_scope
 from ditto_worker.runtime.context import NodeContext
@@ -134,6 +135,7 @@ class FleetRuntime:
         self._client = PerProcess(self._make_client)
         self._watcher: PerProcess[RedisCancelWatcher | None] = PerProcess(self._make_watcher)
         self._app: Celery | None = None
+        self.opened_pid: int | None = None  # the process whose hooks already ran (startup)
 
     def _build(self) -> list[WorkerDefinition]:
         if self._sources is None:
@@ -189,9 +191,9 @@ class FleetRuntime:
     def _make_watcher(self) -> RedisCancelWatcher | None:
         app = self._app
         backend = str(app.conf.result_backend or "") if app is not None else ""
-        if not backend.startswith(("redis://", "rediss://", "unix://")):
+        if not is_redis_url(backend):
             return None
-        return RedisCancelWatcher(backend)
+        return RedisCancelWatcher(backend, sentinel_master=self.config.fleet.sentinel_master_name)
 
     def _sub_invoke(self, parent: NodeContext) -> Callable[..., NodeResult[Any]]:
         def invoke(node: str, input: Any, *, timeout: float | None = None,
@@ -277,6 +279,8 @@ def _make_task(
 
 
 def _open_quietly(runtime: FleetRuntime, nodes: Iterable[str] | None) -> None:
+    if runtime.opened_pid == os.getpid():
+        return  # ditto-worker worker opened them in this process before Celery started
     try:
         runtime.open(nodes)
     except Exception as exc:  # each call retries and answers the failure

@@ -33,7 +33,9 @@ def native_search(store: Any) -> MemorySearchProvider:
 def _provider(config: RuntimeConfig, store_name: str, pipeline: dict[str, Any]) -> Any:
     from ditto_worker.runtime.registry import build_store
 
-    store = build_store(config, store_name)
+    # a retrieval worker reads the memory workers' store: never create an empty one (a
+    # wrong path on another machine would answer every search with [])
+    store = build_store(config, store_name, must_exist=True)
     if not pipeline:
         return native_search(store)
     from ditto_worker.retrieval import build_pipeline_provider  # loads models: only here

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -32,6 +33,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "WORKER_GROUP",
     "NodeTable",
+    "StoreMissingError",
     "available_stores",
     "build_store",
     "node_table",
@@ -56,8 +58,24 @@ def available_stores() -> list[str]:
     return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
 
 
+class StoreMissingError(ConfigError):
+    """A store that must already exist does not (``build_store(must_exist=True)``): a worker
+    that only reads it (a retrieval target) never creates an empty one."""
+
+
+def _accepts_must_exist(factory: Any) -> bool:
+    try:
+        return "must_exist" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def build_store(
-    config: RuntimeConfig, name: str | None = None, env: Mapping[str, str] | None = None
+    config: RuntimeConfig,
+    name: str | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    must_exist: bool = False,
 ) -> Any:
     """Build the store plugin ``name`` (default ``workers.memory.store``) for this process.
 
@@ -65,9 +83,13 @@ def build_store(
         config: the runtime config; ``plugins.<name>`` is passed to the factory.
         name: plugin name; overrides ``workers.memory.store``.
         env: environment for the plugin's ``DITTO_WORKER_MEMORY_<PLUGIN>_*`` settings.
+        must_exist: the store must already exist (a reader's, e.g. a retrieval target):
+            passed to a factory that takes ``must_exist`` (SQLite: the file); a factory
+            that does not builds the store as usual.
 
     Raises:
         ConfigError: no installed plugin has that name.
+        StoreMissingError: ``must_exist`` and the plugin says the store is not there.
     """
     name = name or config.memory_worker.store
     matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
@@ -76,7 +98,10 @@ def build_store(
             f"no store plugin named {name!r}; installed: {', '.join(available_stores()) or 'none'}"
         )
     factory: StoreFactory = matches[0].load()
-    return factory(config.plugin_settings(name), os.environ if env is None else env)
+    settings, environ = config.plugin_settings(name), os.environ if env is None else env
+    if must_exist and _accepts_must_exist(factory):
+        return factory(settings, environ, must_exist=True)  # type: ignore[call-arg]
+    return factory(settings, environ)
 
 
 def _load_reference(reference: str, where: str) -> WorkerFactory:

@@ -219,6 +219,10 @@ def test_each_pool_process_opens_its_resources_before_serving(
         while runtime.invoke("ECHO.WHOAMI", {}, timeout=1).status != "success":
             assert worker.poll() is None and time.monotonic() < deadline
         opened = [int(line) for line in log.read_text().split()]
+        if pool == "prefork":
+            # ditto-worker worker's start-up check opens them once in a short-lived forked
+            # process (issue 14 item 3), then each pool child; never the parent that forks
+            opened = opened[1:]
         assert len(opened) == processes == len(set(opened))
         if pool == "prefork":
             assert worker.pid not in opened  # the children, never the parent that forks

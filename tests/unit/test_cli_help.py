@@ -96,7 +96,7 @@ def test_a_broker_url_typo_is_one_config_error_line(
         ("redis//127.0.0.1:6379/0", "not a URL"),
         ("localhost:6379", "not a URL"),
         ("redis:/127.0.0.1", "not a URL"),
-        ("amqp://guest:pw@host//", "scheme 'amqp'"),
+        ("kafka://guest:pw@host//", "scheme 'kafka'"),  # amqp:// is a broker now (issue 14)
         ("http://host:6379/0", "scheme 'http'"),
         ("redis://:s3cret@host:63a79/0", "port"),
         ("redis://:s3cret@host:99999/0", "port"),

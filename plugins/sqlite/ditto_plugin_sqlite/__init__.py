@@ -40,7 +40,9 @@ def _busy_timeout_ms(settings: Mapping[str, Any], env: Mapping[str, str]) -> int
 
 
 def create_store(
-    settings: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+    settings: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    must_exist: bool = False,
 ) -> SqliteMemoryStore:
     """Build the store from plugin settings and the environment (MEM-PY-8, MEM-CONF-5).
 
@@ -60,12 +62,16 @@ def create_store(
             ``DITTO_WORKER_MEMORY_SQLITE_EMBEDDING`` override the settings; ``http`` reads
             ``DITTO_WORKER_RETRIEVAL_EMBEDDING_*``.
 
+        must_exist: the file must already exist (a worker that only reads the store, e.g. a
+            retrieval target on another machine): nothing is created.
+
     Returns:
         A store on ``env path > settings path > ./.ditto/memory.sqlite`` (relative paths
         resolved against the working folder); the parent folder is created.
 
     Raises:
-        ConfigError: unknown settings keys, a bad path, timeout, embedding or hybrid value.
+        ConfigError: unknown settings keys, a bad path, timeout, embedding or hybrid value;
+            ``StoreMissingError`` (a ConfigError) for a missing file with ``must_exist``.
         MemoryError: ``MEMORY_BACKEND_ERROR`` when the file cannot be opened;
             ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
     """
@@ -78,6 +84,14 @@ def create_store(
     if not isinstance(raw_path, str | os.PathLike) or str(raw_path) == ":memory:":
         raise ConfigError("the sqlite store path must be a file path")
     path = Path(raw_path).expanduser().resolve()
+    if must_exist and not path.is_file():
+        from ditto_worker.runtime.registry import StoreMissingError
+
+        raise StoreMissingError(
+            f"the sqlite store {path} does not exist; this worker only reads a store (it "
+            f"creates none): point plugins.sqlite.path / {_ENV_PATH} at the file the "
+            "memory workers write"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     from ditto_worker.retrieval import RetrievalConfig, create_embedding_provider
 
