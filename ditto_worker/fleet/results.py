@@ -9,12 +9,13 @@ no awaitable form (celery#6603). :class:`ResultListener` replaces both:
   loop in one daemon thread, serve every ``invoke`` and ``ainvoke`` of the client;
 * execution ids the client makes start with the listener's own prefix
   (:meth:`ResultListener.new_id`), and one pattern subscription
-  (``PSUBSCRIBE celery-task-meta-<prefix>*``), confirmed once, receives all their results:
+  (``PSUBSCRIBE celery-task-meta-<prefix>*``), once confirmed, receives all their results:
   such a call costs no Redis command of its own on the result side;
-* a call with an execution id of the caller's choosing subscribes its own channel before
-  its message is sent, and the stored key is read when Redis confirms the subscription (a
-  result stored before it, e.g. for a re-sent execution id, is not missed); it is
-  unsubscribed in the background when the call ends;
+* a call with an execution id of the caller's choosing — and any call made before the
+  pattern subscription is confirmed — subscribes its own channel before its message is
+  sent, and the stored key is read when Redis confirms that subscription (a result stored
+  before it, e.g. for a re-sent execution id, is not missed); it is unsubscribed in the
+  background when the call ends;
 * a waiting call is a thread-safe future: a sync ``invoke`` blocks on it in its own thread
   (its message is published from that thread too), an ``ainvoke`` awaits it on its loop;
 * the pub/sub connection always holds one private channel of the listener's own, and one
@@ -85,7 +86,6 @@ class ResultListener:
         self._explicit: set[str] = set()  # channels subscribed one by one
         self._guard = threading.Lock()  # _waiting / _explicit, from any thread
         self._pattern_ready = False  # the pattern subscription is confirmed (loop thread)
-        self._ready: asyncio.Event | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._client: aioredis.Redis | None = None
         self._pubsub: Any = None
@@ -104,7 +104,6 @@ class ResultListener:
         self._client = async_client(self.url, master, sentinel_kwargs, self._max_connections)
         self._pubsub = self._client.pubsub()
         self._lock = asyncio.Lock()
-        self._ready = asyncio.Event()
         self._started.set()
         self.loop.run_forever()
 
@@ -132,20 +131,22 @@ class ResultListener:
         Returns:
             ``(result, setup)``: ``result`` resolves to the task's result meta (Celery's
             ``{"status", "result", …}``); ``setup`` is ``None`` when nothing has to be
-            waited for, else a future the caller waits on before sending (the pattern
-            subscription is not confirmed yet, or the id is the caller's own and its
-            channel is being subscribed). Call :meth:`forget` when the call ends.
+            waited for (an id of this client's, once the pattern subscription is
+            confirmed), else a future the caller waits on before sending: the call's own
+            channel being subscribed (an id of the caller's choosing, or any id until the
+            pattern subscription is confirmed — a call never waits for that). Call
+            :meth:`forget` when the call ends.
         """
         channel = RESULT_KEY_PREFIX + task_id
         result: ThreadFuture[Meta] = ThreadFuture()
-        explicit = not task_id.startswith(self.prefix + "-")
+        ours = task_id.startswith(self.prefix + "-") and self._pattern_ready
         with self._guard:
             self._waiting[channel] = result
-            if explicit:
+            if not ours:
                 self._explicit.add(channel)
-        if not explicit and self._pattern_ready:
+        if ours:
             return result, None
-        return result, self.submit(self._setup(channel, explicit))
+        return result, self.submit(self._setup(channel))
 
     def forget(self, task_id: str) -> None:
         """The call ended: stop waiting (and unsubscribe its own channel in the background)."""
@@ -164,18 +165,17 @@ class ResultListener:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _setup(self, channel: str, explicit: bool) -> None:
-        assert self._lock is not None and self._ready is not None
+    async def _setup(self, channel: str) -> None:
+        """Subscribe ``channel`` (written, not confirmed: the confirmation reads the stored
+        key) and, the first time, the listener's own channel and pattern."""
+        assert self._lock is not None
         async with self._lock:
             if not self._pubsub.subscribed:
                 await self._pubsub.subscribe(self._home)  # keeps the connection subscribed
                 await self._pubsub.psubscribe(self._pattern)
-            if explicit:
-                await self._pubsub.subscribe(channel)
+            await self._pubsub.subscribe(channel)
         if self._reader is None or self._reader.done():
             self._reader = self.loop.create_task(self._read())
-        if not explicit:
-            await self._ready.wait()
 
     async def _unsubscribe(self, channel: str) -> None:
         assert self._lock is not None
@@ -218,10 +218,8 @@ class ResultListener:
 
     def _confirmed(self, kind: str, channel: str) -> None:
         """A subscription is active: read the stored keys it might have missed."""
-        assert self._ready is not None
         if kind == "psubscribe":
             self._pattern_ready = True
-            self._ready.set()
             with self._guard:
                 missed = [c for c in self._waiting if c not in self._explicit]
         else:
@@ -256,9 +254,8 @@ class ResultListener:
                 self._confirmed(kind, channel)
 
     async def _recover(self) -> None:
-        assert self._lock is not None and self._ready is not None
+        assert self._lock is not None
         self._pattern_ready = False
-        self._ready.clear()
         try:
             async with self._lock:
                 with self._guard:
