@@ -106,7 +106,7 @@ def test_the_worker_opened_its_cache_at_start_and_status_lists_its_queues(fleet:
     assert fleet.cache.script_exists(*shas) == [True, True]
 
     out = subprocess.run(
-        [sys.executable, "-m", "ditto_worker", "status", "--json", "--timeout", "3",
+        [sys.executable, "-m", "ditto_worker", "status", "--json", "--timeout", "5",
          "--broker", fleet.broker_url],
         cwd=fleet.folder, env={**os.environ, "DITTO_BROKER_URL": ""},
         capture_output=True, text=True, timeout=60,

@@ -316,7 +316,7 @@ def test_through_the_fleet_text_schema_cancel_and_deadline(
 ) -> None:
     # MEM-INF-1/2/3 through Redis: the caller sees what the handler answers
     status = subprocess.run(
-        [sys.executable, "-m", "ditto_worker", "status", "--json", "--timeout", "3",
+        [sys.executable, "-m", "ditto_worker", "status", "--json", "--timeout", "5",
          "--broker", redis_url],
         cwd=tmp_path, env={**os.environ, "DITTO_BROKER_URL": ""},
         capture_output=True, text=True, timeout=60,
