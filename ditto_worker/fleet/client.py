@@ -69,6 +69,7 @@ from ditto_worker.fleet.celery_app import (
     queue_for,
     result_backend_url,
 )
+from ditto_worker.fleet.failures import NodeFailed, node_result_of
 from ditto_worker.fleet.redaction import args_repr
 from ditto_worker.fleet.redis_urls import is_redis_url
 from ditto_worker.fleet.results import ResultListener
@@ -434,6 +435,9 @@ class DittoClient:
         status = meta.get("status")
         if status == "SUCCESS":
             return self._parse(meta.get("result"), node, eid)
+        failed = node_result_of(meta.get("result")) if status == "FAILURE" else None
+        if failed is not None:  # a NodeResult that is not success (fleet.failures)
+            return self._parse(failed, node, eid)
         if status == "REVOKED":
             if cancelled:
                 return self._cancelled(eid, node)
@@ -604,6 +608,8 @@ class DittoClient:
                 payload = result.get(timeout=wait_s, interval=self._poll_s, propagate=True)
             except CeleryTimeoutError:
                 continue
+            except NodeFailed as exc:
+                return self._parse(exc.wire, node, eid)
             except TaskRevokedError:
                 if cancel is not None and cancel.cancelled:
                     return self._cancelled(eid, node)

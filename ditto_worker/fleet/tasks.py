@@ -7,8 +7,10 @@ routed to its own queue (the lower-case id). A task parses nothing itself: it bu
 call's :class:`~ditto_worker.runtime.NodeContext` once from the message (execution id,
 deadline, trusted scope, cancel token) and hands the JSON input to
 :func:`~ditto_worker.runtime.execute.run_node`, then returns the NodeResult's wire JSON.
-Every outcome, failures included, is a returned NodeResult; tasks never raise for a node
-failure and are never retried automatically (MEM-ERR-5). Nodes whose ``NodeSpec`` is a
+Every outcome is a NodeResult: a success is the task's return value; any other status
+leaves the task as :class:`~ditto_worker.fleet.failures.NodeFailed` (a Celery failure that
+carries the NodeResult, which the client rebuilds: Flower, events and tracing count it as a
+failure). Tasks are never retried automatically (MEM-ERR-5). Nodes whose ``NodeSpec`` is a
 mutation ack late and are redelivered if their worker process dies (the handler applies
 an execution id at most once).
 
@@ -35,6 +37,7 @@ from ditto_worker.contracts import NodeResult, to_wire
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.fleet.cancellation import RedisCancelWatcher, local_registry
 from ditto_worker.fleet.celery_app import DEADLINE_HEADER, SENT_HEADER
+from ditto_worker.fleet.failures import NodeFailed
 from ditto_worker.fleet.redaction import Reply, input_repr, install_redaction
 from ditto_worker.fleet.redis_urls import is_redis_url
 from ditto_worker.fleet.shutdown import ignore_group_sigterm
@@ -264,7 +267,10 @@ def _make_task(
     show = runtime.config.fleet.log_content
 
     def run_node_task(self: Task, input: Any = None) -> Reply:
-        return Reply(runtime.run(self, node, input), show)
+        wire = runtime.run(self, node, input)
+        if wire["status"] != "success":  # a Celery failure, with the NodeResult inside
+            raise NodeFailed(wire)
+        return Reply(wire, show)
 
     run_node_task.__doc__ = f"Celery task for {node}: NodeResult JSON for the given input."
     app.task(
@@ -274,6 +280,7 @@ def _make_task(
         ignore_result=False,
         acks_late=spec.mutation,
         reject_on_worker_lost=spec.mutation,
+        throws=(NodeFailed,),  # logged on one line, no traceback
         Request=request,
     )(run_node_task)
 

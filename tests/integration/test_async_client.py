@@ -22,6 +22,7 @@ from ditto_plugin_sqlite.db import transaction
 from ditto_worker import CancelToken, create_memory, create_memory_worker, to_wire
 from ditto_worker.config import FleetSettings
 from ditto_worker.fleet.client import DittoClient
+from ditto_worker.fleet.failures import node_result_of
 from ditto_worker.fleet.results import RESULT_KEY_PREFIX
 from ditto_worker.memory.worker import MemoryWorker
 
@@ -46,6 +47,8 @@ def stored_result(redis_client: redis.Redis, eid: str, wait_s: float) -> dict[st
         raw = redis_client.get(RESULT_KEY_PREFIX + eid)
         if raw is not None:
             meta = json.loads(raw)
+            if meta["status"] == "FAILURE":  # a NodeResult that is not success (NodeFailed)
+                return node_result_of(meta["result"]) or meta
             return meta["result"] if meta["status"] == "SUCCESS" else meta
         time.sleep(0.02)
     return None

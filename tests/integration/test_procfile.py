@@ -285,3 +285,13 @@ def test_honcho_fleet_runs_the_demo_and_flower_counts_every_node(fleet: Fleet) -
     waiting = {k: v for k, v in series.items() if k[0] == "ditto_queue_messages"}
     assert len(waiting) == queues and set(waiting.values()) == {0.0}
     assert ("ditto_queue_messages", "node=MEMORY.GET", "queue=memory.get") in waiting
+    # the failed call is a Celery failure too (NodeFailed): Flower's own failure count
+    failed_events = sum(
+        sample.value
+        for family in text_string_to_metric_families(fleet.metrics())
+        for sample in family.samples
+        if sample.name == "flower_events_total"
+        and sample.labels["type"] == "task-failed"
+        and sample.labels["task"] == "MEMORY.QUERY"
+    )
+    assert failed_events == 1

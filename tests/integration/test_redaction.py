@@ -124,7 +124,7 @@ def test_no_marker_in_worker_log_client_log_or_flower(
         deadline = time.monotonic() + 45
         while True:
             tasks = flower.tasks()
-            done = {i for i, t in tasks.items() if t.get("state") == "SUCCESS"}
+            done = {i for i, t in tasks.items() if t.get("state") in ("SUCCESS", "FAILURE")}
             if ids <= done or time.monotonic() > deadline:
                 break
             time.sleep(0.3)

@@ -21,6 +21,7 @@ from ditto_plugin_sqlite.db import transaction
 from ditto_worker import CancelToken, create_memory, create_memory_worker, to_wire
 from ditto_worker.contracts import NODE_QUEUES
 from ditto_worker.fleet.client import DittoClient
+from ditto_worker.fleet.failures import node_result_of
 from ditto_worker.fleet.results import RESULT_KEY_PREFIX
 from ditto_worker.retrieval.delegation import RemoteRetrievalSearchProvider, create_retrieval_worker
 
@@ -99,7 +100,7 @@ def test_cancelling_memory_search_cancels_the_retrieval_sub_call(
         while inner is None and time.monotonic() < deadline:
             for key in redis_client.scan_iter(RESULT_KEY_PREFIX + "*"):
                 meta = json.loads(redis_client.get(key) or "{}")
-                result = meta.get("result") or {}
+                result = node_result_of(meta.get("result")) or meta.get("result") or {}
                 if isinstance(result, dict) and result.get("node") == "RETRIEVAL.SEARCH":
                     inner = result
             time.sleep(0.05)

@@ -40,6 +40,7 @@ from ditto_worker.config import FleetSettings
 from ditto_worker.fleet.cancellation import cancel_key
 from ditto_worker.fleet.celery_app import DEADLINE_HEADER, create_celery_app
 from ditto_worker.fleet.client import DittoClient
+from ditto_worker.fleet.failures import node_result_of
 from ditto_worker.fleet.results import RESULT_KEY_PREFIX
 from tests.conftest import stop_worker
 
@@ -180,9 +181,10 @@ def test_calls_cancelled_expired_or_revoked_while_every_worker_is_down_never_run
         assert stored_meta(r, "control")["result"]["status"] == "success"
         for eid in ("cancel-token", "cancel-task"):
             meta = stored_meta(r, eid)
-            assert meta["status"] == "SUCCESS"
-            assert meta["result"]["status"] == "cancelled"
-            assert meta["result"]["error"]["code"] == "MEMORY_CANCELLED"
+            assert meta["status"] == "FAILURE"  # a NodeResult that is not success (NodeFailed)
+            result = node_result_of(meta["result"])
+            assert result is not None and result["status"] == "cancelled"
+            assert result["error"]["code"] == "MEMORY_CANCELLED"
         for eid in ("timed-out", "expired", "revoked-id"):
             assert stored_meta(r, eid)["status"] == "REVOKED", eid
         wait_queued(r, 0)
@@ -197,9 +199,12 @@ def test_calls_cancelled_expired_or_revoked_while_every_worker_is_down_never_run
     for eid in ("timed-out", "expired", "revoked-id"):
         assert f"Discarding revoked task: MEMORY.WRITE[{eid}]" in log, log
     for eid in ("cancel-token", "cancel-task"):
-        ran = re.search(rf"MEMORY\.WRITE\[{eid}\] succeeded in [^\n]*", log)
-        # the worker's (redacted) result line: <NodeResult MEMORY.WRITE cancelled CODE>
-        assert ran is not None and " cancelled MEMORY_CANCELLED>" in ran.group(0), log
+        ran = re.search(rf"MEMORY\.WRITE\[{eid}\] raised expected: [^\n]*", log)
+        # the worker's one-line failure (NodeFailed: node, status and code only)
+        assert (
+            ran is not None
+            and "NodeFailed(MEMORY.WRITE cancelled MEMORY_CANCELLED)" in ran.group(0)
+        ), log
     # the store: the effects of the call before the stop and of the control call, only
     memory = create_memory(SqliteMemoryStore(db))
     contents = sorted(m.content for m in memory.query({"limit": 100}).output.items)

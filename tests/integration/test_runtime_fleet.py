@@ -24,6 +24,7 @@ import redis
 from ditto_worker import create_ditto
 from ditto_worker.config import load_runtime_config
 from ditto_worker.contracts import to_wire
+from ditto_worker.fleet.failures import node_result_of
 from ditto_worker.fleet.results import RESULT_KEY_PREFIX
 from ditto_worker.runtime import CancelToken, Runtime
 from ditto_worker.testing.servers import RedisServer
@@ -116,7 +117,7 @@ def test_cancelling_the_caller_cancels_the_sub_call_on_the_fleet(
     while inner is None and time.monotonic() - start < 10:
         for key in redis_client.scan_iter(RESULT_KEY_PREFIX + "*"):
             meta = json.loads(redis_client.get(key) or "{}")
-            result = meta.get("result") or {}
+            result = node_result_of(meta.get("result")) or meta.get("result") or {}
             if isinstance(result, dict) and result.get("node") == "ECHO.SLEEP":
                 inner = result
         time.sleep(0.05)
@@ -193,7 +194,8 @@ def _stored(client: redis.Redis, execution_id: str) -> dict[str, Any]:
     while time.monotonic() < deadline:
         raw = client.get(RESULT_KEY_PREFIX + execution_id)
         if raw:
-            result: dict[str, Any] = json.loads(raw)["result"]
+            meta = json.loads(raw)
+            result: dict[str, Any] = node_result_of(meta["result"]) or meta["result"]
             return result
         time.sleep(0.05)
     raise AssertionError("no stored result")

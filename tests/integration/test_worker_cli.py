@@ -74,10 +74,12 @@ def test_options_that_pick_queues_app_or_broker_are_refused(option: str, tmp_pat
     assert "use --nodes" in out.stderr
 
 
-def test_an_unknown_celery_option_fails_with_celerys_message(tmp_path: Path) -> None:
+def test_an_unknown_celery_option_fails_with_celerys_message(
+    redis_url: str, tmp_path: Path
+) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "ditto_worker", "worker", "--no-such-option"],
-        cwd=tmp_path, env={**os.environ, "DITTO_BROKER_URL": "redis://127.0.0.1:1/0"},
+        cwd=tmp_path, env={**os.environ, **kit_env(redis_url, tmp_path)},
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 2, out
