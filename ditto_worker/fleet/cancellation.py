@@ -73,13 +73,15 @@ class RedisCancelWatcher:
     """
 
     def __init__(
-        self, url: str, registry: CancelRegistry | None = None, sentinel_master: str | None = None
-    ) -> None:
+        self, url: str, registry: CancelRegistry | None = None, sentinel_master: str | None = None,
+        sentinel_kwargs: dict[str, Any] | None = None,
+    ) -> None:  # fmt: skip
         self.registry = registry if registry is not None else local_registry()  # (len 0 is falsy)
         if url.startswith("sentinel://"):  # Sentinel's pools follow a failover
-            self._client = sync_client(url, sentinel_master, socket_timeout=5)
-            self._pubsub_client = sync_client(url, sentinel_master, socket_timeout=5,
-                                              health_check_interval=30)  # fmt: skip
+            self._client = sync_client(url, sentinel_master, sentinel_kwargs, socket_timeout=5)
+            self._pubsub_client = sync_client(
+                url, sentinel_master, sentinel_kwargs, socket_timeout=5, health_check_interval=30
+            )
         else:
             # one connection for flag reads (a lock-free pool would grow with the pool size)
             pool = redis.BlockingConnectionPool.from_url(

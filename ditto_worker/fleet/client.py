@@ -149,6 +149,8 @@ class DittoClient:
             :func:`~ditto_worker.runtime.registry.node_table`); ``None``: every installed
             and configured worker kind.
         sentinel_master: ``fleet.sentinelMasterName`` for a ``sentinel://`` result backend.
+        sentinel_kwargs: connection options of the sentinels themselves (``sentinel_kwargs``
+            of ``fleet.resultBackendTransportOptions``, e.g. their password).
         log_content: ``fleet.logContent``: let Celery show each call's input in its
             ``task-sent`` event (debugging only); ``False``: a placeholder
             (:mod:`ditto_worker.fleet.redaction`).
@@ -168,6 +170,7 @@ class DittoClient:
         nodes: NodeTable | None = None,
         log_content: bool = False,
         sentinel_master: str | None = None,
+        sentinel_kwargs: dict[str, Any] | None = None,
     ) -> None:
         try:
             self._scope = parse_scope(scope)
@@ -180,7 +183,10 @@ class DittoClient:
         self._poll_s = IN_PROCESS_POLL_S if str(app.conf.broker_url).startswith("memory") else 0.01
         self._listener = (
             ResultListener(
-                result_backend, max_connections=send_threads, sentinel_master=sentinel_master
+                result_backend,
+                max_connections=send_threads,
+                sentinel_master=sentinel_master,
+                sentinel_kwargs=sentinel_kwargs,
             )  # fmt: skip
             if result_backend and _is_redis(result_backend)
             else None
@@ -206,6 +212,8 @@ class DittoClient:
         kwargs.setdefault("default_timeout_s", fleet.call_timeout_s)
         kwargs.setdefault("log_content", fleet.log_content)
         kwargs.setdefault("sentinel_master", fleet.sentinel_master_name or None)
+        sentinels = fleet.result_backend_transport_options.get("sentinel_kwargs")
+        kwargs.setdefault("sentinel_kwargs", sentinels)
         return cls(app, result_backend=backend, nodes=table, **kwargs)
 
     @property

@@ -196,7 +196,11 @@ class FleetRuntime:
         backend = str(app.conf.result_backend or "") if app is not None else ""
         if not is_redis_url(backend):
             return None
-        return RedisCancelWatcher(backend, sentinel_master=self.config.fleet.sentinel_master_name)
+        fleet = self.config.fleet
+        return RedisCancelWatcher(
+            backend, sentinel_master=fleet.sentinel_master_name,
+            sentinel_kwargs=fleet.result_backend_transport_options.get("sentinel_kwargs"),
+        )  # fmt: skip
 
     def _sub_invoke(self, parent: NodeContext) -> Callable[..., NodeResult[Any]]:
         def invoke(node: str, input: Any, *, timeout: float | None = None,
