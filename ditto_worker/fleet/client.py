@@ -553,9 +553,12 @@ class DittoClient:
             except (EncodeError, OperationalError) as exc:
                 return self._send_failure(exc, node, eid)
             answer = asyncio.wrap_future(result)
-            waiter = loop.create_task(cancelled.wait())
+            waiting: set[asyncio.Future[Any]] = {answer}
+            if cancel is not None:  # a call that cannot be cancelled waits on its answer only
+                waiter = loop.create_task(cancelled.wait())
+                waiting.add(waiter)
             await asyncio.wait(
-                {answer, waiter}, timeout=max(0.0, deadline - time.time()),
+                waiting, timeout=max(0.0, deadline - time.time()),
                 return_when=asyncio.FIRST_COMPLETED,
             )  # fmt: skip
             if answer.done() and not answer.cancelled():

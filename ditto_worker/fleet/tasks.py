@@ -26,7 +26,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from celery import Celery, Task, signals
@@ -41,7 +41,8 @@ from ditto_worker.fleet.failures import NodeFailed
 from ditto_worker.fleet.redaction import Reply, input_repr, install_redaction
 from ditto_worker.fleet.redis_urls import is_redis_url
 from ditto_worker.fleet.shutdown import ignore_group_sigterm
-from ditto_worker.memory.scope import SCOPE_HEADER, parse_scope
+from ditto_worker.memory.scope import SCOPE_HEADER, Scope, parse_scope
+from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.runtime.context import NodeContext
 from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition, WorkerSource
 from ditto_worker.runtime.execute import run_node
@@ -57,6 +58,8 @@ from ditto_worker.runtime.trace import (
 __all__ = ["INPUT_BYTES", "FleetRuntime", "SizedRequest", "register_tasks"]
 
 log = logging.getLogger(__name__)
+
+_MISSING = object()
 
 INPUT_BYTES = "ditto_input_bytes"
 """Request attribute: bytes of the message body as it came off the broker."""
@@ -138,6 +141,7 @@ class FleetRuntime:
         self._client = PerProcess(self._make_client)
         self._watcher: PerProcess[RedisCancelWatcher | None] = PerProcess(self._make_watcher)
         self._app: Celery | None = None
+        self._kind_defaults: dict[str, Any] = {}
         self.opened_pid: int | None = None  # the process whose hooks already ran (startup)
 
     def _build(self) -> list[WorkerDefinition]:
@@ -202,18 +206,31 @@ class FleetRuntime:
             sentinel_kwargs=fleet.result_backend_transport_options.get("sentinel_kwargs"),
         )  # fmt: skip
 
-    def _sub_invoke(self, parent: NodeContext) -> Callable[..., NodeResult[Any]]:
+    def _sub_invoke(
+        self, deadline: float | None, cancel: CancelToken, scope: Scope | None,
+        trace: Mapping[str, str],
+    ) -> Callable[..., NodeResult[Any]]:  # fmt: skip
+        """``ctx.invoke`` of one call: sub-calls inherit its deadline, cancellation, scope
+        and trace (MEM-RT-3)."""
+
         def invoke(node: str, input: Any, *, timeout: float | None = None,
                    execution_id: str | None = None) -> NodeResult[Any]:  # fmt: skip
             result: NodeResult[Any] = self._client.get().invoke(
-                node, input, timeout=timeout, deadline=parent.deadline, cancel=parent.cancel,
-                scope=parent.scope, execution_id=execution_id, trace=parent.headers,
+                node, input, timeout=timeout, deadline=deadline, cancel=cancel, scope=scope,
+                execution_id=execution_id, trace=trace,
             )  # fmt: skip
             return result
 
         return invoke
 
     # --- one call -------------------------------------------------------------------------
+
+    def _defaults(self, kind: str) -> Any:
+        """The kind's runtime-YAML defaults layer, built once (the config is frozen)."""
+        found = self._kind_defaults.get(kind, _MISSING)
+        if found is _MISSING:
+            found = self._kind_defaults[kind] = self.config.defaults_for(kind)
+        return found
 
     def _refusal(self, task: Task, node: str, eid: str) -> NodeResult[Any] | None:
         size = int(getattr(task.request, INPUT_BYTES, 0) or 0)
@@ -250,19 +267,13 @@ class FleetRuntime:
             vouched = not spec.mutation and watcher is not None and watcher.covers(sent)
             if watcher is not None and not vouched and watcher.is_flagged(eid):
                 token.cancel()
+            trace = _trace(request)
             ctx = NodeContext(
                 eid, node, token, deadline, scope,
-                headers=_trace(request),
-                defaults=self.config.defaults_for(definition.kind),
+                invoke=self._sub_invoke(deadline, token, scope, trace),
+                headers=trace, defaults=self._defaults(definition.kind),
             )  # fmt: skip
-            ctx = _with_invoke(ctx, self._sub_invoke(ctx))
             return to_wire(run_node(definition, spec, input, ctx))
-
-
-def _with_invoke(ctx: NodeContext, invoke: Callable[..., NodeResult[Any]]) -> NodeContext:
-    from dataclasses import replace
-
-    return replace(ctx, invoke=invoke)
 
 
 def _make_task(
