@@ -17,8 +17,9 @@ The layers, each a package:
 
 from __future__ import annotations
 
+import typing as _typing
+
 from ditto_worker.config import RuntimeConfig, load_runtime_config_file
-from ditto_worker.context import create_context_worker
 from ditto_worker.contracts import (
     MAX_LIMIT,
     NODE_IDS,
@@ -145,6 +146,7 @@ __all__ = [
     "WorkerDefinition",
     "create_context_worker",
     "create_ditto",
+    "create_infer_worker",
     "graph",
     "MEMORY_WORKER_TYPE",
     "MemoryNode",
@@ -163,3 +165,26 @@ __all__ = [
     "RuntimeConfig",
     "load_runtime_config_file",
 ]
+
+
+def create_context_worker(*args: _typing.Any, **kwargs: _typing.Any) -> WorkerDefinition:
+    """The CONTEXT worker definition (the seed's ``createContextWorker``; SPEC MEM-CTX).
+
+    Takes the arguments of :func:`ditto_worker.context.create_context_worker` (which it
+    calls); defined here so that importing the SDK does not import the CONTEXT package.
+    """
+    from ditto_worker.context import create_context_worker as create
+
+    return create(*args, **kwargs)
+
+
+def create_infer_worker(*args: _typing.Any, **kwargs: _typing.Any) -> WorkerDefinition:
+    """The INFER worker definition (SPEC MEM-INF): ``INFER.GENERATE`` on an
+    OpenAI-compatible endpoint.
+
+    Takes the arguments of :func:`ditto_worker.infer.create_infer_worker` (which it calls);
+    defined here so that importing the SDK does not import the INFER package.
+    """
+    from ditto_worker.infer import create_infer_worker as create
+
+    return create(*args, **kwargs)

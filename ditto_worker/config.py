@@ -43,11 +43,11 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from ditto_worker.config_context import ContextWorkerSettings
 from ditto_worker.config_env import OWNED_SECTIONS, apply_env
-from ditto_worker.context.settings import ContextWorkerSettings
+from ditto_worker.config_infer import InferSettings, load_infer_settings
 from ditto_worker.contracts import NODE_IDS, Limit, MemoryDefaults
 from ditto_worker.errors import ConfigError
-from ditto_worker.infer.settings import InferSettings, load_infer_settings
 
 __all__ = [
     "FleetSettings",

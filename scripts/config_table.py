@@ -27,9 +27,9 @@ from ditto_worker.config import (  # noqa: E402
     MemoryWorkerSettings,
     RetrievalWorkerSettings,
 )
+from ditto_worker.config_context import ContextWorkerSettings  # noqa: E402
 from ditto_worker.config_env import env_name  # noqa: E402
-from ditto_worker.context.settings import ContextWorkerSettings  # noqa: E402
-from ditto_worker.infer.settings import InferSettings  # noqa: E402
+from ditto_worker.config_infer import InferSettings  # noqa: E402
 
 _VAR = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-([^}]*))?\}")
 

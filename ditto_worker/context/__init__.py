@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from ditto_worker.config_context import REDIS_URL_ENV, ContextLimits, ContextWorkerSettings
 from ditto_worker.context.cache import CachedContext, ContextCache, InProcessContextCache
 from ditto_worker.context.contracts import (
     ContextCacheUpdateInput,
@@ -23,7 +24,6 @@ from ditto_worker.context.contracts import (
     ContextUpdateOutput,
 )
 from ditto_worker.context.merge import collapse_ingress, item_json, merge_items
-from ditto_worker.context.settings import REDIS_URL_ENV, ContextLimits, ContextWorkerSettings
 from ditto_worker.context.worker import (
     CONTEXT_LOAD,
     CONTEXT_UPDATE,

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ditto_worker.config_context import ContextLimits
 from ditto_worker.context.contracts import ContextItem
-from ditto_worker.context.settings import ContextLimits
 from ditto_worker.errors import ErrorCode, NodeError
 
 __all__ = [

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from ditto_worker.config_context import REDIS_URL_ENV, ContextWorkerSettings
 from ditto_worker.context.cache import CachedContext, ContextCache, InProcessContextCache
 from ditto_worker.context.contracts import (
     ContextCacheUpdateInput,
@@ -36,7 +37,6 @@ from ditto_worker.context.contracts import (
     ContextUpdateOutput,
 )
 from ditto_worker.context.merge import check_ingress, check_merged, invalid_input, merge_items
-from ditto_worker.context.settings import REDIS_URL_ENV, ContextWorkerSettings
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.memory.checks import describe
 from ditto_worker.memory.scope import Scope

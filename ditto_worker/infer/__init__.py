@@ -12,6 +12,12 @@ Importing this package connects to nothing and needs only httpx and jsonschema (
 
 from __future__ import annotations
 
+from ditto_worker.config_infer import (
+    ENV_PREFIX,
+    InferSettings,
+    LocalModelSettings,
+    load_infer_settings,
+)
 from ditto_worker.infer.contracts import (
     InferGenerateInput,
     InferGenerateOutput,
@@ -19,12 +25,6 @@ from ditto_worker.infer.contracts import (
     InferUsage,
 )
 from ditto_worker.infer.endpoint import ChatEndpoint
-from ditto_worker.infer.settings import (
-    ENV_PREFIX,
-    InferSettings,
-    LocalModelSettings,
-    load_infer_settings,
-)
 from ditto_worker.infer.worker import INFER_GENERATE, InferGenerate, create_infer_worker
 
 __all__ = [

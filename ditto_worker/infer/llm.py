@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ditto_worker.config_infer import LocalModelSettings
 from ditto_worker.infer.local import (
     MODEL_NAME,
     LocalModelError,
@@ -32,7 +33,6 @@ from ditto_worker.infer.local import (
     packaged_model_path,
     serve,
 )
-from ditto_worker.infer.settings import LocalModelSettings
 
 __all__ = ["main"]
 

@@ -32,8 +32,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ditto_worker.config_infer import LocalModelSettings
 from ditto_worker.errors import DittoError
-from ditto_worker.infer.settings import LocalModelSettings
 
 __all__ = [
     "MODEL_NAME",

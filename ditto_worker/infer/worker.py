@@ -38,10 +38,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ditto_worker.config_infer import InferSettings, load_infer_settings
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.infer.contracts import InferGenerateInput, InferGenerateOutput
 from ditto_worker.infer.endpoint import CallAbort, CallAborted, ChatEndpoint, ChatReply
-from ditto_worker.infer.settings import InferSettings, load_infer_settings
 from ditto_worker.runtime import NodeContext, NodeSpec, WorkerDefinition
 
 if TYPE_CHECKING:

@@ -17,7 +17,6 @@ Callers cannot tell the two apart except by speed (MEM-RT-2).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -27,13 +26,13 @@ from ditto_worker.errors import ConfigError, MemoryError
 from ditto_worker.memory.scope import Scope, parse_scope
 from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.runtime.definition import WorkerDefinition, WorkerSource
-from ditto_worker.runtime.graph_loop import Plan
-from ditto_worker.runtime.graph_runner import GraphRunner
 from ditto_worker.runtime.graphs import DEFAULT_LOOP_BUDGET, Graph, GraphResult, LoopResult
 from ditto_worker.runtime.registry import worker_definitions
 
 if TYPE_CHECKING:
     from ditto_worker.config import RuntimeConfig
+    from ditto_worker.runtime.graph_loop import Plan
+    from ditto_worker.runtime.graph_runner import GraphRunner
 
 __all__ = ["Runtime", "create_ditto"]
 
@@ -90,13 +89,27 @@ class Runtime:
         self.definitions = list(definitions)
         self.embedded = embedded
         self._invoker = invoker
-        codes = {node: d.kind_codes for d in self.definitions for node in d.nodes}
-        self._graphs = GraphRunner(
-            self.ainvoke,
-            codes,
-            call_timeout_s=config.fleet.call_timeout_s if config is not None else 30.0,
-            loop_budget=config.graph.loop_budget if config is not None else DEFAULT_LOOP_BUDGET,
-        )
+        self._config = config
+        self._graph_runner: GraphRunner | None = None
+
+    @property
+    def _graphs(self) -> GraphRunner:
+        """The Graph/Loop runner, built on the first run (asyncio is imported then, not
+        with the SDK)."""
+        if self._graph_runner is None:
+            from ditto_worker.runtime.graph_runner import GraphRunner
+
+            config = self._config
+            codes = {node: d.kind_codes for d in self.definitions for node in d.nodes}
+            self._graph_runner = GraphRunner(
+                self.ainvoke,
+                codes,
+                call_timeout_s=config.fleet.call_timeout_s if config is not None else 30.0,
+                loop_budget=(
+                    config.graph.loop_budget if config is not None else DEFAULT_LOOP_BUDGET
+                ),
+            )
+        return self._graph_runner
 
     @property
     def nodes(self) -> list[str]:
@@ -285,6 +298,8 @@ class Runtime:
 def _blocking(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to its end from synchronous code (a helper thread inside a running
     loop, whose thread must not block on itself)."""
+    import asyncio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -13,12 +13,13 @@ import pytest
 
 import ditto_worker.infer
 
-MODULES = ["", ".contracts", ".endpoint", ".llm", ".local", ".settings", ".worker"]
+MODULES = ["", ".contracts", ".endpoint", ".llm", ".local", ".worker"]
 
 
-@pytest.mark.parametrize("suffix", MODULES)
+@pytest.mark.parametrize("suffix", [*MODULES, "config_infer"])
 def test_all_matches_public_names(suffix: str) -> None:
-    module = importlib.import_module("ditto_worker.infer" + suffix)
+    name = "ditto_worker." + suffix if suffix == "config_infer" else "ditto_worker.infer" + suffix
+    module = importlib.import_module(name)
     exported = list(module.__all__)
     assert len(set(exported)) == len(exported)
     assert all(hasattr(module, name) for name in exported)
