@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -585,6 +584,8 @@ def load_runtime_config_file(
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {file}") from exc
+    import yaml  # only when a file is read: importing the SDK loads no YAML parser
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -42,7 +42,11 @@ class ContextWorkerSettings(BaseModel):
     """``workers.context:`` — the CONTEXT worker (``CONTEXT.UPDATE``, ``CONTEXT.LOAD``)."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, alias_generator=to_camel
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        alias_generator=to_camel,
+        defer_build=True,  # built when a config is first loaded, not at import
     )
 
     redis_url: str = Field(

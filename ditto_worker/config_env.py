@@ -33,8 +33,6 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import yaml
-
 from ditto_worker.errors import ConfigError
 
 __all__ = ["OWNED_SECTIONS", "apply_env", "env_name", "env_keys"]
@@ -119,6 +117,8 @@ def _typed(raw: str, like: Any, name: str) -> Any:
 
 
 def _yaml(text: str, name: str) -> Any:
+    import yaml  # only when a variable holds YAML: importing the SDK loads no YAML parser
+
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:

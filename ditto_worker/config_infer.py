@@ -40,7 +40,11 @@ _ENV_KEYS = ("BASE_URL", "MODEL", "API_KEY")
 
 class _Section(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, alias_generator=to_camel
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        alias_generator=to_camel,
+        defer_build=True,  # built when a config is first loaded, not at import
     )
 
 
