@@ -24,10 +24,16 @@ from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
 from ditto_worker.memory.vectors import query_values
 
-__all__ = ["DEFAULT_SEARCH_LIMIT", "Hit", "NativeSearch"]
+__all__ = ["DEFAULT_SEARCH_LIMIT", "VECTOR_OPTIONS", "Hit", "NativeSearch", "check_metric"]
 
 DEFAULT_SEARCH_LIMIT: Final = 10
 """Results of a native search called without ``limit`` (the SDK always passes one)."""
+
+VECTOR_OPTIONS: Final = frozenset({"metric"})
+"""SEARCH ``options`` a store with vectors reads: ``metric`` — the seed's
+``options: {metric: "COSINE"}``; native vector search ranks by cosine similarity, so
+``"COSINE"`` (any case) is accepted for ``vector`` and ``hybrid`` and anything else is
+``INVALID_INPUT`` naming ``options.metric``. Declare it in ``search_options``."""
 
 Hit = tuple[MemoryItem, float]
 """A candidate: the full record and its score (higher is better)."""
@@ -100,6 +106,7 @@ class NativeSearch:
                 ``EMBEDDING_UNAVAILABLE`` from the embedding provider.
         """
         strategy = self._search_strategy(input)
+        check_metric(input, strategy)
         if strategy == "hybrid":
             return self._hybrid(input, options)
         limit = input.limit or DEFAULT_SEARCH_LIMIT
@@ -134,4 +141,25 @@ class NativeSearch:
             self._hybrid_settings = RetrievalConfig.parse(self._hybrid_settings)
         return run_pipeline(
             self, embedder, self._hybrid_settings, input, options, strategy="hybrid"
+        )
+
+
+def check_metric(input: MemorySearchInput, strategy: str) -> None:
+    """``options.metric`` (:data:`VECTOR_OPTIONS`): cosine, for a vector strategy only.
+
+    Raises:
+        MemoryError: ``INVALID_INPUT`` naming ``options.metric``.
+    """
+    options = input.options or {}
+    if "metric" not in options:
+        return
+    metric = options["metric"]
+    if strategy not in ("vector", "hybrid"):
+        raise MemoryError(
+            ErrorCode.INVALID_INPUT, "Invalid input: options.metric applies to vector search"
+        )
+    if not isinstance(metric, str) or metric.upper() != "COSINE":
+        raise MemoryError(
+            ErrorCode.INVALID_INPUT,
+            "Invalid input: options.metric: this store ranks vectors by COSINE only",
         )

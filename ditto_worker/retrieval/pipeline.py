@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ditto_worker.contracts import MemoryItem, MemorySearchInput, MemorySearchResult
 from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.memory.native import VECTOR_OPTIONS, check_metric
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.retrieval.context import (
     context_scores,
@@ -91,8 +92,11 @@ def search_candidates(
 ) -> list[MemorySearchResult]:  # fmt: skip
     """One candidate list: ``source.search`` with ``strategy``, ``query``, the request's
     ``filter`` and ``options``, at most ``limit`` results (the source's order)."""
+    extra = input.options
+    if extra and not isinstance(query, list):  # a text leg: vector options are not its own
+        extra = {k: v for k, v in extra.items() if k not in VECTOR_OPTIONS} or None
     request = MemorySearchInput(
-        query=query, strategy=strategy, filter=input.filter, limit=limit, options=input.options
+        query=query, strategy=strategy, filter=input.filter, limit=limit, options=extra
     )
     return _results(source.search(request, options))
 
@@ -226,6 +230,7 @@ def run_pipeline(
             for a query the strategy cannot use; the source's and embedder's errors.
     """
     strategy = strategy or input.strategy or config.strategy
+    check_metric(input, strategy)
     limit = input.limit or DEFAULT_LIMIT
     if strategy in ("keyword", "vector"):
         return _single(source, embedder, config, strategy, input, limit, options)

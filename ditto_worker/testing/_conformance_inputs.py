@@ -18,6 +18,7 @@ from ditto_worker.testing._conformance_harness import Harness
 __all__ = [
     "test_lone_surrogates_never_reach_the_store",
     "test_not_a_timestamp_is_invalid_input",
+    "test_the_seed_vector_options_metric_cosine",
     "test_timestamps_compare_as_instants",
     "test_undeclared_search_options_are_refused",
 ]
@@ -163,3 +164,21 @@ def test_undeclared_search_options_are_refused(conformance: Harness) -> None:
         assert result.error is not None and result.error.code == "INVALID_INPUT", name
         assert f"options.{name}" in result.error.message
     assert conformance.ok("MEMORY.SEARCH", {"query": "tea", "options": {}}) is not None
+
+
+def test_the_seed_vector_options_metric_cosine(conformance: Harness) -> None:
+    # the seed's SEARCH example: {query: {vector: [...]}, strategy: "vector",
+    # options: {metric: "COSINE"}}; a store that declares "metric" ranks by cosine only
+    if "metric" not in conformance.caps.search_options:
+        pytest.skip("no options.metric declared")
+    conformance.write([{"key": "k", "content": "tea with milk"}])
+    found = conformance.ok("MEMORY.SEARCH", {"query": "tea", "strategy": "vector",
+                                              "options": {"metric": "COSINE"}})  # fmt: skip
+    assert [hit.memory.key for hit in found] == ["k"]
+    for input in (
+        {"query": "tea", "strategy": "vector", "options": {"metric": "L2"}},
+        {"query": "tea", "strategy": "keyword", "options": {"metric": "COSINE"}},
+    ):
+        result = conformance.call("MEMORY.SEARCH", input)
+        assert result.error is not None and result.error.code == "INVALID_INPUT", input
+        assert "options.metric" in result.error.message

@@ -71,6 +71,7 @@ from ditto_worker.testing._conformance_harness import (
 from ditto_worker.testing._conformance_inputs import (
     test_lone_surrogates_never_reach_the_store,
     test_not_a_timestamp_is_invalid_input,
+    test_the_seed_vector_options_metric_cosine,
     test_timestamps_compare_as_instants,
     test_undeclared_search_options_are_refused,
 )
@@ -163,6 +164,7 @@ __all__ = [
     "test_undeclared_filters_fail",
     "test_undeclared_order_by_fails",
     "test_undeclared_scope_is_refused",
+    "test_the_seed_vector_options_metric_cosine",
     "test_undeclared_search_options_are_refused",
     "test_update_missing_id_is_not_found",
     "test_update_presence_semantics",

@@ -89,7 +89,7 @@ from ditto_worker.memory.filters import (
     parse_order_by,
     query_fingerprint,
 )
-from ditto_worker.memory.native import Hit, NativeSearch
+from ditto_worker.memory.native import VECTOR_OPTIONS, Hit, NativeSearch
 from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider, MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.vectors import content_vectors, mismatch_message
@@ -128,6 +128,7 @@ def capabilities_for(embedder: bool, exact_vectors: bool, local: bool) -> StoreC
         keyword_strategy="keyword",
         keyword_cjk=True,
         keyword_scope_statistics=True,
+        search_options=VECTOR_OPTIONS if embedder else frozenset(),
         exhaustive_strategies=("vector",) if embedder and exact_vectors else (),
         key_conflict="error",
         batch_atomic=False,

@@ -29,7 +29,7 @@ from ditto_plugin_sqlite.vectors import to_blob
 from ditto_worker.contracts import MemorySearchInput
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.filters import parse_filter
-from ditto_worker.memory.native import Hit, NativeSearch
+from ditto_worker.memory.native import VECTOR_OPTIONS, Hit, NativeSearch
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
 
@@ -62,6 +62,7 @@ VECTOR_CAPABILITIES: Final = StoreCapabilities(
     batch_atomic=True,
     cancel=True,
     scope=True,
+    search_options=VECTOR_OPTIONS,
     extras=_EXTRAS | {"embed_on_write"},
 )
 """What a store with an embedding provider declares (``vector`` and ``hybrid`` added)."""
