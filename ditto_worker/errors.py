@@ -44,6 +44,10 @@ class ErrorCode(StrEnum):
     PERMISSION_DENIED = "PERMISSION_DENIED"
     """The call's trusted scope is missing, malformed, not served by this worker, or
     the store cannot isolate scopes (:mod:`ditto_worker.memory.scope`)."""
+    FLEET_UNAVAILABLE = "FLEET_UNAVAILABLE"
+    """The fleet's broker or result backend is unreachable: the call was not sent, or its
+    answer cannot be read. Not a storage fault; the message names the server's
+    ``host:port``, never credentials (:mod:`ditto_worker.fleet.client`)."""
     # Plugin codes (MEM-PY-5)
     NOT_FOUND = "NOT_FOUND"
     CONFLICT = "CONFLICT"

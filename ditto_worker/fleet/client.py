@@ -70,8 +70,9 @@ from ditto_worker.fleet.celery_app import (
     result_backend_url,
 )
 from ditto_worker.fleet.failures import NodeFailed, node_result_of
+from ditto_worker.fleet.heartbeat import describe_last_seen, heartbeat_key
 from ditto_worker.fleet.redaction import args_repr
-from ditto_worker.fleet.redis_urls import is_redis_url
+from ditto_worker.fleet.redis_urls import is_redis_url, server_address
 from ditto_worker.fleet.results import ResultListener
 from ditto_worker.memory.scope import SCOPE_HEADER, Scope, parse_scope
 from ditto_worker.runtime.cancel import CancelToken, local_registry
@@ -91,6 +92,8 @@ _CANCEL_POLL_S = 0.05
 _SLACK_S = 5.0  # how long past its deadline a call may take to report (slow broker)
 _FLAG_WAIT_S = 2.0  # how long a cancelled call waits for its cancel flag to be raised
 _MAX_PENDING_REVOKES = 256  # revoke broadcasts queued at most; more are skipped
+_SEEN_WAIT_S = 1.0  # how long a timed-out call waits to read its queue's heartbeat
+_OUTAGE_LOG_EVERY_S = 60.0  # an outage is logged once, then at most once a minute
 _UNKNOWN = KindCodes(ErrorCode.MEMORY_CANCELLED, ErrorCode.MEMORY_TIMEOUT,
                      ErrorCode.MEMORY_BACKEND_ERROR)  # fmt: skip
 
@@ -127,6 +130,29 @@ def _failure(
 
 def _is_redis(url: str) -> bool:
     return is_redis_url(url)  # redis://, rediss://, unix://, sentinel://
+
+
+class _OutageLog:
+    """Logs an unreachable server once per outage (then once a minute), not once per call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+
+    def failed(self, what: str, exc: BaseException | None = None) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(what, -_OUTAGE_LOG_EVERY_S) < _OUTAGE_LOG_EVERY_S:
+                return
+            self._last[what] = now
+        cause = f" ({type(exc).__name__})" if exc is not None else ""
+        log.error("%s is unreachable%s; calls fail with FLEET_UNAVAILABLE", what, cause)
+
+    def ok(self, what: str) -> None:
+        if self._last:  # a dict read: the common case costs no lock
+            with self._lock:
+                if self._last.pop(what, None) is not None:
+                    log.info("%s is reachable again", what)
 
 
 class DittoClient:
@@ -180,6 +206,10 @@ class DittoClient:
         self.default_timeout_s = default_timeout_s
         self._reprs = args_repr(log_content)
         self._nodes = _known(_installed() if nodes is None else nodes)
+        self._broker_at = f"the broker ({server_address(str(app.conf.broker_url or ''))})"
+        backend_url = result_backend or str(app.conf.result_backend or "")
+        self._backend_at = f"the result backend ({server_address(backend_url)})"
+        self._outages = _OutageLog()
         self._poll_s = IN_PROCESS_POLL_S if str(app.conf.broker_url).startswith("memory") else 0.01
         self._listener = (
             ResultListener(
@@ -256,10 +286,13 @@ class DittoClient:
         Returns:
             The worker's NodeResult, or one with status ``failed`` (``UNKNOWN_NODE``;
             ``INVALID_INPUT`` for input that is not JSON; ``PERMISSION_DENIED`` for a
-            malformed scope or one the worker does not serve; ``MEMORY_BACKEND_ERROR`` when
-            the broker or result backend is unreachable, or the client is closed;
+            malformed scope or one the worker does not serve; ``FLEET_UNAVAILABLE`` when
+            the broker or result backend is unreachable, naming its ``host:port``;
+            ``MEMORY_BACKEND_ERROR`` when the client is closed;
             ``INVALID_BACKEND_OUTPUT`` for a malformed reply), ``timeout`` (the kind's
-            timeout code) or ``cancelled`` (the kind's cancelled code).
+            timeout code; on a Redis fleet its message says when a worker for the node's
+            queue was last seen, :mod:`ditto_worker.fleet.heartbeat`) or ``cancelled`` (the
+            kind's cancelled code).
         """
         start = self._start(node, execution_id, cancel, scope, timeout, deadline)
         if isinstance(start, NodeResult):
@@ -420,12 +453,13 @@ class DittoClient:
             headers=headers,
             **reprs,
         )
+        self._outages.ok(self._broker_at)
 
     def _send_failure(self, exc: Exception, node: str, eid: str) -> NodeResult[Any]:
         if isinstance(exc, EncodeError):
             return _failure(eid, node, ErrorCode.INVALID_INPUT, "input is not JSON data")
-        log.error("could not send %s: %s", node, type(exc).__name__)
-        return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the broker is unreachable")
+        self._outages.failed(self._broker_at, exc)
+        return _failure(eid, node, ErrorCode.FLEET_UNAVAILABLE, f"{self._broker_at} is unreachable")
 
     def _parse(self, payload: Any, node: str, eid: str) -> NodeResult[Any]:
         try:
@@ -497,8 +531,8 @@ class DittoClient:
                     setup.result(timeout=max(0.0, deadline - time.time()))
                 except ThreadTimeoutError:
                     return self._timed_out(eid, node, "the fleet did not take the call in time")
-                except RedisError:
-                    return self._unreachable(eid, node)
+                except RedisError as exc:
+                    return self._unreachable(eid, node, exc)
             try:
                 self._send(node, payload, eid, deadline, scope, trace)
             except (EncodeError, OperationalError) as exc:
@@ -515,17 +549,18 @@ class DittoClient:
             # past the deadline the worker stops the call itself (ditto_deadline header) and
             # never starts it (expires): no flag needed, the revoke is a courtesy
             self._revoke_later(eid)
-            return self._timed_out(eid, node)
+            return self._timed_out(eid, node, self._with_last_seen(node, "the call timed out"))
         finally:
             if unregister is not None:
                 unregister()
             listener.forget(eid)
 
-    def _unreachable(self, eid: str, node: str) -> NodeResult[Any]:
-        log.error("result backend unreachable during %s", node)
-        return _failure(
-            eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the result backend is unreachable"
-        )
+    def _unreachable(
+        self, eid: str, node: str, exc: BaseException | None = None
+    ) -> NodeResult[Any]:
+        self._outages.failed(self._backend_at, exc)
+        message = f"{self._backend_at} is unreachable"
+        return _failure(eid, node, ErrorCode.FLEET_UNAVAILABLE, message)
 
     async def _acall(
         self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
@@ -568,18 +603,46 @@ class DittoClient:
                 await asyncio.wrap_future(listener.submit(self._acancel(eid, deadline)))
                 return self._cancelled(eid, node)
             self._revoke_later(eid)
-            return self._timed_out(eid, node)
+            seen = await self._alast_seen(node)
+            return self._timed_out(eid, node, f"the call timed out: {seen}" if seen else
+                                   "the call timed out")  # fmt: skip
         except TimeoutError:
             self._revoke_later(eid)
             return self._timed_out(eid, node, "the fleet did not take the call in time")
-        except RedisError:
-            return self._unreachable(eid, node)
+        except RedisError as exc:
+            return self._unreachable(eid, node, exc)
         finally:
             if waiter is not None:
                 waiter.cancel()
             if unregister is not None:
                 unregister()
             listener.forget(eid)
+
+    def _with_last_seen(self, node: str, message: str) -> str:
+        """``message`` plus when a worker for ``node``'s queue was last seen
+        (:mod:`ditto_worker.fleet.heartbeat`); read only for a call that timed out."""
+        listener = self._listener
+        if listener is None:
+            return message
+        queue = queue_for(node)
+        try:
+            raw = listener.submit(_get(listener, heartbeat_key(queue))).result(_SEEN_WAIT_S)
+        except Exception:  # Redis down or slow: the plain message
+            return message
+        return f"{message}: {describe_last_seen(queue, raw)}"
+
+    async def _alast_seen(self, node: str) -> str | None:
+        """:meth:`_with_last_seen` for the asyncio path: the sentence, or ``None``."""
+        listener = self._listener
+        if listener is None:
+            return None
+        queue = queue_for(node)
+        try:
+            read = listener.submit(_get(listener, heartbeat_key(queue)))
+            raw = await asyncio.wait_for(asyncio.wrap_future(read), _SEEN_WAIT_S)
+        except Exception:
+            return None
+        return describe_last_seen(queue, raw)
 
     async def _acancel(self, eid: str, deadline: float) -> None:
         """Flag ``eid`` cancelled (stops it if running, prevents it if not) and revoke it.
@@ -625,10 +688,19 @@ class DittoClient:
                 if cancel is not None and cancel.cancelled:
                     return self._cancelled(eid, node)
                 return self._timed_out(eid, node, "the call expired")
-            except Exception:
-                log.exception("node task %s failed without a NodeResult", node)
+            except OperationalError as exc:  # kombu's connection errors
+                return self._unreachable(eid, node, exc)
+            except Exception as exc:
+                log.error("node task %s failed without a NodeResult (%s)", node,
+                          type(exc).__name__)  # fmt: skip
                 return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the node task failed")
             return self._parse(payload, node, eid)
+
+
+async def _get(listener: ResultListener, key: str) -> bytes | str | None:
+    """``GET key`` on the listener's Redis (run on its loop)."""
+    value: bytes | str | None = await listener.client.get(key)
+    return value
 
 
 def _settle(future: ThreadFuture[None]) -> None:

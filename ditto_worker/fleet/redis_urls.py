@@ -20,7 +20,7 @@ from redis.sentinel import Sentinel
 
 from ditto_worker.errors import ConfigError
 
-__all__ = ["async_client", "is_redis_url", "sentinel_parts", "sync_client"]
+__all__ = ["async_client", "is_redis_url", "sentinel_parts", "server_address", "sync_client"]
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "sentinel://")
 
@@ -49,6 +49,32 @@ def sentinel_parts(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
         if db.isdigit() and "db" not in kwargs:
             kwargs["db"] = int(db)
     return hosts, kwargs
+
+
+def server_address(url: str) -> str:
+    """Where a broker or backend URL points, for messages: ``host:port`` (several joined by
+    ``, ``), a socket path, or ``in-process`` — never the user, password or database.
+
+    ``redis://:secret@10.0.0.5:6380/0`` -> ``10.0.0.5:6380``;
+    ``sentinel://a:26379;sentinel://b:26379`` -> ``a:26379, b:26379``.
+    """
+    if url.startswith("memory://") or not url:
+        return "in-process"
+    places = []
+    for part in url.split(";"):
+        try:
+            split = urlsplit(part.strip())
+            if split.scheme == "unix":
+                places.append(split.path or "a socket")
+                continue
+            host = split.hostname or "localhost"
+            port = split.port
+        except ValueError:  # a malformed port: say nothing more than the scheme
+            places.append("an unparsable address")
+            continue
+        host = f"[{host}]" if ":" in host else host
+        places.append(f"{host}:{port}" if port else host)
+    return ", ".join(places)
 
 
 def _master(url: str, master_name: str | None) -> str:

@@ -183,7 +183,7 @@ class ResultListener:
             async with self._lock:
                 await self._pubsub.unsubscribe(channel)
         except RedisError:
-            log.warning("could not unsubscribe a result channel")
+            log.debug("could not unsubscribe a result channel")  # the call already ended
 
     async def read_stored(self, channel: str) -> None:
         """Resolve ``channel``'s waiting call from the stored key if the result is there."""

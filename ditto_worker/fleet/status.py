@@ -34,6 +34,7 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from ditto_worker.errors import DittoError
+from ditto_worker.fleet.redis_urls import server_address
 
 __all__ = [
     "BrokerUnavailableError",
@@ -97,7 +98,10 @@ def queue_backlog(app: Celery, queues: Sequence[str]) -> dict[str, int]:
         try:
             conn.ensure_connection(max_retries=1)
         except (OperationalError, *conn.connection_errors) as exc:
-            raise BrokerUnavailableError(f"broker unreachable: {exc}") from exc
+            where = server_address(str(app.conf.broker_url or ""))
+            raise BrokerUnavailableError(
+                f"the broker ({where}) is unreachable ({type(exc).__name__})"
+            ) from exc
         for queue in queues:
             channel = conn.channel()
             try:

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from celery import Celery, Task, signals
+from celery import Celery, Task, bootsteps, signals
 from celery.worker.request import Request
 
 from ditto_worker.config import RuntimeConfig
@@ -38,8 +38,9 @@ from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.fleet.cancellation import RedisCancelWatcher, local_registry
 from ditto_worker.fleet.celery_app import DEADLINE_HEADER, SENT_HEADER
 from ditto_worker.fleet.failures import NodeFailed
+from ditto_worker.fleet.heartbeat import QueueHeartbeat, consumed_queues
 from ditto_worker.fleet.redaction import Reply, input_repr, install_redaction
-from ditto_worker.fleet.redis_urls import is_redis_url
+from ditto_worker.fleet.redis_urls import is_redis_url, sync_client
 from ditto_worker.fleet.shutdown import ignore_group_sigterm
 from ditto_worker.memory.scope import SCOPE_HEADER, Scope, parse_scope
 from ditto_worker.runtime.cancel import CancelToken
@@ -357,3 +358,46 @@ def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
     app._ditto_signal_handlers = (process_init, worker_init)
     signals.worker_process_init.connect(process_init, weak=True)
     signals.worker_init.connect(worker_init, weak=True)
+    app.steps["consumer"].add(HeartbeatStep)
+
+
+class HeartbeatStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """A consumer bootstep running the worker's per-queue heartbeat
+    (:mod:`ditto_worker.fleet.heartbeat`) in the main process: started with the consumer
+    (``celery worker`` and ``celery.contrib.testing`` workers alike), kept across the
+    consumer's restarts after a broker reconnect, closed at shutdown."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.heartbeat: QueueHeartbeat | None = None
+
+    def start(self, parent: Any) -> None:
+        runtime = getattr(parent.app, "ditto_runtime", None)
+        if self.heartbeat is None and isinstance(runtime, FleetRuntime):
+            self.heartbeat = _start_heartbeat(runtime, parent.app, parent)
+
+    def shutdown(self, parent: Any) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.close()
+            self.heartbeat = None
+
+
+def _start_heartbeat(runtime: FleetRuntime, app: Celery, consumer: Any) -> QueueHeartbeat | None:
+    """The worker's per-queue heartbeat on a Redis result backend; none otherwise."""
+    backend = str(app.conf.result_backend or "")
+    if not is_redis_url(backend):
+        return None
+    fleet = runtime.config.fleet
+    try:
+        client = sync_client(
+            backend, fleet.sentinel_master_name,
+            fleet.result_backend_transport_options.get("sentinel_kwargs"),
+            socket_timeout=5, socket_connect_timeout=5,
+        )  # fmt: skip
+    except Exception as exc:  # a heartbeat is a courtesy: the worker serves without it
+        log.warning("heartbeat not started (%s)", type(exc).__name__)
+        return None
+    hostname = str(getattr(consumer, "hostname", "") or "")
+    return QueueHeartbeat(client, lambda: consumed_queues(consumer), hostname)

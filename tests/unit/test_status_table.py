@@ -103,7 +103,7 @@ def test_status_without_a_broker_exits_2(monkeypatch: pytest.MonkeyPatch, tmp_pa
 def test_status_with_an_unreachable_broker_exits_1(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["status", "--broker", "redis://127.0.0.1:1/0"])
     assert result.exit_code == 1, result.output
-    assert "broker unreachable" in result.output
+    assert "the broker (127.0.0.1:1) is unreachable" in result.output
 
 
 @pytest.mark.parametrize("module", [status, monitor])
