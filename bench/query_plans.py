@@ -1,0 +1,162 @@
+"""The query plans of a scoped search, every statement the retrieval pipeline issues.
+
+Issue 19 asks that a search inside one tenant scope of a shared store cost what the same
+data costs in a store of its own, and that the closing note show the plans. This script
+loads the LoCoMo conversation ``--conversation`` as tenant ``t0`` of a store shared with
+``--tenants - 1`` other tenants (the other sample conversations in turn), runs one scoped
+search per strategy (keyword, vector, hybrid) through the retrieval pipeline
+(``create_retrieval_memory_search_provider`` with the conversation pipeline), records
+every SELECT the store sends, and prints each distinct statement (abridged) with its plan:
+
+* SQLite: statements from ``Connection.set_trace_callback`` (values inlined), plans from
+  ``EXPLAIN QUERY PLAN`` on the same connection;
+* PostgreSQL: statements recorded at ``psycopg.Cursor.execute``, plans from ``EXPLAIN
+  (COSTS OFF)`` with the same parameters on the same connection.
+
+Embeddings are ``HashingEmbedder(dims=384)`` (the MiniLM's dimensions without loading a
+model): plans depend on the statements and the data's shape, not on vector values. This
+prints SQL (with values): a diagnostic for developers, never a log.
+
+    python bench/query_plans.py                          # sqlite and postgres, 4 tenants
+    python bench/query_plans.py --stores sqlite --tenants 100
+
+The PostgreSQL URL comes from ``DITTO_WORKER_MEMORY_POSTGRES_URL`` or
+``DITTO_TEST_POSTGRES_URL`` (``bash scripts/postgres.sh start``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from store_scale import REPO, _write, open_store  # noqa: E402
+
+from ditto_worker import Scope, create_memory  # noqa: E402
+
+STRATEGIES = ("keyword", "vector", "hybrid")
+
+
+def _abridged(sql: str, width: int = 160) -> str:
+    text = re.sub(r"\s+", " ", sql).strip()
+    text = re.sub(r"'[^']{40,}'", "'…'", text)  # long literals (vectors, texts)
+    text = re.sub(r"\[[-0-9.e, ]{60,}\]", "[…]", text)
+    text = re.sub(r"(\(COALESCE.{80}).*", r"\1…", text)  # long filter expressions
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@contextmanager
+def sqlite_statements(store: Any) -> Iterator[Callable[[], list[tuple[str, list[str]]]]]:
+    """Record the statements of ``store``'s connection on this thread; yields a function
+    returning ``[(statement, plan lines)]`` for the distinct SELECTs seen."""
+    conn = store._conn()  # the connection this thread's calls use
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+
+    def plans() -> list[tuple[str, list[str]]]:
+        conn.set_trace_callback(None)
+        found = []
+        for sql in dict.fromkeys(
+            s for s in seen if s.lstrip().upper().startswith(("SELECT", "WITH"))
+        ):
+            rows = conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall()
+            found.append((sql, [f"{'  ' * _depth(rows, r)}{r[3]}" for r in rows]))
+        return found
+
+    try:
+        yield plans
+    finally:
+        conn.set_trace_callback(None)
+
+
+def _depth(rows: list[Any], row: Any) -> int:
+    parents = {r[0]: r[1] for r in rows}
+    depth, parent = 0, row[1]
+    while parent in parents:
+        depth, parent = depth + 1, parents[parent]
+    return depth
+
+
+@contextmanager
+def postgres_statements() -> Iterator[Callable[[], list[tuple[str, list[str]]]]]:
+    """Record the SELECTs psycopg runs (each with its plan, taken on the same connection
+    right after it ran); yields a function returning ``[(statement, plan lines)]``."""
+    import psycopg
+
+    original = psycopg.Cursor.execute
+    found: dict[str, list[str]] = {}
+    busy = False
+
+    def execute(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        nonlocal busy
+        result = original(self, query, params, **kwargs)
+        text = query if isinstance(query, str) else query.as_string(self.connection)
+        if not busy and text.lstrip().upper().startswith(("SELECT", "WITH")) and text not in found:
+            busy = True
+            try:
+                with self.connection.cursor() as explain:
+                    original(explain, "EXPLAIN (COSTS OFF) " + text, params)
+                    found[text] = [str(row[0]) for row in explain.fetchall()]
+            finally:
+                busy = False
+        return result
+
+    psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+    try:
+        yield lambda: list(found.items())
+    finally:
+        psycopg.Cursor.execute = original  # type: ignore[method-assign]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stores", default="sqlite,postgres", help="comma-separated")
+    parser.add_argument("--tenants", type=int, default=4, help="scopes in the shared store")
+    parser.add_argument("--conversation", default="30.json", help="data/locomo file")
+    args = parser.parse_args(argv)
+
+    from ditto_worker.cli.demo import load_conversation
+    from ditto_worker.cli.eval import CONVERSATION_PIPELINE, turn_drafts
+    from ditto_worker.retrieval import create_retrieval_memory_search_provider
+    from ditto_worker.testing import HashingEmbedder
+
+    embedder = HashingEmbedder(dims=384)
+    conversation = load_conversation(REPO / "data" / "locomo" / args.conversation)
+    others = [load_conversation(p) for p in sorted((REPO / "data" / "locomo").glob("*.json"))]
+    question = next(q.question for q in conversation.questions if q.evidence)
+    for name in args.stores.split(","):
+        with open_store(name, embedder) as store:
+            search = create_retrieval_memory_search_provider(store, embedder, CONVERSATION_PIPELINE)
+            memory = create_memory(store, search)
+            scope = Scope("bench", "t0")
+            _write(memory, turn_drafts(conversation), scope)
+            for index in range(1, args.tenants):
+                _write(
+                    memory, turn_drafts(others[index % len(others)]), Scope("bench", f"t{index}")
+                )
+            for strategy in STRATEGIES:
+                call = {"query": question, "strategy": strategy, "limit": 10}
+                memory.search(call, scope=scope)  # warm: statements prepared, caches filled
+                recorder = sqlite_statements(store) if name == "sqlite" else postgres_statements()
+                with recorder as plans:
+                    result = memory.search(call, scope=scope)
+                    statements = plans()
+                assert result.status == "success", result.error
+                print(f"\n=== {name}, tenant t0 of {args.tenants}, {strategy}: "
+                      f"{len(statements)} distinct SELECTs")  # fmt: skip
+                for sql, plan in statements:
+                    print(f"--- {_abridged(sql)}")
+                    for line in plan:
+                        indent = len(line) - len(line.lstrip())
+                        print(f"    {' ' * indent}{_abridged(line, 150)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
