@@ -207,6 +207,16 @@ class FleetRuntime:
             sentinel_kwargs=fleet.result_backend_transport_options.get("sentinel_kwargs"),
         )  # fmt: skip
 
+    def start_watcher(self) -> None:
+        """Start this process's cancel watcher now (a pool process starting), not on its
+        first call: it vouches for calls without effects 5 s after it subscribed
+        (:meth:`~ditto_worker.fleet.cancellation.RedisCancelWatcher.covers`), so calls in a
+        fresh worker's first seconds skip their cancel-flag read too."""
+        try:
+            self._watcher.get()
+        except Exception as exc:  # Redis down: the first call builds it again
+            log.warning("cancel watcher not started (%s)", type(exc).__name__)
+
     def _sub_invoke(
         self, deadline: float | None, cancel: CancelToken, scope: Scope | None,
         trace: Mapping[str, str],
@@ -338,6 +348,7 @@ def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
     def process_init(sender: Any = None, **_: Any) -> None:  # prefork children, solo
         if getattr(app, "_ditto_main_pid", None) not in (None, os.getpid()):
             ignore_group_sigterm()  # a prefork child: finish the call, the parent stops us
+        runtime.start_watcher()
         if not getattr(app, "_ditto_pool_threads", False):
             # only the definitions of the queues this worker consumes (worker_init found
             # them before the fork); unknown: none — handlers build on first use
@@ -352,6 +363,7 @@ def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
         pool = str(getattr(sender, "pool_cls", "") or "")
         if "thread" in pool.lower():  # the threads pool has no worker_process_init
             app._ditto_pool_threads = True
+            runtime.start_watcher()
             _open_quietly(runtime, app._ditto_served or [])
 
     # held by the app, connected weakly: an app that is gone leaves no handler behind

@@ -346,12 +346,15 @@ def _rollback(conn: sqlite3.Connection) -> None:
 
 @contextmanager
 def transaction(
-    conn: sqlite3.Connection, options: MemoryCallOptions | None, write: bool
-) -> Iterator[sqlite3.Connection]:
+    conn: sqlite3.Connection, options: MemoryCallOptions | None, write: bool,
+    snapshot: bool = True,
+) -> Iterator[sqlite3.Connection]:  # fmt: skip
     """Run the body in one transaction, interruptible by ``options.cancel``.
 
     ``BEGIN IMMEDIATE`` for writes (one writer at a time, waiting up to the busy timeout),
-    ``BEGIN`` for reads (one snapshot). The cancel token's callback is
+    ``BEGIN`` for reads (one snapshot). A read of one statement passes ``snapshot=False``:
+    no ``BEGIN``/``COMMIT`` around it (one SELECT is its own snapshot in SQLite), two
+    round trips to the engine fewer. The cancel token's callback is
     ``conn.interrupt`` for the duration of the body; a token cancelled before COMMIT rolls
     the transaction back.
 
@@ -367,12 +370,15 @@ def transaction(
     unregister = token.on_cancel(conn.interrupt) if token is not None else None
     bounded = _bound_busy_wait(conn, options)
     try:
-        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        explicit = write or snapshot
+        if explicit:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
             yield conn
             if token is not None and token.cancelled:
                 raise cancelled_error()
-            conn.execute("COMMIT")
+            if explicit:
+                conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
             raise

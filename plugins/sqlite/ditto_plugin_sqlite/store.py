@@ -26,6 +26,7 @@ from ditto_plugin_sqlite.db import open_connection, transaction, usable
 from ditto_plugin_sqlite.executions import DEFAULT_RETENTION_S, claim_replay, record
 from ditto_plugin_sqlite.fts import index_record, unindex_records
 from ditto_plugin_sqlite.fts import rebuild as rebuild_keywords
+from ditto_plugin_sqlite.rows import CHUNK as _CHUNK
 from ditto_plugin_sqlite.rows import COLUMNS as _COLUMNS
 from ditto_plugin_sqlite.rows import Row as _Row
 from ditto_plugin_sqlite.rows import check_keys as _check_keys
@@ -289,10 +290,10 @@ class SqliteMemoryStore(SearchMixin):
         return conn
 
     def _tx(
-        self, options: MemoryCallOptions | None, write: bool
+        self, options: MemoryCallOptions | None, write: bool, snapshot: bool = True
     ) -> AbstractContextManager[sqlite3.Connection]:
         self._check_identity()
-        return transaction(self._conn(), options, write)
+        return transaction(self._conn(), options, write, snapshot)
 
     def _cursor_secret(self) -> str:
         """The database's cursor secret (``store_settings``), made by the first process
@@ -349,12 +350,22 @@ class SqliteMemoryStore(SearchMixin):
         )
         rows: dict[int, _Row] = {}
         ns = namespace_of(options)
-        with self._tx(options, write=False) as conn:
-            for column, values in wanted:
-                for chunk in _chunks(values):
-                    where = f"m.namespace = ? AND m.{column} IN ({_marks(chunk)})"
-                    sql = f"SELECT {_COLUMNS} FROM memories AS m WHERE {where}"
-                    rows.update((row[0], row) for row in conn.execute(sql, [ns, *chunk]))
+        parts = [(column, chunk) for column, values in wanted for chunk in _chunks(values)]
+        together = len(parts) <= 2 and sum(len(chunk) for _, chunk in parts) <= _CHUNK
+        statements = [parts] if together else [[part] for part in parts]
+        # one statement (the common case) reads without BEGIN/COMMIT; several share a snapshot
+        with self._tx(options, write=False, snapshot=len(statements) > 1) as conn:
+            for statement in statements:
+                if not statement:
+                    continue
+                # ids and keys each through their own index, as one statement
+                sql = " UNION ALL ".join(
+                    f"SELECT {_COLUMNS} FROM memories AS m "
+                    f"WHERE m.namespace = ? AND m.{column} IN ({_marks(chunk)})"
+                    for column, chunk in statement
+                )
+                params = [v for _, chunk in statement for v in (ns, *chunk)]
+                rows.update((row[0], row) for row in conn.execute(sql, params))
         return [_item(rows[seq]) for seq in sorted(rows)]
 
     def query(
