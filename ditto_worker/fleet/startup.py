@@ -78,6 +78,7 @@ def open_served(runtime: Any, nodes: Iterable[str], wait_s: float = 0.0) -> str 
     wanted = set(nodes)
     definitions = {id(d): d for n, (d, _) in runtime.table.items() if n in wanted}
     deadline = time.monotonic() + wait_s
+    runtime.opening_here()  # their close hooks run at this process's shutdown
     for definition in definitions.values():
         if definition.open is None:
             continue

@@ -144,6 +144,7 @@ class FleetRuntime:
         self._app: Celery | None = None
         self._kind_defaults: dict[str, Any] = {}
         self.opened_pid: int | None = None  # the process whose hooks already ran (startup)
+        self._served_in: int | None = None  # the process whose open hooks ran
 
     def _build(self) -> list[WorkerDefinition]:
         if self._sources is None:
@@ -174,11 +175,32 @@ class FleetRuntime:
             Exception: whatever a hook raised (a store or model that cannot be built).
         """
         wanted = set(self.table if nodes is None else nodes)
+        self.opening_here()
         for definition in {
             id(d): d for n, (d, _) in self._current().items() if n in wanted
         }.values():
             if definition.open is not None:
                 definition.open()
+
+    def opening_here(self) -> None:
+        """Open hooks run in this process (a hook that fails half-way may hold resources
+        too): :meth:`close_served` runs the close hooks here at shutdown."""
+        self._served_in = os.getpid()
+
+    def close_served(self) -> None:
+        """At a worker's shutdown: the ``close`` hooks, in a process whose ``open`` hooks
+        ran (each prefork child; the main process of the threads and solo pools), once.
+        A hook that fails is logged (its type) and the others still run."""
+        if self._served_in != os.getpid():
+            return
+        self._served_in = None
+        for definition in self.definitions:
+            if definition.close is None:
+                continue
+            try:
+                definition.close()
+            except Exception as exc:
+                log.warning("a worker definition's close hook failed (%s)", type(exc).__name__)
 
     def close(self) -> None:
         """Run each definition's ``close`` hook (resources it owns)."""
@@ -336,6 +358,12 @@ def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
     for node, (_, spec) in runtime.table.items():
         _make_task(app, runtime, node, spec, request)
     app.ditto_runtime = runtime
+    _connect_process_hooks(app, runtime)
+    app.steps["consumer"].add(HeartbeatStep)
+
+
+def _connect_process_hooks(app: Celery, runtime: FleetRuntime) -> None:
+    """The definitions' ``open`` hooks when a pool process starts, ``close`` at its end."""
 
     def served(sender: Any) -> list[str] | None:
         queues = getattr(getattr(sender, "app", None), "amqp", None)
@@ -367,10 +395,18 @@ def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
             _open_quietly(runtime, app._ditto_served or [])
 
     # held by the app, connected weakly: an app that is gone leaves no handler behind
-    app._ditto_signal_handlers = (process_init, worker_init)
+    def process_shutdown(**_: Any) -> None:  # a prefork child exiting
+        runtime.close_served()
+
+    def worker_shutdown(sender: Any = None, **_: Any) -> None:  # the main process (threads, solo)
+        if getattr(sender, "app", None) is app:
+            runtime.close_served()
+
+    app._ditto_signal_handlers = (process_init, worker_init, process_shutdown, worker_shutdown)
     signals.worker_process_init.connect(process_init, weak=True)
     signals.worker_init.connect(worker_init, weak=True)
-    app.steps["consumer"].add(HeartbeatStep)
+    signals.worker_process_shutdown.connect(process_shutdown, weak=True)
+    signals.worker_shutdown.connect(worker_shutdown, weak=True)
 
 
 class HeartbeatStep(bootsteps.StartStopStep):  # type: ignore[misc]

@@ -209,7 +209,8 @@ def test_each_pool_process_opens_its_resources_before_serving(
     # worker_process_init for prefork children and solo, worker_init for threads
     monkeypatch.syspath_prepend(str(ECHO))
     log = tmp_path / "opened.txt"
-    env = {**_worker_env(redis_url), "ECHO_OPEN_LOG": str(log)}
+    closed_log = tmp_path / "closed.txt"
+    env = {**_worker_env(redis_url), "ECHO_OPEN_LOG": str(log), "ECHO_CLOSE_LOG": str(closed_log)}
     worker = subprocess.Popen(
         [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "echo", "--pool", pool,
          "--concurrency", "2", "--hostname", f"open-{pool}-{os.getpid()}@localhost"],
@@ -230,6 +231,12 @@ def test_each_pool_process_opens_its_resources_before_serving(
             assert worker.pid not in opened  # the children, never the parent that forks
         else:
             assert opened == [worker.pid]
+        runtime.close()
+        stop_worker(worker)  # type: ignore[arg-type]  # SIGTERM: a warm shutdown
+        # ... and the close hook runs in every process that opened, once, at its shutdown
+        closed = [int(line) for line in closed_log.read_text().split()]
+        assert sorted(closed) == sorted(opened)
     finally:
         runtime.close()
-        stop_worker(worker)  # type: ignore[arg-type]
+        if worker.poll() is None:
+            stop_worker(worker)  # type: ignore[arg-type]
