@@ -338,7 +338,9 @@ def invoke(
             "-", node, ErrorCode.INVALID_INPUT, _json_error(exc)
         )
     else:
-        with open_fleet(cfg, store=store) as client:
+        # in-process: the node's kind, and the kinds a sub-call reaches (delegated search)
+        kinds = {node.partition(".")[0], "MEMORY", "RETRIEVAL"}
+        with open_fleet(cfg, store=store, kinds=kinds) as client:
             result = client.invoke(node, payload, timeout=timeout)
     sys.stdout.write(json.dumps(to_wire(result), ensure_ascii=False) + "\n")
     raise typer.Exit(0 if result.status == "success" else 1)
@@ -396,7 +398,7 @@ def demo(
         store_name = store or cfg.memory_worker.store
         shown = "the sample conversation" if source is SAMPLE_CONVERSATION else source.name
         typer.echo(f"ditto-worker demo: {shown}, store {store_name}, fleet {mode}")
-        with open_fleet(run_cfg, store=store) as client:
+        with open_fleet(run_cfg, store=store, kinds={"MEMORY", "RETRIEVAL"}) as client:
             report = run_demo(client, source, batch_size=batch_size, keep=keep)
     except DittoError as exc:
         typer.echo(f"demo failed: {exc}", err=True)

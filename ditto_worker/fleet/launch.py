@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 
 from celery import Celery
@@ -68,6 +68,7 @@ def open_fleet(
     *,
     workers: Sequence[WorkerSource] | None = None,
     store: str | None = None,
+    kinds: Collection[str] | None = None,
 ) -> Iterator[DittoClient]:
     """Yield a :class:`DittoClient`; in-process mode also runs a worker until exit.
 
@@ -76,6 +77,9 @@ def open_fleet(
         workers: in-process only: the definitions to serve (default: every installed and
             configured kind, the store plugin from ``ditto.yaml``).
         store: in-process only: plugin name overriding ``workers.memory.store``.
+        kinds: in-process only: serve the nodes of these kinds (``{"MEMORY",
+            "RETRIEVAL"}``) and open only their resources — e.g. no local INFER model for
+            a MEMORY job; default: every kind of ``workers``.
     """
     timeout_s = config.fleet.call_timeout_s
     if not config.fleet.in_process:
@@ -94,7 +98,7 @@ def open_fleet(
             pool="solo",
             perform_ping_check=False,
             loglevel=logging.WARNING,
-            queues=[queue_for(node) for node in runtime.nodes],
+            queues=[queue_for(node) for node in _served(runtime, kinds)],
             shutdown_timeout=30.0,
         ):
             try:
@@ -103,6 +107,14 @@ def open_fleet(
                 _begin_stop(app, stopped)
     finally:
         stopped.set()
+
+
+def _served(runtime: FleetRuntime, kinds: Collection[str] | None) -> list[str]:
+    """The node ids of ``kinds`` (every node when ``None``)."""
+    if kinds is None:
+        return runtime.nodes
+    wanted = {kind.upper() for kind in kinds}
+    return [node for node, (definition, _) in runtime.table.items() if definition.kind in wanted]
 
 
 def _begin_stop(app: Celery, stopped: threading.Event) -> None:

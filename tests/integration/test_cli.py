@@ -59,6 +59,9 @@ def test_demo_in_process_on_30_json(tmp_path: Path) -> None:
     check_demo_output(result.stdout)
     assert "MEMORY.WRITE" in result.stderr  # the progress bar
     assert not (tmp_path / ".ditto").exists()  # a fresh store of its own, removed after
+    # the in-process worker serves MEMORY and RETRIEVAL only: no local INFER model is
+    # started, no CONTEXT cache built (they warned on stderr when it did)
+    assert "INFER" not in result.stderr and "CONTEXT" not in result.stderr, result.stderr
 
 
 @pytest.fixture
