@@ -5,12 +5,20 @@ Usage: ``python bench/imports.py [--runs 15]``
 Prints the median and min of ``import ditto_worker, ditto_plugin_sqlite`` (target < 150 ms,
 issue 11) measured inside a new interpreter each run (interpreter start-up excluded), the
 same for the other layers, and which heavy modules each import loaded.
+
+Imports are measured with bytecode caching on, as for a package pip installed (pip
+compiles ``.pyc`` files at install; an editable checkout writes them on first import): the
+probes unset ``PYTHONDONTWRITEBYTECODE`` (set on some machines, this one included) and a
+warm-up import writes the caches first. Without cached bytecode for this package (e.g.
+``PYTHONDONTWRITEBYTECODE=1`` in a fresh checkout) every one of its modules is compiled at
+each import: about 60 ms more for SDK + SQLite on this machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -40,9 +48,10 @@ CASES = [
 def measure(modules: str, runs: int) -> tuple[list[float], list[str]]:
     times: list[float] = []
     heavy: list[str] = []
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for _ in range(runs):
         out = subprocess.run([sys.executable, "-c", PROBE, modules], check=True,
-                             capture_output=True, text=True).stdout  # fmt: skip
+                             capture_output=True, text=True, env=env).stdout  # fmt: skip
         report = json.loads(out.strip().splitlines()[-1])
         times.append(report["s"] * 1000)
         heavy = report["heavy"]
@@ -53,6 +62,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
+    for _, modules in CASES:  # warm-up: write the bytecode caches
+        measure(modules, 1)
     print(f"{'import':<24} {'median ms':>10} {'min ms':>8}  heavy modules loaded")
     for label, modules in CASES:
         times, heavy = measure(modules, args.runs)
@@ -60,7 +71,7 @@ def main() -> None:
               f"{', '.join(heavy) or '-'}")  # fmt: skip
     sdk, _ = measure(CASES[0][1], args.runs)
     verdict = "met" if statistics.median(sdk) < 150 else "NOT met"
-    print(f"target: SDK + SQLite plugin < 150 ms median: {verdict}")
+    print(f"target: SDK + SQLite plugin < 150 ms median (cached bytecode): {verdict}")
 
 
 if __name__ == "__main__":
