@@ -47,13 +47,13 @@ longest), never simply the first.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-import regex
 import Stemmer
 
 __all__ = [
@@ -92,15 +92,26 @@ BM25_B: Final = 0.75
 IDF_FLOOR: Final = 0.1
 """The least IDF of a matched term (:func:`bm25_idf`)."""
 
-_RUNS: Final = regex.compile(
-    rf"((?:(?=[{SEGMENTED}])\X)+)|((?:(?=[\p{{L}}\p{{N}}])(?![{SEGMENTED}])\X)+)"
-)
-"""Group 1: a run of segmented-script clusters; group 2: a word (clusters that start with
-a letter or digit)."""
-_CLUSTER: Final = regex.compile(r"\X")
 _ASCII_WORDS: Final = re.compile(r"[a-z0-9]+")
 """The words of an ASCII text (lower-cased): its clusters are single characters."""
-_LATIN_MARKS: Final = regex.compile(r"(?<=\p{Latin}\p{M}*)\p{M}+")
+
+
+@functools.cache
+def _patterns() -> tuple[Any, Any, Any]:
+    """``(runs, cluster, latin_marks)``, compiled on first use: ASCII text needs none of
+    them, so the ``regex`` module is imported only for the first non-ASCII text.
+
+    ``runs``: group 1 a run of segmented-script clusters, group 2 a word (clusters that
+    start with a letter or digit); ``cluster``: one grapheme cluster; ``latin_marks``: the
+    combining marks of Latin letters."""
+    import regex
+
+    runs = regex.compile(
+        rf"((?:(?=[{SEGMENTED}])\X)+)|((?:(?=[\p{{L}}\p{{N}}])(?![{SEGMENTED}])\X)+)"
+    )
+    return runs, regex.compile(r"\X"), regex.compile(r"(?<=\p{Latin}\p{M}*)\p{M}+")
+
+
 _STEMMER: Final = Stemmer.Stemmer("english")
 
 STOPWORDS: Final = frozenset(
@@ -128,14 +139,14 @@ def _fold_latin(word: str) -> str:
     """``word`` without the combining marks of its Latin letters (``zürich`` -> ``zurich``)."""
     if word.isascii():
         return word
-    bare = _LATIN_MARKS.sub("", unicodedata.normalize("NFD", word))
+    bare = _patterns()[2].sub("", unicodedata.normalize("NFD", word))
     return unicodedata.normalize("NFC", bare)
 
 
 def _grams(run: str, unigrams: bool) -> list[str]:
     """A segmented run's overlapping cluster bigrams, preceded by its clusters when
     ``unigrams`` (or when the run is one cluster long)."""
-    clusters = _CLUSTER.findall(run)
+    clusters: list[str] = _patterns()[1].findall(run)
     bigrams = [clusters[i] + clusters[i + 1] for i in range(len(clusters) - 1)]
     if unigrams or len(clusters) == 1:
         return clusters + bigrams
@@ -149,7 +160,7 @@ def _tokens(text: str, unigrams: bool) -> Iterable[tuple[bool, list[str]]]:
         for word in _ASCII_WORDS.findall(text.lower()):
             yield True, [word]
         return
-    for match in _RUNS.finditer(normalize(text)):
+    for match in _patterns()[0].finditer(normalize(text)):
         if match.group(1):
             yield False, _grams(match.group(1), unigrams)
         else:

@@ -82,6 +82,14 @@ def test_import_loads_no_transport_no_model_and_connects_nowhere(
     assert opened == [], module
 
 
+@pytest.mark.parametrize("module", ["ditto_worker", "ditto_plugin_sqlite", "ditto_plugin_postgres"])
+def test_the_unicode_tokenizer_loads_on_first_non_ascii_text(module: str) -> None:
+    # issue 11 (import time): the `regex` module (grapheme clusters) is imported by the
+    # keyword tokenizer on its first non-ASCII text, not by importing the SDK or a store
+    modules, _ = _imported(module)
+    assert "regex" not in modules
+
+
 def test_the_fleet_is_where_celery_lives() -> None:
     # the check above can fail: the fleet does load Celery
     modules, opened = _imported("ditto_worker.fleet")
