@@ -15,6 +15,7 @@ fail).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,7 +134,11 @@ def test_no_marker_in_worker_log_client_log_or_flower(
         assert status == 200 and M not in body
         shown = tasks[results[0][1].execution_id]
         assert shown["result"] == "<NodeResult MEMORY.WRITE success>", shown
-        assert "redacted" in shown["kwargs"] and "bytes" in shown["kwargs"], shown
+        # the client's task-sent event and the worker's task-received event race to
+        # Flower (two connections): its kwargs are the client's placeholder or the
+        # worker's body size, redacted either way
+        redacted = r"\{'input': <redacted(, message \d+ bytes)?>\}"
+        assert re.fullmatch(redacted, shown["kwargs"]), shown
         assert "Task MEMORY.WRITE[" in worker.log()
     finally:
         client.close()
