@@ -39,6 +39,12 @@ class HashingEmbedder:
         self.calls: list[list[str]] = []
 
     @property
+    def texts(self) -> list[str]:
+        """Every text embedded so far, in order (``calls`` flattened)."""
+        with self._lock:
+            return [text for batch in self.calls for text in batch]
+
+    @property
     def identity(self) -> EmbeddingIdentity:
         """``testing/hashing`` with ``dims`` dims, L2-normalized."""
         return self._identity

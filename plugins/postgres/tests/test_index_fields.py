@@ -3,8 +3,6 @@ keyword and vector search; a changed list is EMBEDDING_MISMATCH until reindex.""
 
 from __future__ import annotations
 
-from typing import Any
-
 from ditto_plugin_postgres import PostgresMemoryStore
 from ditto_worker import create_memory
 from ditto_worker.testing.embedder import HashingEmbedder
@@ -15,25 +13,13 @@ TURNS = [
 ]
 
 
-class Recording(HashingEmbedder):
-    """Remembers every text it embedded."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts: list[str] = []
-
-    def embed(self, texts: Any) -> list[list[float]]:
-        self.texts += list(texts)
-        return super().embed(texts)
-
-
 def test_fields_are_indexed_embedded_and_a_change_needs_a_reindex(
     postgres_url: str, pg_schema: str
 ) -> None:
     with_plain = PostgresMemoryStore(postgres_url, schema=pg_schema, embedder=HashingEmbedder())
     create_memory(with_plain).write({"memories": TURNS})
     with_plain.close()
-    embedder = Recording()
+    embedder = HashingEmbedder()  # records what it embedded (.texts)
     store = PostgresMemoryStore(
         postgres_url, schema=pg_schema, embedder=embedder, index_fields=["speaker"]
     )
@@ -46,7 +32,7 @@ def test_fields_are_indexed_embedded_and_a_change_needs_a_reindex(
                                           "Melanie: That sounds great"]  # fmt: skip
         found = memory.search({"query": "Melanie"}).output
         assert [h.memory.content for h in found] == ["That sounds great"]
-        embedder.texts.clear()
+        embedder.calls.clear()
         second = found[0].memory.id
         memory.update({"memories": [{"id": second, "metadata": {"speaker": "Caroline"}}]})
         assert embedder.texts == ["Caroline: That sounds great"]

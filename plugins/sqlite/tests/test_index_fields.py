@@ -4,7 +4,6 @@ vector search; part of the index's preprocessing (EMBEDDING_MISMATCH until reind
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,20 +19,8 @@ TURNS = [
 ]
 
 
-class Recording(HashingEmbedder):
-    """Remembers every text it embedded."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts: list[str] = []
-
-    def embed(self, texts: Any) -> list[list[float]]:
-        self.texts += list(texts)
-        return super().embed(texts)
-
-
 def test_fields_are_indexed_and_embedded(tmp_path: Path) -> None:
-    embedder = Recording()
+    embedder = HashingEmbedder()  # records what it embedded (.texts)
     store = SqliteMemoryStore(tmp_path / "f.sqlite", embedder=embedder, index_fields=["speaker"])
     memory = create_memory(store)
     written = memory.write({"memories": TURNS}).output
@@ -42,7 +29,7 @@ def test_fields_are_indexed_and_embedded(tmp_path: Path) -> None:
     keys = [h.memory.id for h in memory.search({"query": "Caroline"}).output]
     assert keys == [written[0].id]
     # a metadata-only update re-indexes and re-embeds: the fields are read
-    embedder.texts.clear()
+    embedder.calls.clear()
     memory.update({"memories": [{"id": written[1].id, "metadata": {"speaker": "Caroline"}}]})
     assert embedder.texts == ["Caroline: That sounds great"]
     assert {h.memory.id for h in memory.search({"query": "Caroline"}).output} == {
@@ -56,7 +43,7 @@ def test_a_changed_field_list_is_a_mismatch_until_reindex(tmp_path: Path) -> Non
     path = tmp_path / "m.sqlite"
     with SqliteMemoryStore(path, embedder=HashingEmbedder()) as plain:
         create_memory(plain).write({"memories": TURNS})
-    embedder = Recording()
+    embedder = HashingEmbedder()  # records what it embedded (.texts)
     store = SqliteMemoryStore(path, embedder=embedder, index_fields=["speaker"])
     memory = create_memory(store)
     for node, input in (("MEMORY.SEARCH", {"query": "support"}), ("MEMORY.QUERY", {})):
