@@ -50,7 +50,7 @@ from ditto_worker.config import load_runtime_config
 from ditto_worker.context import ContextWorkerSettings, create_context_worker
 from ditto_worker.memory.scope import Scope
 from ditto_worker.runtime import NodeContext
-from ditto_worker.testing.servers import RedisServer
+from ditto_worker.testing.servers import RedisServer, log_tail, stop_process
 
 Call = Callable[[int], Any]
 """One measured call; its argument is the call's sequence number."""
@@ -155,12 +155,12 @@ def fleet_update(s: Setup) -> Call:
         scope={"tenant": s.scope.tenant, "user": s.scope.user},
     )
     s.fleet = runtime
-    s.cleanup += [runtime.close, lambda: _stop(worker)]
+    s.cleanup += [runtime.close, lambda: stop_process(worker)]
     s.fill("fleet")
     deadline = time.monotonic() + 120
     while runtime.invoke("CONTEXT.LOAD", {"name": "fleet"}, timeout=2).status != "success":
         if worker.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("the context worker did not start:\n" + _tail(log.name))
+            raise SystemExit("the context worker did not start:\n" + log_tail(log.name))
 
     def call(k: int) -> None:
         body = {"name": "fleet", "ingress": [item(k % s.items, s.content)]}
@@ -169,20 +169,6 @@ def fleet_update(s: Setup) -> Call:
             raise SystemExit(f"fleet call failed: {result.error}")
 
     return call
-
-
-def _tail(path: str) -> str:
-    with open(path, errors="replace") as f:
-        return f.read()[-3000:]
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def fleet_concurrent(s: Setup, callers: int, per_caller: int) -> float:

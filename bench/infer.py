@@ -201,7 +201,7 @@ def handler_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
 def fleet_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
     from ditto_worker.config import FleetSettings
     from ditto_worker.fleet import DittoClient
-    from ditto_worker.testing.servers import RedisServer
+    from ditto_worker.testing.servers import RedisServer, log_tail, stop_process
 
     redis_server = RedisServer().start()
     env = dict(os.environ)
@@ -218,10 +218,12 @@ def fleet_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
         env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     client = DittoClient.from_fleet(FleetSettings(broker_url=redis_server.url + "/0"))
-    CLEANUP.append(lambda: (client.close(), _stop(worker), redis_server.close(), log.close()))
+    CLEANUP.append(
+        lambda: (client.close(), stop_process(worker), redis_server.close(), log.close())
+    )
     bad = client.invoke(INFER_GENERATE, {"messages": []}, timeout=120)  # waits for the worker
     if bad.error is None or bad.error.code != ErrorCode.INVALID_INPUT:
-        raise SystemExit(f"the infer worker did not answer: {bad.error}\n{_tail(log.name)}")
+        raise SystemExit(f"the infer worker did not answer: {bad.error}\n{log_tail(log.name)}")
 
     def run(p: Prompt) -> Call:
         started = time.perf_counter()
@@ -242,20 +244,6 @@ def fleet_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
         return Call(latency, MAX_TOKENS if cut else 0, None, cut=cut)
 
     return run
-
-
-def _tail(path: str) -> str:
-    with open(path, errors="replace") as f:
-        return f.read()[-3000:]
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 CLEANUP: list[Callable[[], Any]] = []

@@ -9,7 +9,6 @@ exists. A missing Redis skips integration tests locally and fails them when
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -23,7 +22,7 @@ from ditto_worker.config import FleetSettings, RuntimeConfig, load_runtime_confi
 from ditto_worker.contracts import NODE_QUEUES
 from ditto_worker.fleet.client import DittoClient
 from ditto_worker.fleet.launch import create_worker_app
-from ditto_worker.testing.servers import RedisServer
+from ditto_worker.testing.servers import RedisServer, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_DB = 3  # integration tests use this Redis database, flushed before each test
@@ -52,13 +51,7 @@ def postgres_url() -> str:
 
 def stop_worker(proc: subprocess.Popen[str]) -> None:
     """SIGTERM a worker subprocess (warm shutdown) and wait; SIGKILL after 30 s."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+    stop_process(proc)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Throwaway servers for tests and benchmarks: a ``redis-server`` on a loopback port.
+"""Throwaway servers for tests and benchmarks: a ``redis-server`` on a loopback port, and
+stopping a subprocess (a worker) the way a supervisor does.
 
 One implementation for the test fixtures, the broker-fault test (which stops and starts
 its server on the same port) and the ``bench/`` scripts. Nothing persists: no RDB, no
@@ -13,10 +14,28 @@ import subprocess
 import tempfile
 import time
 from types import TracebackType
+from typing import Any
 
 import redis
 
-__all__ = ["RedisServer", "free_port"]
+__all__ = ["RedisServer", "free_port", "log_tail", "stop_process"]
+
+
+def stop_process(process: subprocess.Popen[Any], wait_s: float = 30.0) -> None:
+    """SIGTERM ``process`` (a worker's warm shutdown) and wait; SIGKILL after ``wait_s``."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def log_tail(path: str, chars: int = 3000) -> str:
+    """The last ``chars`` characters of a log file (to show why a process did not start)."""
+    with open(path, errors="replace") as file:
+        return file.read()[-chars:]
 
 
 def free_port() -> int:
