@@ -338,9 +338,7 @@ def invoke(
             "-", node, ErrorCode.INVALID_INPUT, _json_error(exc)
         )
     else:
-        # in-process: the node's kind, and the kinds a sub-call reaches (delegated search)
-        kinds = {node.partition(".")[0], "MEMORY", "RETRIEVAL"}
-        with open_fleet(cfg, store=store, kinds=kinds) as client:
+        with open_fleet(cfg, store=store, open_nodes=[node]) as client:
             result = client.invoke(node, payload, timeout=timeout)
     sys.stdout.write(json.dumps(to_wire(result), ensure_ascii=False) + "\n")
     raise typer.Exit(0 if result.status == "success" else 1)
@@ -385,6 +383,7 @@ def demo(
     question searched with MEMORY.SEARCH; prints evidence recall and per-node latency.
     """
     from ditto_worker.cli.demo import SAMPLE_CONVERSATION, run_demo
+    from ditto_worker.contracts import NODE_IDS
     from ditto_worker.fleet.launch import open_fleet
 
     cfg = _config(config, broker)
@@ -398,7 +397,7 @@ def demo(
         store_name = store or cfg.memory_worker.store
         shown = "the sample conversation" if source is SAMPLE_CONVERSATION else source.name
         typer.echo(f"ditto-worker demo: {shown}, store {store_name}, fleet {mode}")
-        with open_fleet(run_cfg, store=store, kinds={"MEMORY", "RETRIEVAL"}) as client:
+        with open_fleet(run_cfg, store=store, open_nodes=NODE_IDS) as client:
             report = run_demo(client, source, batch_size=batch_size, keep=keep)
     except DittoError as exc:
         typer.echo(f"demo failed: {exc}", err=True)

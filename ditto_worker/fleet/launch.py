@@ -68,7 +68,7 @@ def open_fleet(
     *,
     workers: Sequence[WorkerSource] | None = None,
     store: str | None = None,
-    kinds: Collection[str] | None = None,
+    open_nodes: Collection[str] | None = None,
 ) -> Iterator[DittoClient]:
     """Yield a :class:`DittoClient`; in-process mode also runs a worker until exit.
 
@@ -77,9 +77,10 @@ def open_fleet(
         workers: in-process only: the definitions to serve (default: every installed and
             configured kind, the store plugin from ``ditto.yaml``).
         store: in-process only: plugin name overriding ``workers.memory.store``.
-        kinds: in-process only: serve the nodes of these kinds (``{"MEMORY",
-            "RETRIEVAL"}``) and open only their resources — e.g. no local INFER model for
-            a MEMORY job; default: every kind of ``workers``.
+        open_nodes: in-process only: the nodes the caller will call; only their
+            definitions' ``open`` hooks run at start (e.g. no local INFER model for a
+            MEMORY job). Every node is still served: another kind's handler (a delegated
+            search, a sub-call) builds what it needs on its first call. Default: all.
     """
     timeout_s = config.fleet.call_timeout_s
     if not config.fleet.in_process:
@@ -91,6 +92,7 @@ def open_fleet(
         return
     app = create_worker_app(config, workers, store=store)
     runtime: FleetRuntime = app.ditto_runtime
+    runtime.open_only = None if open_nodes is None else frozenset(open_nodes)
     stopped = threading.Event()
     try:
         with start_worker(
@@ -98,7 +100,7 @@ def open_fleet(
             pool="solo",
             perform_ping_check=False,
             loglevel=logging.WARNING,
-            queues=[queue_for(node) for node in _served(runtime, kinds)],
+            queues=[queue_for(node) for node in runtime.nodes],
             shutdown_timeout=30.0,
         ):
             try:
@@ -107,14 +109,6 @@ def open_fleet(
                 _begin_stop(app, stopped)
     finally:
         stopped.set()
-
-
-def _served(runtime: FleetRuntime, kinds: Collection[str] | None) -> list[str]:
-    """The node ids of ``kinds`` (every node when ``None``)."""
-    if kinds is None:
-        return runtime.nodes
-    wanted = {kind.upper() for kind in kinds}
-    return [node for node, (definition, _) in runtime.table.items() if definition.kind in wanted]
 
 
 def _begin_stop(app: Celery, stopped: threading.Event) -> None:

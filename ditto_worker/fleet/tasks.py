@@ -145,6 +145,9 @@ class FleetRuntime:
         self._kind_defaults: dict[str, Any] = {}
         self.opened_pid: int | None = None  # the process whose hooks already ran (startup)
         self._served_in: int | None = None  # the process whose open hooks ran
+        self.open_only: frozenset[str] | None = None
+        """Nodes whose definitions open when a pool process starts (``None``: every node it
+        serves); the others' handlers build what they need on their first call."""
 
     def _build(self) -> list[WorkerDefinition]:
         if self._sources is None:
@@ -336,6 +339,8 @@ def _make_task(
 def _open_quietly(runtime: FleetRuntime, nodes: Iterable[str] | None) -> None:
     if runtime.opened_pid == os.getpid():
         return  # ditto-worker worker opened them in this process before Celery started
+    if runtime.open_only is not None:  # the others build on their first call
+        nodes = [n for n in (runtime.nodes if nodes is None else nodes) if n in runtime.open_only]
     try:
         runtime.open(nodes)
     except Exception as exc:  # each call retries and answers the failure
