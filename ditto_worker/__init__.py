@@ -1,9 +1,13 @@
 """ditto_worker: long-term memory for LLM agents as a Celery worker fleet.
 
-The public API of the SDK (SPEC.md "Python mapping"): contracts, error codes, config,
-the validating MEMORY SDK (:func:`create_memory`), the worker definitions
+The public API of the SDK (SPEC.md "Python mapping"): contracts, error codes, the
+validating MEMORY SDK (:func:`create_memory`), the worker definitions
 (:func:`create_memory_worker`) and the runtime's data types. Importing it loads no
 Celery, no broker client and no model library, and connects to nothing (MEM-RT-5).
+The runtime config (``ditto.yaml``: :class:`~ditto_worker.config.RuntimeConfig`,
+:func:`~ditto_worker.config.load_runtime_config_file`) is
+:mod:`ditto_worker.config`: an SDK call does not need it, so importing the SDK does
+not build its models.
 
 The layers, each a package:
 
@@ -19,7 +23,6 @@ from __future__ import annotations
 
 import typing as _typing
 
-from ditto_worker.config import RuntimeConfig, load_runtime_config_file
 from ditto_worker.contracts import (
     MAX_LIMIT,
     NODE_IDS,
@@ -161,9 +164,6 @@ __all__ = [
     "memory_search_node",
     "memory_update_node",
     "memory_write_node",
-    # config
-    "RuntimeConfig",
-    "load_runtime_config_file",
 ]
 
 

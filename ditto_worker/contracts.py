@@ -224,6 +224,8 @@ class ValidTextModel(BaseModel):
     node contract (MEMORY, RETRIEVAL, CONTEXT, INFER); JSON fields are checked all the way
     down by :func:`check_json` (``JsonData``/``JsonObject``)."""
 
+    model_config = ConfigDict(defer_build=True)  # built on first use, not at import
+
     @field_validator("*", mode="after")
     @classmethod
     def _valid_text(cls, value: Any) -> Any:

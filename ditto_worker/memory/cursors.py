@@ -29,12 +29,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import json
 import math
 import re
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
@@ -81,6 +78,8 @@ class Cursor:
 
 def new_cursor_secret() -> str:
     """A fresh cursor secret: 32 random bytes (``secrets``), as 64 hex characters."""
+    import secrets  # here, not at import: hashlib/hmac load OpenSSL (~4 ms)
+
     return secrets.token_hex(32)
 
 
@@ -93,6 +92,8 @@ def query_fingerprint(
         for t in order_by or ()
     ]
     text = json.dumps([filter, terms], sort_keys=True, separators=(",", ":"), default=repr)
+    import hashlib  # here, not at import: it loads OpenSSL (~4 ms)
+
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -104,7 +105,17 @@ def _key(secret: str | bytes) -> bytes:
 
 
 def _tag(key: bytes, payload: bytes) -> bytes:
+    import hashlib  # here, not at import: hashlib/hmac load OpenSSL (~4 ms)
+    import hmac
+
     return hmac.new(key, payload, hashlib.sha256).digest()[:_TAG_BYTES]
+
+
+def _same(a: bytes, b: bytes) -> bool:
+    """``hmac.compare_digest``: compared in constant time."""
+    import hmac
+
+    return hmac.compare_digest(a, b)
 
 
 def _b64(raw: bytes) -> str:
@@ -179,7 +190,7 @@ def decode_cursor(token: str, fingerprint: str, n_terms: int, secret: str | byte
         raise _bad("malformed (not a cursor of this store)")
     body, tag = token.split(".")
     raw, signature = _strict_b64(body), _strict_b64(tag)
-    if not hmac.compare_digest(signature, _tag(_key(secret), raw)):
+    if not _same(signature, _tag(_key(secret), raw)):
         raise _bad("not issued by this store, altered, or made before cursors were signed")
     try:
         payload = json.loads(raw.decode("utf-8"))

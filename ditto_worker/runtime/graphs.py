@@ -32,7 +32,7 @@ import inspect
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -63,7 +63,12 @@ GraphStatus = Literal["success", "failed", "cancelled", "timeout"]
 """``success`` only if every node succeeded; ``cancelled`` / ``timeout`` when the run was
 cancelled / ran past its deadline; ``failed`` otherwise (MEM-GRAPH-2)."""
 
-Bind = Callable[[Any, Mapping[str, NodeResult[Any]]], Any]
+if TYPE_CHECKING:
+    _AnyResult = NodeResult[Any]
+else:  # the bare generic: parametrising it here would build NodeResult's schema at import
+    _AnyResult = NodeResult
+
+Bind = Callable[[Any, Mapping[str, _AnyResult]], Any]
 """``bind(input, results) -> node input``; ``results`` maps each dep id to its NodeResult."""
 
 _NODE_TYPE = re.compile(r"[A-Z][A-Z0-9_]*\.[A-Z0-9_.]+")
@@ -302,7 +307,7 @@ class GraphResult(_Wire):
     run_id: str = Field(description="The run's id (the ``ditto_run_id`` header of its calls).")
     graph: str = Field(description="The Graph's name.")
     status: GraphStatus = Field(description="success | failed | cancelled | timeout.")
-    results: dict[str, NodeResult[Any]] = Field(
+    results: dict[str, _AnyResult] = Field(
         description="Every node's NodeResult by node id, in node order. A node that did not "
         "start has one too: failed/GRAPH_BIND_FAILED (its bind raised, or a dep did not "
         "start), cancelled/GRAPH_CANCELLED or timeout/GRAPH_TIMEOUT (the run stopped first)."

@@ -20,7 +20,6 @@ import inspect
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from ditto_worker.errors import ConfigError
@@ -51,6 +50,14 @@ NodeTable = Mapping[str, tuple[WorkerDefinition, NodeSpec]]
 """Node id -> (its worker definition, its spec)."""
 
 StoreFactory = Callable[[dict[str, Any], Mapping[str, str]], Any]
+
+
+def entry_points(*, group: str) -> Any:
+    """``importlib.metadata.entry_points(group=...)``, imported on first use: it reads the
+    installed distributions' metadata (~10 ms), which ``import ditto_worker`` need not."""
+    from importlib.metadata import entry_points as found
+
+    return found(group=group)
 
 
 def available_stores() -> list[str]:

@@ -90,6 +90,17 @@ def test_the_unicode_tokenizer_loads_on_first_non_ascii_text(module: str) -> Non
     assert "regex" not in modules
 
 
+@pytest.mark.parametrize("module", ["ditto_worker", "ditto_plugin_sqlite"])
+def test_the_sdk_import_defers_what_a_first_call_needs(module: str) -> None:
+    # issue 11 (import time < 150 ms): the runtime config models (ditto_worker.config),
+    # the installed-distribution scan of entry points (importlib.metadata, ~10 ms; also
+    # what pydantic's plugin loader reads on a model's first schema build) and OpenSSL
+    # (hashlib/hmac: cursor signatures) load on first use, not with the SDK
+    modules, _ = _imported(module)
+    late = {"ditto_worker.config", "importlib.metadata", "pydantic.plugin._loader", "_hashlib"}
+    assert late & modules == set()
+
+
 def test_the_fleet_is_where_celery_lives() -> None:
     # the check above can fail: the fleet does load Celery
     modules, opened = _imported("ditto_worker.fleet")
