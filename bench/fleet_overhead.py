@@ -21,8 +21,15 @@ Concurrent callers (1, 10, 100), calls/s:
   (f) MEMORY.GET through ``await DittoClient.ainvoke`` on one event loop.
 Targets: f / d >= 0.9 at 10 callers and >= 1.0 at 100.
 
+Each pool is measured with its own worker process, one after the other, in the same run:
+``prefork -c 4`` (what ``ditto.yaml`` ships for the MEMORY read group) and ``threads -c 8``
+(one process; its tasks share the GIL with the worker's main thread, which acks, publishes
+task events and re-arms BRPOP while a task runs: a task that releases the GIL, as every
+SQLite call does, waits for that work; a no-op task does not). The raw task runs on the
+same worker, so the same transport (kombu's Redis transport, :mod:`ditto_worker.fleet.transport`).
+
     python bench/fleet_overhead.py                         # throwaway redis-server
-    python bench/fleet_overhead.py --rounds 7 --calls 400 --pool threads --concurrency 8
+    python bench/fleet_overhead.py --rounds 9 --calls 300 --pools threads:8,solo:1,prefork:2
 """
 
 from __future__ import annotations
@@ -143,6 +150,16 @@ def _row(label: str, values: list[float], unit: str) -> str:
 
 
 def run(redis_url: str, args: argparse.Namespace) -> None:
+    """One table per ``pool:concurrency`` of ``--pools``, each on its own worker process."""
+    for spec in args.pools.split(","):
+        pool, _, concurrency = spec.partition(":")
+        if pool not in ("solo", "threads", "prefork"):
+            raise SystemExit(f"unknown pool {pool!r} in --pools (solo, threads, prefork)")
+        measure(redis_url, args, pool, int(concurrency or 1))
+        print()
+
+
+def measure(redis_url: str, args: argparse.Namespace, pool: str, concurrency: int) -> None:
     from ditto_plugin_sqlite import SqliteMemoryStore
     from ditto_worker import create_memory
     from ditto_worker.config import FleetSettings
@@ -154,7 +171,7 @@ def run(redis_url: str, args: argparse.Namespace) -> None:
     record = direct.write({"memories": [{"key": "pref", "content": {"lang": "en"}}]}).output[0]
     get_input = {"ids": [record.id]}
     worker = subprocess.Popen([sys.executable, __file__, "--serve", redis_url, db_path,
-                               args.pool, str(args.concurrency)])  # fmt: skip
+                               pool, str(concurrency)])  # fmt: skip
     raw_app = worker_app(redis_url, db_path)
     client = DittoClient.from_fleet(FleetSettings(broker_url=redis_url),
                                     nodes=client_table(db_path))  # fmt: skip
@@ -177,7 +194,7 @@ def run(redis_url: str, args: argparse.Namespace) -> None:
             for key, fn in paths.items():
                 rounds[key].append(p50_ms(fn, args.calls))
         ratio = [b / a for a, b in zip(rounds["a"], rounds["b"], strict=True)]
-        setup = f"pool={args.pool} -c {args.concurrency}, task events on"
+        setup = f"pool={pool} -c {concurrency}, task events on"
         print(f"fleet overhead: one worker process, {setup}; {args.rounds} interleaved rounds "
               f"of {args.calls} calls per path")  # fmt: skip
         print(f"{'path (p50 per round; median of rounds)':<44}{'median':>10} {'':<7}"
@@ -225,11 +242,11 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--redis", help="Redis URL (default: start a throwaway redis-server)")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 5)")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (>= 5)")
     parser.add_argument("--calls", type=int, default=300, help="sequential calls per path/round")
     parser.add_argument("--per-caller", type=int, default=10, help="calls per concurrent caller")
-    parser.add_argument("--pool", default="threads", choices=["solo", "threads", "prefork"])
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--pools", default="prefork:4,threads:8",
+                        help="pool:concurrency list, each measured on its own worker")  # fmt: skip
     args = parser.parse_args()
     server = None
     url = args.redis
