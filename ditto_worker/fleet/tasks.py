@@ -205,12 +205,6 @@ class FleetRuntime:
             except Exception as exc:
                 log.warning("a worker definition's close hook failed (%s)", type(exc).__name__)
 
-    def close(self) -> None:
-        """Run each definition's ``close`` hook (resources it owns)."""
-        for definition in self.definitions:
-            if definition.close is not None:
-                definition.close()
-
     # --- sub-calls and cancel flags (one per process) -------------------------------------
 
     def _make_client(self) -> Any:

@@ -111,13 +111,6 @@ def _tag(key: bytes, payload: bytes) -> bytes:
     return hmac.new(key, payload, hashlib.sha256).digest()[:_TAG_BYTES]
 
 
-def _same(a: bytes, b: bytes) -> bool:
-    """``hmac.compare_digest``: compared in constant time."""
-    import hmac
-
-    return hmac.compare_digest(a, b)
-
-
 def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
@@ -190,7 +183,9 @@ def decode_cursor(token: str, fingerprint: str, n_terms: int, secret: str | byte
         raise _bad("malformed (not a cursor of this store)")
     body, tag = token.split(".")
     raw, signature = _strict_b64(body), _strict_b64(tag)
-    if not _same(signature, _tag(_key(secret), raw)):
+    import hmac  # here, not at import: it loads OpenSSL (~4 ms)
+
+    if not hmac.compare_digest(signature, _tag(_key(secret), raw)):
         raise _bad("not issued by this store, altered, or made before cursors were signed")
     try:
         payload = json.loads(raw.decode("utf-8"))

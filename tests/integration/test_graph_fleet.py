@@ -13,6 +13,7 @@ one run by its id in the worker's log lines and Flower's task view.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -308,7 +309,7 @@ def test_a_run_is_followed_in_the_worker_log_and_flower(redis_url: str, tmp_path
 
         # the result is stored before the worker logs "succeeded": wait for the line
         for node, eid in ids.items():
-            _wait_for(lambda: traced(node, eid))  # noqa: B023
+            _wait_for(functools.partial(traced, node, eid))
         log = worker.log()
         assert marker not in log
     finally:
