@@ -16,11 +16,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     DITTO_WORKER_MEMORY_SQLITE_PATH=/data/memory.sqlite
 
 WORKDIR /app
-COPY pyproject.toml scripts/requirements.py ./
+COPY pyproject.toml constraints.txt scripts/requirements.py ./
 # The requirements of the package and of EXTRAS, from pyproject.toml: this layer changes
-# only when the dependencies do.
+# only when the dependencies do; constraints.txt holds the exact versions the tests passed
+# with (scripts/constraints.sh).
 RUN python requirements.py "$EXTRAS" > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt
+    && pip install -c constraints.txt -r /tmp/requirements.txt
 COPY README.md ditto.yaml ./
 COPY ditto_worker ./ditto_worker
 COPY plugins ./plugins

@@ -17,8 +17,15 @@ if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq && apt-get install -y -qq --no-install-recommends rabbitmq-server >/dev/null
 fi
-echo "== installing ditto-worker[dev]"
-python3 -m pip install -q --disable-pip-version-check -e ".[dev]"
+if [ "${DITTO_CONSTRAINTS:-constraints.txt}" = none ]; then
+  # The manual check against the newest versions the ranges allow (not CI): run it in a
+  # fresh virtualenv, `DITTO_CONSTRAINTS=none bash scripts/test.sh`.
+  echo "== installing ditto-worker[dev] at the newest versions pyproject.toml allows"
+  python3 -m pip install -q --disable-pip-version-check --upgrade --upgrade-strategy eager -e ".[dev]"
+else
+  echo "== installing ditto-worker[dev] at the versions of constraints.txt"
+  python3 -m pip install -q --disable-pip-version-check -c "${DITTO_CONSTRAINTS:-constraints.txt}" -e ".[dev]"
+fi
 
 started=""
 cleanup() {

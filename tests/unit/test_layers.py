@@ -91,14 +91,13 @@ def test_the_unicode_tokenizer_loads_on_first_non_ascii_text(module: str) -> Non
 
 
 @pytest.mark.parametrize("module", ["ditto_worker", "ditto_plugin_sqlite"])
-def test_the_sdk_import_defers_what_a_first_call_needs(module: str) -> None:
-    # issue 11 (import time < 150 ms): the runtime config models (ditto_worker.config),
-    # the installed-distribution scan of entry points (importlib.metadata, ~10 ms; also
-    # what pydantic's plugin loader reads on a model's first schema build) and OpenSSL
-    # (hashlib/hmac: cursor signatures) load on first use, not with the SDK
+def test_the_sdk_import_defers_the_runtime_config(module: str) -> None:
+    # issue 11: the runtime config models (ditto_worker.config) load on first use, not
+    # with the SDK. Only what is ours to control is asserted (issue 23): which stdlib
+    # extension modules a dependency imports (pydantic 2.14 loads _hashlib through
+    # `secrets`) is its choice; import time itself is a benchmark figure (bench/imports.py)
     modules, _ = _imported(module)
-    late = {"ditto_worker.config", "importlib.metadata", "pydantic.plugin._loader", "_hashlib"}
-    assert late & modules == set()
+    assert "ditto_worker.config" not in modules
 
 
 def test_the_fleet_is_where_celery_lives() -> None:
