@@ -63,7 +63,6 @@ from ditto_worker.memory.ports import (
     MemorySearchProvider,
     MemoryStore,
 )
-from ditto_worker.memory.scope import Scope
 from ditto_worker.memory.worker import (
     MEMORY_WORKER_TYPE,
     MemoryNode,
@@ -92,6 +91,7 @@ from ditto_worker.runtime import (
     create_ditto,
     graph,
 )
+from ditto_worker.scope import Scope
 
 __all__ = [
     # contracts

@@ -255,7 +255,7 @@ def _default_groups() -> dict[str, NodeGroup]:
 
 
 class ScopeSettings(_Section):
-    """``workers.memory.scope:`` — a trusted tenant scope (:mod:`ditto_worker.memory.scope`)."""
+    """``workers.memory.scope:`` — a trusted tenant scope (:mod:`ditto_worker.scope`)."""
 
     tenant: str = Field(min_length=1, max_length=256, description="Tenant id.")
     user: str = Field(min_length=1, max_length=256, description="User id within the tenant.")

@@ -43,7 +43,7 @@ class ErrorCode(StrEnum):
     MEMORY_TIMEOUT = "MEMORY_TIMEOUT"
     PERMISSION_DENIED = "PERMISSION_DENIED"
     """The call's trusted scope is missing, malformed, not served by this worker, or
-    the store cannot isolate scopes (:mod:`ditto_worker.memory.scope`)."""
+    the store cannot isolate scopes (:mod:`ditto_worker.scope`)."""
     FLEET_UNAVAILABLE = "FLEET_UNAVAILABLE"
     """The fleet's broker or result backend is unreachable: the call was not sent, or its
     answer cannot be read. Not a storage fault; the message names the server's

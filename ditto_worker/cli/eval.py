@@ -29,10 +29,10 @@ from ditto_worker.cli.demo import Conversation, evidence_recall, load_conversati
 from ditto_worker.contracts import NodeResult
 from ditto_worker.errors import DittoError
 from ditto_worker.memory.core import create_memory
-from ditto_worker.memory.scope import Scope
 from ditto_worker.retrieval.embed import EmbeddingProvider
 from ditto_worker.retrieval.search import create_retrieval_memory_search_provider
 from ditto_worker.retrieval.settings import RetrievalConfig
+from ditto_worker.scope import Scope
 
 __all__ = [
     "CONVERSATION_PIPELINE",

@@ -74,12 +74,12 @@ from ditto_worker.fleet.heartbeat import describe_last_seen, heartbeat_key
 from ditto_worker.fleet.redaction import args_repr
 from ditto_worker.fleet.redis_urls import is_redis_url, server_address
 from ditto_worker.fleet.results import ResultListener
-from ditto_worker.memory.scope import SCOPE_HEADER, Scope, parse_scope
 from ditto_worker.runtime.cancel import CancelToken, local_registry
 from ditto_worker.runtime.context import call_deadline
 from ditto_worker.runtime.definition import KindCodes, NodeSpec, WorkerDefinition
 from ditto_worker.runtime.execute import unknown_node
 from ditto_worker.runtime.trace import clean_trace, trace_headers, trace_repr
+from ditto_worker.scope import SCOPE_HEADER, Scope, parse_scope
 
 __all__ = ["DittoClient", "NodeTable"]
 
@@ -169,7 +169,7 @@ class DittoClient:
         send_threads: threads publishing the messages of ``ainvoke`` (kombu's publish
             blocks).
         scope: the trusted tenant scope of every call that names none (a
-            :class:`~ditto_worker.memory.scope.Scope` or ``{"tenant", "user"}``);
+            :class:`~ditto_worker.scope.Scope` or ``{"tenant", "user"}``);
             ``None``: calls are unscoped unless they pass ``scope=``.
         nodes: the nodes this client may call (a node table of worker definitions,
             :func:`~ditto_worker.runtime.registry.node_table`); ``None``: every installed
@@ -273,10 +273,10 @@ class DittoClient:
             timeout: seconds to wait; default ``default_timeout_s``.
             cancel: a token; cancelling it cancels the call (revoke + cancel flag).
             execution_id: the call's id (the Celery task id); a new uuid4 when omitted.
-            scope: the tenant scope the call acts for (a :class:`~ditto_worker.memory.scope.Scope`
+            scope: the tenant scope the call acts for (a :class:`~ditto_worker.scope.Scope`
                 or ``{"tenant", "user"}``), sent in the ``ditto_scope`` header; default:
                 the client's ``scope``. The service sets it from its authenticated
-                identity, never from model output (:mod:`ditto_worker.memory.scope`).
+                identity, never from model output (:mod:`ditto_worker.scope`).
             deadline: an absolute deadline (``time.time()`` seconds), e.g. a parent call's
                 for a sub-call; the earlier of it and ``timeout`` holds.
             trace: tracing ids ``{run_id, graph, graph_node}`` (a Graph run sets them),

@@ -42,7 +42,6 @@ from ditto_worker.fleet.heartbeat import QueueHeartbeat, consumed_queues
 from ditto_worker.fleet.redaction import Reply, input_repr, install_redaction
 from ditto_worker.fleet.redis_urls import is_redis_url, sync_client
 from ditto_worker.fleet.shutdown import ignore_group_sigterm
-from ditto_worker.memory.scope import SCOPE_HEADER, Scope, parse_scope
 from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.runtime.context import NodeContext
 from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition, WorkerSource
@@ -55,6 +54,7 @@ from ditto_worker.runtime.trace import (
     trace_from_headers,
     trace_repr,
 )
+from ditto_worker.scope import SCOPE_HEADER, Scope, parse_scope
 
 __all__ = ["INPUT_BYTES", "FleetRuntime", "SizedRequest", "register_tasks"]
 

@@ -31,7 +31,6 @@ from ditto_worker.memory.ports import (
     MemorySearchProvider,
     MemoryStore,
 )
-from ditto_worker.memory.scope import Scope
 from ditto_worker.memory.worker import (
     MEMORY_WORKER_TYPE,
     MemoryNode,
@@ -44,6 +43,7 @@ from ditto_worker.memory.worker import (
     memory_update_node,
     memory_write_node,
 )
+from ditto_worker.scope import Scope
 
 __all__ = [
     "BUILTIN_QUERY_LIMIT",

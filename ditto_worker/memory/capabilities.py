@@ -84,7 +84,7 @@ class StoreCapabilities:
             (issue 13). A search provider without a :class:`StoreCapabilities` gets its
             options unchecked (e.g. a remote one whose far side checks them).
         scope: the store confines every operation to ``options.scope`` (an exact match
-            on its namespace, :mod:`ditto_worker.memory.scope`; keys unique per scope). The SDK
+            on its namespace, :mod:`ditto_worker.scope`; keys unique per scope). The SDK
             refuses a scoped call to a store that does not declare it
             (``PERMISSION_DENIED``).
         extras: informational flags (e.g. ``multi_process``); not tested by the suite.

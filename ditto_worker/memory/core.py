@@ -16,7 +16,7 @@ One call, in order (SPEC.md MEM-ERR, MEM-PY-2):
    empty batches are answered locally (MEM-GET-4, MEM-WRITE-1, MEM-UPDATE-4,
    MEM-DELETE-1);
 6. a call with a trusted ``scope`` to a plugin that does not declare scope isolation ->
-   ``failed``/``PERMISSION_DENIED`` (:mod:`ditto_worker.memory.scope`); the plugin runs with
+   ``failed``/``PERMISSION_DENIED`` (:mod:`ditto_worker.scope`); the plugin runs with
    ``MemoryCallOptions(cancel, deadline, execution_id, scope)``;
 7. if the token was cancelled (or the deadline passed) while the plugin ran, the call is
    ``cancelled`` (or ``timeout``) whatever the plugin did; a completed write is *not*
@@ -61,7 +61,7 @@ from ditto_worker.memory.ports import (
     MemorySearchProvider,
     MemoryStore,
 )
-from ditto_worker.memory.scope import Scope
+from ditto_worker.scope import Scope
 
 __all__ = [
     "BUILTIN_QUERY_LIMIT",
@@ -186,7 +186,7 @@ class Memory:
             execution_id: the call id; a new uuid4 string when ``None``.
             deadline: absolute ``time.time()`` seconds after which the caller gave up.
             scope: the trusted tenant scope (from the host, never the input); the store
-                confines the call to it (:mod:`ditto_worker.memory.scope`). ``None``: the
+                confines the call to it (:mod:`ditto_worker.scope`). ``None``: the
                 unscoped namespace.
             runtime: what the plugin may use for sub-calls (``MemoryCallOptions.runtime``,
                 the seed's ``runtime`` option): inside a worker, the call's

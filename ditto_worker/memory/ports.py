@@ -31,8 +31,8 @@ from ditto_worker.contracts import (
     MemoryWriteInput,
 )
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.memory.scope import Scope
 from ditto_worker.runtime.cancel import CancelToken
+from ditto_worker.scope import Scope
 
 __all__ = [
     "CancelToken",
@@ -57,7 +57,7 @@ class MemoryCallOptions:
             caller has given up, or ``None``.
         execution_id: the call's execution id (the Celery task id on the fleet).
         scope: the trusted tenant scope the store must confine the call to (all six
-            operations; :mod:`ditto_worker.memory.scope`), or ``None`` for the unscoped
+            operations; :mod:`ditto_worker.scope`), or ``None`` for the unscoped
             namespace. Never taken from the request body.
         extra: JSON-safe values from the host (never from the request body).
         runtime: the seed's ``MemoryCallOptions.runtime``: a callable

@@ -28,10 +28,10 @@ from ditto_worker.contracts import (
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
 from ditto_worker.memory.core import DefaultsArg, Memory
 from ditto_worker.memory.ports import MemorySearchProvider, MemoryStore
-from ditto_worker.memory.scope import Scope, parse_scope
 from ditto_worker.runtime.context import NodeContext
 from ditto_worker.runtime.definition import Handler, NodeSpec, WorkerDefinition
 from ditto_worker.runtime.process import PerProcess
+from ditto_worker.scope import Scope, parse_scope
 
 if TYPE_CHECKING:
     from ditto_worker.config import RuntimeConfig
@@ -211,7 +211,7 @@ def create_memory_worker(
         concurrency: concurrent entries (``ditto.yaml``), an int >= 1, or ``None``.
         overrides: ``memory_*_node.define("MEMORY", handler)`` results, each replacing
             one node's handler (MEM-NODE-2).
-        scope: bind the worker to one tenant scope (a :class:`~ditto_worker.memory.scope.Scope`
+        scope: bind the worker to one tenant scope (a :class:`~ditto_worker.scope.Scope`
             or ``{"tenant", "user"}``): every call runs in it, and a call whose trusted
             header names another scope is refused (``PERMISSION_DENIED``).
         require_scope: refuse calls without a scope (when ``scope`` is ``None``).

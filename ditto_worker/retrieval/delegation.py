@@ -148,7 +148,7 @@ class RemoteRetrievalSearchProvider:
         timeout_s: timeout of the sub-call when the outer call has no deadline.
 
     The outer call's scope travels with the sub-call; the retrieval worker's store
-    confines the search to it (:mod:`ditto_worker.memory.scope`).
+    confines the search to it (:mod:`ditto_worker.scope`).
     """
 
     supports_scope = True

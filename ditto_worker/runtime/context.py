@@ -16,7 +16,7 @@ from ditto_worker.runtime.cancel import CancelToken
 
 if TYPE_CHECKING:
     from ditto_worker.contracts import NodeResult
-    from ditto_worker.memory.scope import Scope
+    from ditto_worker.scope import Scope
 
 __all__ = ["NodeContext", "SubInvoke", "call_deadline"]
 

@@ -31,8 +31,8 @@ from ditto_worker.errors import ConfigError, ErrorCode
 
 if TYPE_CHECKING:
     from ditto_worker.contracts import NodeResult
-    from ditto_worker.memory.scope import Scope
     from ditto_worker.runtime.context import NodeContext
+    from ditto_worker.scope import Scope
 
 __all__ = [
     "Handler",

@@ -36,13 +36,13 @@ from pydantic import BaseModel
 
 from ditto_worker.contracts import NodeResult, NodeStatus, to_wire
 from ditto_worker.errors import ErrorCode, NodeError
-from ditto_worker.memory.scope import Scope, parse_scope
 from ditto_worker.runtime.cancel import CancelRegistry, CancelToken
 from ditto_worker.runtime.context import NodeContext, call_deadline
 from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition
 from ditto_worker.runtime.execute import run_node, unknown_node
 from ditto_worker.runtime.registry import node_table
 from ditto_worker.runtime.trace import clean_trace
+from ditto_worker.scope import Scope, parse_scope
 
 if TYPE_CHECKING:
     from ditto_worker.config import RuntimeConfig

@@ -4,7 +4,7 @@
 calls it in a pool thread, a Celery task calls it in a worker process. In order:
 
 1. the trusted scope is resolved against the definition's own binding
-   (:func:`ditto_worker.memory.scope.resolve_scope`) -> ``PERMISSION_DENIED``;
+   (:func:`ditto_worker.scope.resolve_scope`) -> ``PERMISSION_DENIED``;
 2. a call cancelled before it started is ``cancelled`` (the kind's cancelled code), one
    whose deadline has passed is ``timeout`` (the kind's timeout code) — the handler is
    not called;
@@ -38,9 +38,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from ditto_worker.contracts import NodeResult, NodeStatus
 from ditto_worker.errors import ErrorCode, NodeError
-from ditto_worker.memory.scope import resolve_scope
 from ditto_worker.runtime.context import NodeContext
 from ditto_worker.runtime.definition import KindCodes, NodeSpec, WorkerDefinition
+from ditto_worker.scope import resolve_scope
 
 __all__ = ["run_node", "unknown_node"]
 

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ditto_worker.contracts import NodeResult
 from ditto_worker.errors import ConfigError, MemoryError
-from ditto_worker.memory.scope import Scope, parse_scope
 from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.runtime.definition import WorkerDefinition, WorkerSource
 from ditto_worker.runtime.graphs import DEFAULT_LOOP_BUDGET, Graph, GraphResult, LoopResult
 from ditto_worker.runtime.registry import worker_definitions
+from ditto_worker.scope import Scope, parse_scope
 
 if TYPE_CHECKING:
     from ditto_worker.config import RuntimeConfig

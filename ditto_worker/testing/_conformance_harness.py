@@ -18,7 +18,7 @@ from ditto_worker.contracts import MemoryItem, NodeResult
 from ditto_worker.memory.capabilities import METADATA_FIELDS, StoreCapabilities
 from ditto_worker.memory.core import Memory, create_memory
 from ditto_worker.memory.ports import CancelToken
-from ditto_worker.memory.scope import Scope
+from ditto_worker.scope import Scope
 
 __all__ = [
     "Harness",

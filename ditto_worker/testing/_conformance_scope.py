@@ -1,4 +1,4 @@
-"""Conformance: tenant scope on all six operations (:mod:`ditto_worker.memory.scope`).
+"""Conformance: tenant scope on all six operations (:mod:`ditto_worker.scope`).
 
 Rules: MEM-TASK-2 ("scope is enforced on all six operations from the host's trusted
 identity; a model or a request filter cannot choose the namespace"), issue 7 item 6 (a
@@ -13,7 +13,7 @@ import pytest
 
 from ditto_worker.contracts import MemoryItem
 from ditto_worker.errors import ErrorCode
-from ditto_worker.memory.scope import Scope
+from ditto_worker.scope import Scope
 from ditto_worker.testing._conformance_harness import Harness, label
 
 __all__ = [

@@ -297,7 +297,7 @@ def test_keyword_one_match_score_is_readable(conformance: Harness) -> None:
 def test_keyword_scores_use_only_the_scope_own_records(conformance: Harness) -> None:
     # issue 19: a tenant's keyword scores depend only on its own records: another tenant's
     # writes (of the same words, or many others) change neither its ranking nor its scores
-    from ditto_worker.memory.scope import Scope
+    from ditto_worker.scope import Scope
 
     conformance.require_keyword()
     if not conformance.caps.scope or not conformance.caps.keyword_scope_statistics:

@@ -47,7 +47,6 @@ from ditto_worker.memory.filters import (
     timestamp_now,
 )
 from ditto_worker.memory.ports import MemoryCallOptions
-from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.text import (
     bm25,
     bm25_idf,
@@ -56,6 +55,7 @@ from ditto_worker.memory.text import (
     query_terms,
     select_terms,
 )
+from ditto_worker.scope import namespace_of
 
 __all__ = ["InMemoryMemoryStore", "create_store"]
 
@@ -132,7 +132,7 @@ class InMemoryMemoryStore:
     **higher is better**; ties in sequence order; records without any query term are not
     returned.
 
-    Scope (:mod:`ditto_worker.memory.scope`): every operation sees only the records of
+    Scope (:mod:`ditto_worker.scope`): every operation sees only the records of
     ``options.scope``'s namespace; keys are unique per namespace.
     """
 
