@@ -1,8 +1,9 @@
-"""Keyset cursors that cannot be forged or tampered with (SPEC.md MEM-PY-5, issue 13).
+"""Keyset cursors that cannot be forged, altered or moved (SPEC.md MEM-PY-5, MEM-QUERY-5).
 
-A QUERY page's ``nextCursor`` carries the query's fingerprint and the last row's typed
-sort values and sequence number. Every store plugin makes and reads them with
-:func:`encode_cursor` / :func:`decode_cursor`, with a secret of its own:
+A QUERY page's ``nextCursor`` carries the query's fingerprint, the namespace it was issued
+in, and the last row's typed sort values and sequence number. Every store plugin makes and
+reads them with :func:`encode_cursor` / :func:`decode_cursor`, with a secret of its own and
+the namespace string it confines the call to (issue 23 item 4):
 
 * the secret is made once per store (:func:`new_cursor_secret`, 32 random bytes) and kept
   where the store keeps its settings — SQLite and PostgreSQL: the row
@@ -10,18 +11,26 @@ sort values and sequence number. Every store plugin makes and reads them with
   on the same database shares it; the in-memory store: one per instance; a store without
   SQL keeps it in whatever holds its own settings (e.g. a Qdrant settings point);
 * a cursor is ``<payload>.<tag>``, both unpadded base64url: the payload is compact JSON
-  ``{"v": 2, "f": fingerprint, "k": [[rank, value], …], "s": seq}`` and the tag its
-  HMAC-SHA256 under the secret, cut to 128 bits (RFC 2104; truncation as RFC 4868 §2.6);
+  ``{"v": 3, "f": fingerprint, "n": namespace_tag, "k": [[rank, value], …], "s": seq}``
+  and the tag its HMAC-SHA256 under the secret, cut to 128 bits (RFC 2104; truncation as
+  RFC 4868 §2.6);
+* ``namespace_tag`` binds the cursor to the store's namespace string (the one it compares
+  records with: ``<tenant>:<user>:memory``, ``""`` unscoped, and any space added later,
+  e.g. ``…:task:<taskId>``): 16 hex characters of HMAC-SHA256 under the secret of
+  ``b"namespace\0" + namespace`` — keyed, so a cursor does not reveal which tenant or
+  user it belongs to. A cursor presented in another namespace is ``INVALID_CURSOR``,
+  never a page of that namespace starting after some row of it;
 * decoding is strict and checks in this order, each failure ``INVALID_CURSOR``: length
   (at most :data:`MAX_CURSOR_CHARS`), alphabet (``A-Z a-z 0-9 - _`` and one ``.``; a
   space, ``!`` or padding is refused, not skipped), canonical base64 (re-encoding gives
   the same text), the tag (constant-time compare) — so nothing a client made up is ever
-  parsed as JSON — then the JSON itself: depth and size, version, fingerprint, and every
-  field's type and range (``s`` a 64-bit sequence ``>= 0``; numbers 64-bit integers or
+  parsed as JSON — then the JSON itself: depth and size, version, fingerprint, namespace,
+  and every field's type and range (``s`` a 64-bit sequence ``>= 0``; numbers 64-bit integers or
   finite floats; ranks 0-5 with the value their rank allows).
 
-Cursors issued before signed cursors (version 1, no tag) fail with ``INVALID_CURSOR``: a
-client paging across the upgrade starts its listing again. A cursor stays valid while its
+Cursors issued before signed cursors (version 1, no tag) or before namespace-bound ones
+(version 2) fail with ``INVALID_CURSOR``: a client paging across the upgrade starts its
+listing again. A cursor stays valid while its
 store keeps its secret (deleting the ``store_settings`` row invalidates every cursor).
 """
 
@@ -61,7 +70,8 @@ MAX_CURSOR_CHARS: Final = 1 << 20
 """Longest cursor accepted (and made): 1,048,576 characters. Only a sort value of about
 750 KB (a long string in an ``orderBy`` field) comes near it."""
 
-_VERSION: Final = 2
+_VERSION: Final = 3
+_NS_DOMAIN: Final = b"namespace\0"
 _TAG_BYTES: Final = 16
 _INT64: Final = 1 << 63
 _MAX_TERMS: Final = 64
@@ -115,8 +125,19 @@ def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
+def _namespace_tag(key: bytes, namespace: str) -> str:
+    if not isinstance(namespace, str):
+        raise MemoryError(ErrorCode.MEMORY_BACKEND_ERROR, "a cursor's namespace must be a string")
+    return _tag(key, _NS_DOMAIN + namespace.encode("utf-8", "surrogatepass"))[:8].hex()
+
+
 def encode_cursor(
-    fingerprint: str, values: Sequence[SortValue], seq: int, secret: str | bytes
+    fingerprint: str,
+    values: Sequence[SortValue],
+    seq: int,
+    secret: str | bytes,
+    *,
+    namespace: str,
 ) -> str:
     """Make the signed cursor of a page's last row.
 
@@ -125,6 +146,9 @@ def encode_cursor(
         values: the row's typed sort values, one per orderBy term.
         seq: the row's store sequence number (``>= 0``).
         secret: the store's cursor secret (:func:`new_cursor_secret`; at least 16 bytes).
+        namespace: the namespace string the store confined this call to — the one it
+            compares records with (:func:`ditto_worker.memory.scope.namespace_of`), so a
+            space added later binds the cursor too. ``""`` for unscoped calls.
 
     Returns:
         ``<payload>.<tag>`` (base64url, no padding), at most :data:`MAX_CURSOR_CHARS`.
@@ -132,11 +156,18 @@ def encode_cursor(
     Raises:
         MemoryError: ``UNSUPPORTED_ORDER_BY`` when the sort values are too long for a
             cursor (a sort value of about 750 KB); ``MEMORY_BACKEND_ERROR`` for a secret
-            shorter than 16 bytes.
+            shorter than 16 bytes or a namespace that is not a string.
     """
-    payload = {"v": _VERSION, "f": fingerprint, "k": [list(v) for v in values], "s": seq}
+    key = _key(secret)
+    payload = {
+        "v": _VERSION,
+        "f": fingerprint,
+        "n": _namespace_tag(key, namespace),
+        "k": [list(v) for v in values],
+        "s": seq,
+    }
     raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    token = f"{_b64(raw)}.{_b64(_tag(_key(secret), raw))}"
+    token = f"{_b64(raw)}.{_b64(_tag(key, raw))}"
     if len(token) > MAX_CURSOR_CHARS:
         raise MemoryError(
             ErrorCode.UNSUPPORTED_ORDER_BY,
@@ -162,7 +193,9 @@ def _strict_b64(text: str) -> bytes:
     return raw
 
 
-def decode_cursor(token: str, fingerprint: str, n_terms: int, secret: str | bytes) -> Cursor:
+def decode_cursor(
+    token: str, fingerprint: str, n_terms: int, secret: str | bytes, *, namespace: str
+) -> Cursor:
     """Check and decode a cursor made by :func:`encode_cursor` with the same secret.
 
     Args:
@@ -170,12 +203,16 @@ def decode_cursor(token: str, fingerprint: str, n_terms: int, secret: str | byte
         fingerprint: :func:`query_fingerprint` of this request's filter and orderBy.
         n_terms: the number of orderBy terms of this request.
         secret: the store's cursor secret.
+        namespace: the namespace string the store confines this call to (as for
+            :func:`encode_cursor`).
 
     Raises:
         MemoryError: ``INVALID_CURSOR`` when it is too long, not strictly
             ``<base64url>.<base64url>``, not signed with this store's secret (forged,
-            altered, or made before cursors were signed), of another version, made for
-            another filter/orderBy, or holding a field of the wrong type or range.
+            altered, or made before cursors were signed), of another version (made before
+            cursors were bound to their namespace), made for another filter/orderBy,
+            issued in another namespace (another scope or space), or holding a field of
+            the wrong type or range.
     """
     if not isinstance(token, str) or len(token) > MAX_CURSOR_CHARS:
         raise _bad("malformed or too long")
@@ -185,22 +222,27 @@ def decode_cursor(token: str, fingerprint: str, n_terms: int, secret: str | byte
     raw, signature = _strict_b64(body), _strict_b64(tag)
     import hmac  # here, not at import: it loads OpenSSL (~4 ms)
 
-    if not hmac.compare_digest(signature, _tag(_key(secret), raw)):
+    key = _key(secret)
+    if not hmac.compare_digest(signature, _tag(key, raw)):
         raise _bad("not issued by this store, altered, or made before cursors were signed")
     try:
         payload = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise _bad("malformed") from exc
-    return _checked(payload, fingerprint, n_terms)
+    return _checked(payload, fingerprint, _namespace_tag(key, namespace), n_terms)
 
 
-def _checked(payload: Any, fingerprint: str, n_terms: int) -> Cursor:
-    if not isinstance(payload, dict) or set(payload) != {"v", "f", "k", "s"}:
+def _checked(payload: Any, fingerprint: str, namespace_tag: str, n_terms: int) -> Cursor:
+    if not isinstance(payload, dict):
         raise _bad("malformed")
-    if payload["v"] != _VERSION or type(payload["v"]) is not int:
-        raise _bad("of another version")
+    if payload.get("v") != _VERSION or type(payload["v"]) is not int:
+        raise _bad("of another version; start the listing again without a cursor")
+    if set(payload) != {"v", "f", "n", "k", "s"}:
+        raise _bad("malformed")
     if payload["f"] != fingerprint:
         raise _bad("made for another filter or orderBy")
+    if payload["n"] != namespace_tag:
+        raise _bad("issued in another scope or space")
     seq, keys = payload["s"], payload["k"]
     if type(seq) is not int or not 0 <= seq < _INT64:
         raise _bad("malformed")

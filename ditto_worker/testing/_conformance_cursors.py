@@ -1,22 +1,45 @@
-"""Conformance: cursors cannot be forged or altered (MEM-PY-5; issue 13 item 2).
+"""Conformance: cursors cannot be forged, altered or moved (MEM-PY-5, MEM-QUERY-5).
 
 A real ``nextCursor`` with a character appended, inserted, changed or removed, a cursor
 of the old unsigned format or forged with the right fingerprint, and signed payloads that
 only a leaked secret could make (out-of-range numbers, deep nesting) are all
 ``INVALID_CURSOR`` on every store — never ``MEMORY_BACKEND_ERROR``. The store's own cursor
-still pages.
+still pages (issue 13 item 2).
+
+A cursor issued in one namespace — a scope, the unscoped namespace, or a space within a
+scope (``<tenant>:<user>:task:<taskId>``) — is ``INVALID_CURSOR`` in every other, never a
+page of that namespace starting after one of its rows (issue 23 item 4: SQLite and Qdrant
+accepted t1's cursor under t2 and skipped t2's first 9 rows).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
+from ditto_worker.errors import ErrorCode
 from ditto_worker.memory.cursors import query_fingerprint
+from ditto_worker.memory.scope import Scope
 from ditto_worker.testing._conformance_harness import Harness
 
-__all__ = ["test_cursors_cannot_be_forged_or_altered"]
+__all__ = ["test_cursor_is_bound_to_its_namespace", "test_cursors_cannot_be_forged_or_altered"]
+
+
+@dataclass(frozen=True)
+class _SpacedScope(Scope):
+    """A scope whose namespace is a space other than ``memory`` (``task:<taskId>``, as
+    checkpoints use): the store must bind cursors to the namespace string it confines the
+    call to, not to the tenant and user alone."""
+
+    space: tuple[str, ...] = ("task", "t1")
+
+    @property
+    def namespace(self) -> str:
+        return self.key(*self.space)
 
 
 def _b64(raw: bytes) -> str:
@@ -47,6 +70,7 @@ def _forged(fingerprint: str, n_terms: int) -> list[str]:
         {"v": 1, "f": fingerprint, "k": keys, "s": 10**20},  # the old format, huge seq
         {"v": 1, "f": fingerprint, "k": [[1, 10**400]] * n_terms, "s": 1},
         {"v": 2, "f": fingerprint, "k": keys, "s": 1},
+        {"v": 3, "f": fingerprint, "n": "0" * 16, "k": keys, "s": 1},
     ]
     tokens = [_b64(json.dumps(p).encode()) for p in payloads]
     tokens += [t + "." + _b64(b"\0" * 16) for t in tokens]  # a made-up tag
@@ -66,3 +90,35 @@ def test_cursors_cannot_be_forged_or_altered(conformance: Harness) -> None:
         assert result.error.code == "INVALID_CURSOR", (bad[:80], result.error.code)
     rest = conformance.page(limit=10, cursor=token)  # the real one still works
     assert [item.key for item in page.items + rest.items] == [f"k{i}" for i in range(5)]
+
+
+def test_cursor_is_bound_to_its_namespace(conformance: Harness) -> None:
+    if not conformance.caps.scope:
+        pytest.skip("scope not declared")
+    t1, t2 = Scope("acme", "t1"), Scope("acme", "t2")
+    spaces = [t1, t2, None, _SpacedScope("acme", "t1"), _SpacedScope("acme", "t1", ("task", "t2"))]
+    assert len({_namespace(s) for s in spaces}) == len(spaces)
+    for scope in spaces:
+        conformance.scoped(scope).write([{"key": f"k{i}", "content": i} for i in range(12)])
+    for issued in spaces:
+        h = conformance.scoped(issued)
+        first = h.page(limit=9)
+        assert first.next_cursor, "a page of 9 of 12 records carries a nextCursor"
+        for other in spaces:
+            if other == issued:
+                continue
+            result = conformance.scoped(other).call(
+                "MEMORY.QUERY", {"limit": 9, "cursor": first.next_cursor}
+            )
+            assert result.error is not None, (
+                f"a cursor issued in {_namespace(issued)!r} paged {_namespace(other)!r}"
+            )
+            assert result.error.code == ErrorCode.INVALID_CURSOR, result.error.code
+        rest = h.page(limit=9, cursor=first.next_cursor)  # still good where it was issued
+        assert [i.key for i in first.items + rest.items] == [f"k{i}" for i in range(12)]
+        assert rest.next_cursor is None
+
+
+def _namespace(scope: Scope | None) -> str:
+    """The namespace string of ``scope`` (``""`` for none), for messages."""
+    return "" if scope is None else scope.namespace

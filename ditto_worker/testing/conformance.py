@@ -1,17 +1,17 @@
 """The conformance suite every MemoryStore plugin runs (pytest).
 
-One behavioural suite, the same for every backend, so that the contract means the same
-on each: typed filters (numbers numeric, strings as strings, missing fields, ``$in``
-with mixed types, nested paths), explicit failures for what a plugin does not support,
-keyset paging across inserts and deletes, literal ``_ % - ' "`` and non-ASCII in keys,
-prefixes and values, signed cursors that refuse any edit or forgery, timestamps with
+One behavioural suite, the same for every backend, so that the contract means the same on
+each: typed filters (numbers numeric, strings as strings, missing fields, ``$in`` with mixed
+types, nested paths), explicit failures for what a plugin does not support, keyset paging
+across inserts and deletes, literal ``_ % - ' "`` and non-ASCII in keys, prefixes and
+values, signed cursors that refuse any edit, forgery or other namespace, timestamps with
 offsets compared as instants, lone surrogates and undeclared SEARCH options refused before
 the store, a 10,000-record WRITE, deleting more than 1,000 matches, any JSON content
 (string, number, object, list, ``null``), keyword search over English, Chinese,
-Thai/Lao/Khmer/Myanmar, words with combining marks, NFKC/case-folded text, JSON field
-names and keys, with the most selective query terms and per-scope statistics, tenant
-scope on all six operations with colliding-looking scope values. Plugin-side rules
-covered: MEM-GET-2/3/5, MEM-QUERY-2/3/4, MEM-WRITE-2/3, MEM-UPDATE-1/2/4, MEM-DELETE-2/3,
+Thai/Lao/Khmer/Myanmar, words with combining marks, NFKC/case-folded text, JSON field names
+and keys, with the most selective query terms and per-scope statistics, tenant scope on all
+six operations with colliding-looking scope values. Plugin-side rules covered:
+MEM-GET-2/3/5, MEM-QUERY-2/3/4/5, MEM-WRITE-2/3, MEM-UPDATE-1/2/4, MEM-DELETE-2/3,
 MEM-SEARCH-2/3 (and MEM-PY-5/6/11/12, MEM-RUN-2).
 
 Use it from a plugin's own repository (``pip install ditto-worker[dev]`` for pytest)::
@@ -41,7 +41,7 @@ tests what is declared and checks that what is not declared fails explicitly
 ``SEARCH_UNAVAILABLE``); tests of undeclared features are skipped.
 
 Calls go through :func:`ditto_worker.create_memory`, so plugin outputs are also checked
-by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 47 tests; the two volume
+by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 48 tests; the two volume
 tests write 10,000 and 2,800 records. Add ``pytest.register_assert_rewrite(
 "ditto_worker.testing")`` in a ``conftest.py`` for detailed assertion messages (done
 automatically when ``ditto_worker.testing`` is imported under pytest).
@@ -61,7 +61,10 @@ from ditto_worker.testing._conformance_crud import (
     test_update_missing_id_is_not_found,
     test_update_presence_semantics,
 )
-from ditto_worker.testing._conformance_cursors import test_cursors_cannot_be_forged_or_altered
+from ditto_worker.testing._conformance_cursors import (
+    test_cursor_is_bound_to_its_namespace,
+    test_cursors_cannot_be_forged_or_altered,
+)
 from ditto_worker.testing._conformance_harness import (
     Harness,
     conformance,
@@ -126,6 +129,7 @@ __all__ = [
     "test_capabilities_are_declared",
     "test_content_kinds_round_trip",
     "test_cursor_is_bound_to_its_query",
+    "test_cursor_is_bound_to_its_namespace",
     "test_cursors_cannot_be_forged_or_altered",
     "test_default_order_is_creation_order",
     "test_delete_more_than_a_thousand_matches",

@@ -183,11 +183,13 @@ class InMemoryMemoryStore:
         terms = parse_order_by(input.order_by)
         fingerprint = query_fingerprint(input.filter, input.order_by)
         secret = self._cursor_secret
+        ns = namespace_of(options)
         cursor = (
-            decode_cursor(input.cursor, fingerprint, len(terms), secret) if input.cursor else None
+            decode_cursor(input.cursor, fingerprint, len(terms), secret, namespace=ns)
+            if input.cursor
+            else None
         )
         limit = input.limit or _DEFAULT_QUERY_LIMIT
-        ns = namespace_of(options)
         with self._lock:
             rows = [
                 (_sort_values(terms, record.view()), record.seq, record)
@@ -204,7 +206,7 @@ class InMemoryMemoryStore:
             items = [record.item() for _, _, record in page]
         next_cursor = None
         if len(rows) > limit:
-            next_cursor = encode_cursor(fingerprint, page[-1][0], page[-1][1], secret)
+            next_cursor = encode_cursor(fingerprint, page[-1][0], page[-1][1], secret, namespace=ns)
         return MemoryQueryOutput(items=items, next_cursor=next_cursor)
 
     def write(

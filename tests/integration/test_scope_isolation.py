@@ -8,7 +8,8 @@
 2. The fleet: scope travels from the service's client in the ``ditto_scope`` header to a
    real worker on real Redis, through MEMORY.SEARCH's delegation to RETRIEVAL.SEARCH; a
    worker bound to one scope refuses others; ``require_scope`` refuses unscoped calls;
-   the request body cannot carry a scope.
+   the request body cannot carry a scope; a QUERY cursor issued in one scope is
+   ``INVALID_CURSOR`` in another (MEM-QUERY-5).
 """
 
 from __future__ import annotations
@@ -202,6 +203,21 @@ def test_no_cross_tenant_reads_updates_or_deletes(fresh_memory: Callable[[], Any
 ALL_QUEUES = [*NODE_QUEUES.values(), "retrieval.search"]
 
 
+def _cursors_stay_in_their_scope(alice: DittoClient, bob: DittoClient, plain: DittoClient) -> None:
+    """MEM-QUERY-5 on the fleet (issue 23 item 4): alice's cursor is INVALID_CURSOR for
+    bob and for unscoped calls, and still pages for alice."""
+    drafts = {"memories": [{"key": f"more{i}", "content": i} for i in range(3)]}
+    for client in (alice, bob, plain):
+        assert client.invoke("MEMORY.WRITE", drafts, timeout=10).status == "success"
+    first = alice.invoke("MEMORY.QUERY", {"limit": 2}, timeout=10).output
+    assert first.next_cursor
+    for other in (bob, plain):
+        moved = other.invoke("MEMORY.QUERY", {"limit": 2, "cursor": first.next_cursor}, timeout=10)
+        assert moved.error is not None and moved.error.code == "INVALID_CURSOR", moved.status
+    rest = alice.invoke("MEMORY.QUERY", {"cursor": first.next_cursor}, timeout=10).output
+    assert [i.key for i in first.items + rest.items] == ["tea", "more0", "more1", "more2"]
+
+
 def test_scope_travels_from_the_client_to_every_node_and_the_retrieval_queue(
     start_fleet_worker: Any, redis_url: str, tmp_path: Path
 ) -> None:
@@ -245,6 +261,7 @@ def test_scope_travels_from_the_client_to_every_node_and_the_retrieval_queue(
             assert smuggled.error is not None and smuggled.error.code == "INVALID_INPUT"
             bad = plain.invoke("MEMORY.QUERY", {}, scope={"tenant": "", "user": "x"})
             assert bad.error is not None and bad.error.code == "PERMISSION_DENIED"
+            _cursors_stay_in_their_scope(alice, bob, plain)
     finally:
         for c in (alice, bob, plain):
             c.close()

@@ -381,14 +381,18 @@ class PostgresMemoryStore(SearchMixin):
 
         Raises:
             MemoryError: ``UNSUPPORTED_FILTER``, ``UNSUPPORTED_ORDER_BY``,
-                ``INVALID_CURSOR`` (malformed, or made for another filter/orderBy).
+                ``INVALID_CURSOR`` (malformed, made for another filter/orderBy, or
+                issued in another namespace).
         """
         terms = parse_order_by(input.order_by)
-        where = in_namespace(compile_filter(parse_filter(input.filter)), namespace_of(options))
+        ns = namespace_of(options)
+        where = in_namespace(compile_filter(parse_filter(input.filter)), ns)
         fingerprint = query_fingerprint(input.filter, input.order_by)
         secret = self._cursor_secret()
         cursor = (
-            decode_cursor(input.cursor, fingerprint, len(terms), secret) if input.cursor else None
+            decode_cursor(input.cursor, fingerprint, len(terms), secret, namespace=ns)
+            if input.cursor
+            else None
         )
         limit = input.limit or _DEFAULT_QUERY_LIMIT
         columns = sort_columns(terms)
@@ -406,7 +410,7 @@ class PostgresMemoryStore(SearchMixin):
         if len(rows) > limit:
             last = page[-1]
             values = tuple(sort_value(last, i) for i in range(len(terms)))
-            next_cursor = encode_cursor(fingerprint, values, int(last[0]), secret)
+            next_cursor = encode_cursor(fingerprint, values, int(last[0]), secret, namespace=ns)
         return MemoryQueryOutput(items=[item(row) for row in page], next_cursor=next_cursor)
 
     def write(

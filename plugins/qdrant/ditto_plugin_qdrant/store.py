@@ -499,11 +499,12 @@ class QdrantMemoryStore(NativeSearch):
         field = UPDATED if terms and terms[0].field.name == "updatedAt" else CREATED
         desc = bool(terms) and terms[0].descending
         fingerprint = query_fingerprint(input.filter, input.order_by)
-        flt = namespace_filter(namespace_of(options), node)
+        ns = namespace_of(options)
+        flt = namespace_filter(ns, node)
         self._begin(options)  # the cursor secret is the collection's
         after = None
         if input.cursor:
-            cursor = decode_cursor(input.cursor, fingerprint, 2, self._cursor_secret)
+            cursor = decode_cursor(input.cursor, fingerprint, 2, self._cursor_secret, namespace=ns)
             (rank, value), (id_rank, last_id) = cursor.values
             if rank != 1 or id_rank != 2 or not isinstance(value, int):
                 raise MemoryError(ErrorCode.INVALID_CURSOR, "invalid cursor: malformed")
@@ -516,7 +517,7 @@ class QdrantMemoryStore(NativeSearch):
             last = page[-1]
             values: list[SortValue] = [(1, int(last.payload[field])), (2, str(last.id))]
             next_cursor = encode_cursor(
-                fingerprint, values, int(last.payload[CREATED]), self._cursor_secret
+                fingerprint, values, int(last.payload[CREATED]), self._cursor_secret, namespace=ns
             )
         return MemoryQueryOutput(items=[_item(p.payload) for p in page], next_cursor=next_cursor)
 

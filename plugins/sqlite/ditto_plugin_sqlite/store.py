@@ -375,17 +375,21 @@ class SqliteMemoryStore(SearchMixin):
 
         Raises:
             MemoryError: ``UNSUPPORTED_FILTER``, ``UNSUPPORTED_ORDER_BY``,
-                ``INVALID_CURSOR`` (malformed, or made for another filter/orderBy).
+                ``INVALID_CURSOR`` (malformed, made for another filter/orderBy, or
+                issued in another namespace).
         """
         node = parse_filter(input.filter)
         terms = parse_order_by(input.order_by)
         fingerprint = query_fingerprint(input.filter, input.order_by)
+        ns = namespace_of(options)
         cursor = None
         if input.cursor:
-            cursor = decode_cursor(input.cursor, fingerprint, len(terms), self._cursor_secret())
+            cursor = decode_cursor(
+                input.cursor, fingerprint, len(terms), self._cursor_secret(), namespace=ns
+            )
         limit = input.limit or _DEFAULT_QUERY_LIMIT
         columns = sort_columns(terms)
-        where = in_namespace(compile_filter(node), namespace_of(options))
+        where = in_namespace(compile_filter(node), ns)
         after = keyset_condition(terms, cursor) if cursor is not None else Sql("1")
         sql = (
             f"SELECT * FROM (SELECT m.seq AS seq, m.id, m.key, m.content, m.metadata"
@@ -400,7 +404,9 @@ class SqliteMemoryStore(SearchMixin):
         if len(rows) > limit:
             last = page[-1]
             values = tuple((last[5 + 2 * i], last[6 + 2 * i]) for i in range(len(terms)))
-            next_cursor = encode_cursor(fingerprint, values, last[0], self._cursor_secret())
+            next_cursor = encode_cursor(
+                fingerprint, values, last[0], self._cursor_secret(), namespace=ns
+            )
         return MemoryQueryOutput(items=[_item(row) for row in page], next_cursor=next_cursor)
 
     def write(
