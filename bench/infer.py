@@ -98,10 +98,11 @@ class Prompt:
 
 @dataclass
 class Call:
-    """One call's outcome: latency (s), tokens, and the parsed reply (None: invalid)."""
+    """One call's outcome: latency (s), tokens (None: the endpoint reported no usage), and
+    the parsed reply (None: invalid)."""
 
     latency_s: float
-    completion_tokens: int
+    completion_tokens: int | None
     reply: Any
     decode_tok_s: float | None = None
     cut: bool = False  # finishReason length (INFER_INVALID_OUTPUT "cut off")
@@ -151,7 +152,7 @@ def direct_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
             },
         }
         started = time.perf_counter()
-        parts, finish, tokens, speed = [], "", 0, None
+        parts, finish, tokens, speed = [], "", None, None
         with client.stream("POST", "chat/completions", json=body) as response:
             for line in response.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
@@ -161,7 +162,7 @@ def direct_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
                     parts.append((choice.get("delta") or {}).get("content") or "")
                     finish = choice.get("finish_reason") or finish
                 if chunk.get("usage"):
-                    tokens = chunk["usage"]["completion_tokens"]
+                    tokens = chunk["usage"].get("completion_tokens")
                 if chunk.get("timings"):
                     speed = chunk["timings"].get("predicted_per_second")
         latency = time.perf_counter() - started
@@ -190,9 +191,10 @@ def handler_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
             if exc.code != ErrorCode.INFER_INVALID_OUTPUT:
                 raise
             cut = "cut off" in exc.safe_message
-            return Call(time.perf_counter() - started, MAX_TOKENS if cut else 0, None, cut=cut)
+            return Call(time.perf_counter() - started, MAX_TOKENS if cut else None, None, cut=cut)
+        used = out["usage"]  # None: the endpoint reported no usage
         return Call(
-            time.perf_counter() - started, out["usage"]["completionTokens"], out.get("json")
+            time.perf_counter() - started, used and used["completionTokens"], out.get("json")
         )
 
     return run
@@ -236,12 +238,13 @@ def fleet_path(base_url: str, model: str) -> Callable[[Prompt], Call]:
         latency = time.perf_counter() - started
         if result.status == "success":
             out = result.output
-            return Call(latency, out.usage.completion_tokens, out.json_)
+            tokens = None if out.usage is None else out.usage.completion_tokens
+            return Call(latency, tokens, out.json_)
         assert result.error is not None, result
         if result.error.code != ErrorCode.INFER_INVALID_OUTPUT:
             raise SystemExit(f"fleet call failed: {result.error.code} {result.error.message}")
         cut = "cut off" in result.error.message
-        return Call(latency, MAX_TOKENS if cut else 0, None, cut=cut)
+        return Call(latency, MAX_TOKENS if cut else None, None, cut=cut)
 
     return run
 
@@ -257,7 +260,7 @@ PATHS: dict[str, Callable[[str, str], Callable[[Prompt], Call]]] = {
 """Path name -> ``(base_url, model) -> (prompt -> Call)``."""
 
 
-def summarize(calls: list[tuple[Prompt, Call]]) -> dict[str, float]:
+def summarize(calls: list[tuple[Prompt, Call]]) -> dict[str, float | None]:
     latencies = sorted(c.latency_s * 1000 for _, c in calls)
     total_s = sum(c.latency_s for _, c in calls)
     ok = [(p, c) for p, c in calls if c.reply is not None]
@@ -270,8 +273,16 @@ def summarize(calls: list[tuple[Prompt, Call]]) -> dict[str, float]:
         "p50_ms": statistics.median(latencies),
         "p95_ms": latencies[round(0.95 * (len(latencies) - 1))],
         "total_s": total_s,
-        "tok_s": sum(c.completion_tokens for _, c in calls) / total_s,
+        "tok_s": _tokens_per_s([c for _, c in calls]),
     }
+
+
+def _tokens_per_s(calls: list[Call]) -> float | None:
+    """Completion tokens / call time over the calls whose tokens are known (``None``: no
+    call reported usage — unknown, not 0 tok/s)."""
+    known = [c for c in calls if c.completion_tokens is not None]
+    seconds = sum(c.latency_s for c in known)
+    return sum(c.completion_tokens or 0 for c in known) / seconds if known and seconds else None
 
 
 def main() -> None:
@@ -337,7 +348,7 @@ def report(
             f"{name:<9} {s['calls']:>5}  {s['json_valid']:>10.0%}  {s['cut']:>3}  "
             f"{s['language_ok']:>8.0%}  "
             f"{s['quote_verbatim']:>5.0%}  {s['p50_ms']:>6.0f}  {s['p95_ms']:>6.0f}  "
-            f"{s['tok_s']:>5.1f}  {s['p50_ms'] / base['p50_ms']:>5.3f}  "
+            f"{_figure(s['tok_s']):>5}  {s['p50_ms'] / base['p50_ms']:>5.3f}  "
             f"{s['total_s'] / base['total_s']:>7.3f}"
         )
     speeds = [c.decode_tok_s for _, c in results.get("direct", []) if c.decode_tok_s]
@@ -354,6 +365,10 @@ def report(
     )
     print(f"identical replies {names[0]} vs {names[-1]}: {same}/{len(results[names[0]])}")
     print(json.dumps({"stats": stats, "start_s": start_s, "rss_bytes": rss}))
+
+
+def _figure(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1f}"
 
 
 if __name__ == "__main__":

@@ -62,14 +62,16 @@ class QueueStatus:
         queue: the node's queue, e.g. ``memory.get``.
         backlog: messages waiting on the broker (>= 0).
         workers: Celery workers consuming ``queue`` that answered the inspect (>= 0).
-        processes: sum of those workers' pool sizes (>= 0; 0 if none reported stats).
+        processes: sum of those workers' pool sizes (>= 0; 0 when no worker consumes the
+            queue), or ``None`` when a consuming worker did not report its pool size
+            (unknown, never a made-up 0; ``unknown`` in the table, ``null`` in JSON).
     """
 
     node: str
     queue: str
     backlog: int
     workers: int
-    processes: int
+    processes: int | None
 
     def to_dict(self) -> dict[str, Any]:
         """The row as a JSON-ready dict (keys as the attribute names)."""
@@ -163,7 +165,8 @@ def build_rows(
     Args:
         backlog: ``{queue: messages waiting}``; a missing queue counts 0.
         consumers: ``{queue: [worker_name, ...]}`` (see :func:`queue_consumers`).
-        pool_sizes: ``{worker_name: pool size}`` (see :func:`worker_pool_sizes`).
+        pool_sizes: ``{worker_name: pool size}`` (see :func:`worker_pool_sizes`); a
+            consuming worker missing here makes its rows' ``processes`` ``None``.
         nodes: ``{node_id: queue}`` (:func:`app_nodes`).
 
     Returns:
@@ -172,13 +175,14 @@ def build_rows(
     rows = []
     for node, queue in nodes.items():
         workers = consumers.get(queue, [])
+        sizes = [pool_sizes.get(w) for w in workers]
         rows.append(
             QueueStatus(
                 node=node,
                 queue=queue,
                 backlog=int(backlog.get(queue, 0)),
                 workers=len(workers),
-                processes=sum(pool_sizes.get(w, 0) for w in workers),
+                processes=None if None in sizes else sum(s for s in sizes if s is not None),
             )
         )
     return rows
@@ -196,10 +200,14 @@ def render_table(rows: Sequence[QueueStatus]) -> str:
 
     Returns:
         Lines joined by ``\\n`` with a trailing newline; columns node, queue, backlog,
-        workers, processes (numbers right-aligned); a column widens to keep two spaces
-        after its longest value (``RETRIEVAL.SEARCH  retrieval.search``).
+        workers, processes (numbers right-aligned; an unknown count reads ``unknown``); a
+        column widens to keep two spaces after its longest value (``RETRIEVAL.SEARCH
+        retrieval.search``).
     """
-    table = [row.to_dict() for row in rows]
+    table = [
+        {name: "unknown" if value is None else value for name, value in row.to_dict().items()}
+        for row in rows
+    ]
     columns = [
         (name, align, max([width, *(len(str(values[name])) + 2 for values in table)]))
         for name, align, width in _COLUMNS + _COUNT_COLUMNS

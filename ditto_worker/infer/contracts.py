@@ -64,14 +64,16 @@ class InferGenerateInput(_Wire):
 
 
 class InferUsage(_Wire):
-    """Token counts the endpoint reported (0 when it reported none)."""
+    """Token counts the endpoint reported. Present only when it reported both; otherwise
+    the output's ``usage`` is ``null`` (unknown is never 0; SPEC.md MEM-INF-1)."""
 
     prompt_tokens: int = Field(ge=0, description="Tokens of the prompt (messages + template).")
     completion_tokens: int = Field(ge=0, description="Tokens of the reply.")
 
 
 class InferGenerateOutput(_Wire):
-    """``{text, json?, model, finishReason, usage}``.
+    """``{text, json?, model, finishReason, usage}`` (``usage`` ``null`` when the endpoint
+    reported no token counts, or only one of the two).
 
     ``json`` is present exactly when the call had a ``responseSchema``: the parsed reply,
     valid against it. ``finishReason`` is the endpoint's (``stop``; ``length`` when
@@ -83,7 +85,10 @@ class InferGenerateOutput(_Wire):
     json_: Any = Field(default=None, alias="json", description="The parsed structured reply.")
     model: str = Field(description="The model that answered (as the endpoint names it).")
     finish_reason: str = Field(description="Why generation ended: stop, length, ...")
-    usage: InferUsage
+    usage: InferUsage | None = Field(
+        description="Token counts as the endpoint reported them; null when it reported none "
+        "(unknown, not 0)."
+    )
 
     @model_serializer(mode="wrap")
     def _omit_json_when_unset(self, handler: Any) -> dict[str, Any]:

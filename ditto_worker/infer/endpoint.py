@@ -53,16 +53,17 @@ class ChatReply:
         text: the reply's content, concatenated from the deltas.
         model: the model name the endpoint reported ("" if none).
         finish_reason: ``stop``, ``length`` … ("" if the endpoint never said).
-        prompt_tokens: the endpoint's usage count (0 if it reported none).
-        completion_tokens: the endpoint's usage count (0 if it reported none).
+        prompt_tokens: the endpoint's usage count (``>= 0``), or ``None`` when it reported
+            none — unknown is never 0 (SPEC.md MEM-INF-1).
+        completion_tokens: the same for the reply's tokens.
         chunks: content-bearing chunks received (a proxy for tokens when usage is absent).
     """
 
     text: str = ""
     model: str = ""
     finish_reason: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
     chunks: int = 0
     _parts: list[str] = field(default_factory=list, repr=False)
 
@@ -88,12 +89,27 @@ class ChatReply:
                 if choice.get("finish_reason"):
                     self.finish_reason = str(choice["finish_reason"])
             usage = chunk.get("usage")
-            if isinstance(usage, dict):
-                self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-                self.completion_tokens = int(usage.get("completion_tokens") or 0)
+            if isinstance(usage, dict):  # OpenAI sends ``usage: null`` on every other chunk
+                self.prompt_tokens = _count(usage.get("prompt_tokens"), self.prompt_tokens)
+                self.completion_tokens = _count(
+                    usage.get("completion_tokens"), self.completion_tokens
+                )
         except (AttributeError, TypeError, ValueError):
             raise _unavailable("the model endpoint answered a malformed chunk") from None
         self.text = "".join(self._parts)
+
+
+def _count(value: Any, known: int | None) -> int | None:
+    """A reported token count, or ``None`` (unknown) when the endpoint sent none (absent
+    or ``null``) or something that is not a count (logged; the reply itself stands)."""
+    if value is None:
+        return known
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        logger.warning("the model endpoint reported a token count that is not one: unknown")
+        return None
+    return value
 
 
 class CallAbort:

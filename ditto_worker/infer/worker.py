@@ -3,7 +3,8 @@
 ``create_infer_worker(settings)`` returns the worker definition the runtime serves
 (MEM-RT-1). Its one handler, :class:`InferGenerate`, is
 ``(input, ctx) -> {text, json?, model, finishReason, usage: {promptTokens,
-completionTokens}}``:
+completionTokens} | null}`` (``null`` when the endpoint reported no usage: unknown is
+never 0; MEM-INF-1):
 
 1. the input is validated before any I/O (``INVALID_INPUT`` naming the field; a
    ``responseSchema`` must itself be a valid JSON Schema);
@@ -19,8 +20,8 @@ Cancellation (``ctx.cancel``) and the deadline (``ctx.deadline``, else
 ``workers.infer.requestTimeoutS``) shut the request's socket down, so the model server
 frees its slot; the call ends ``INFER_CANCELLED`` / ``INFER_TIMEOUT`` (the runtime's codes
 for the kind; MEM-RT-4). Endpoint faults are ``INFER_UNAVAILABLE``, never retried
-(MEM-INF-3, MEM-ERR-5). Logs carry the execution id, token counts, timings, codes —
-never messages, replies or the key.
+(MEM-INF-3, MEM-ERR-5). Logs carry the execution id, token counts (``unknown`` when the
+endpoint reported none), timings, codes — never messages, replies or the key.
 
 With no endpoint configured (``workers.infer.baseUrl`` and
 ``DITTO_WORKER_INFER_BASE_URL`` empty) the packaged local model
@@ -169,9 +170,9 @@ class InferGenerate:
         reply = self._run(endpoint, body, ctx)
         elapsed_ms = (time.monotonic() - started) * 1000
         logger.info(
-            "%s %s: finish=%s prompt_tokens=%d completion_tokens=%d latency_ms=%.0f",
-            INFER_GENERATE, ctx.execution_id, reply.finish_reason or "?",
-            reply.prompt_tokens, reply.completion_tokens, elapsed_ms,
+            "%s %s: finish=%s prompt_tokens=%s completion_tokens=%s latency_ms=%.0f",
+            INFER_GENERATE, ctx.execution_id, reply.finish_reason or "unknown",
+            _known(reply.prompt_tokens), _known(reply.completion_tokens), elapsed_ms,
         )  # fmt: skip
         return self._output(request, reply, default_model)
 
@@ -252,10 +253,7 @@ class InferGenerate:
             "text": reply.text,
             "model": reply.model or default_model,
             "finishReason": reply.finish_reason or "stop",
-            "usage": {
-                "promptTokens": reply.prompt_tokens,
-                "completionTokens": reply.completion_tokens,
-            },
+            "usage": _usage(reply),
         }
         if request.response_schema is not None:
             if reply.finish_reason == "length":
@@ -380,3 +378,15 @@ def from_config(config: RuntimeConfig) -> WorkerDefinition:
     point ``infer`` of the group ``ditto_worker.workers``); nothing connects or starts
     before its ``open`` hook or the first call."""
     return create_infer_worker(config.infer_worker)
+
+
+def _known(count: int | None) -> str:
+    """A count for a log line: the number, or ``unknown`` (never a made-up 0)."""
+    return "unknown" if count is None else str(count)
+
+
+def _usage(reply: ChatReply) -> dict[str, int] | None:
+    """``{promptTokens, completionTokens}`` when the endpoint reported both, else ``None``."""
+    if reply.prompt_tokens is None or reply.completion_tokens is None:
+        return None
+    return {"promptTokens": reply.prompt_tokens, "completionTokens": reply.completion_tokens}

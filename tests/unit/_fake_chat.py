@@ -95,24 +95,32 @@ def chunk(content: str | None = None, finish: str | None = None, **extra: Any) -
     return body
 
 
-def usage(prompt: int, completion: int) -> dict[str, Any]:
+def usage(prompt: Any, completion: Any, **raw: Any) -> dict[str, Any]:
+    """The final usage chunk; ``raw`` replaces the ``usage`` object's fields as given
+    (e.g. ``usage(None, None, completion_tokens=3)`` reports only the completion)."""
+    counts = {"prompt_tokens": prompt, "completion_tokens": completion}
     return {
         "object": "chat.completion.chunk",
         "model": "fake-model",
         "choices": [],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
+        "usage": raw or counts,
     }
 
 
-def reply_script(*parts: str, finish: str = "stop", prompt: int = 7) -> Script:
-    """A well-behaved streamed reply made of ``parts``."""
+def reply_script(
+    *parts: str, finish: str = "stop", prompt: int = 7, report_usage: bool = True
+) -> Script:
+    """A well-behaved streamed reply made of ``parts``; with ``report_usage=False`` it
+    streams no usage at all (as servers do that ignore ``stream_options.include_usage``),
+    every chunk carrying ``usage: null`` the way OpenAI's do before the last."""
 
     def script(conn: FakeConn) -> None:
         conn.start()
         for part in parts:
-            conn.event(chunk(part))
+            conn.event(chunk(part, usage=None) if not report_usage else chunk(part))
         conn.event(chunk(finish=finish))
-        conn.event(usage(prompt, len(parts)))
+        if report_usage:
+            conn.event(usage(prompt, len(parts)))
         conn.event("[DONE]")
         conn.end()
 

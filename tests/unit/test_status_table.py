@@ -92,6 +92,27 @@ def test_render_table_aligns_columns() -> None:
     }
 
 
+def test_a_pool_size_not_reported_is_unknown_not_zero() -> None:
+    # issue 23 item 3: a consuming worker that did not answer ``stats`` (or answered
+    # without a size) makes ``processes`` unknown — never a made-up 0 or a partial sum
+    consumers = {"memory.get": ["reads.1@host", "quiet@host"], "memory.put": ["odd@host"]}
+    nodes = {
+        "MEMORY.GET": "memory.get",
+        "MEMORY.PUT": "memory.put",
+        "MEMORY.DELETE": "memory.delete",
+    }
+    rows = build_rows({}, consumers, worker_pool_sizes(STATS), nodes)
+    by_node = {r.node: r for r in rows}
+    assert by_node["MEMORY.GET"] == QueueStatus("MEMORY.GET", "memory.get", 0, 2, None)
+    assert by_node["MEMORY.PUT"].processes is None  # a size that is not an int
+    assert by_node["MEMORY.DELETE"].processes == 0  # no consumer: a real 0
+    assert by_node["MEMORY.GET"].to_dict()["processes"] is None  # JSON: null
+    table = render_table(rows).splitlines()
+    assert table[1].split() == ["MEMORY.GET", "memory.get", "0", "2", "unknown"]
+    assert table[3].split() == ["MEMORY.DELETE", "memory.delete", "0", "0", "0"]
+    assert len({len(line) for line in table[1:]}) == 1  # still aligned
+
+
 def test_status_without_a_broker_exits_2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)  # no ditto.yaml here
     monkeypatch.delenv("DITTO_BROKER_URL", raising=False)
