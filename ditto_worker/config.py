@@ -259,6 +259,12 @@ class ScopeSettings(_Section):
 
     tenant: str = Field(min_length=1, max_length=256, description="Tenant id.")
     user: str = Field(min_length=1, max_length=256, description="User id within the tenant.")
+    space: str = Field(
+        default="memory",
+        description="Space of calls that send no scope: 'memory' (long-term memories) or "
+        "'task:<taskId>' (one task's checkpoints). A call's own scope may name any space of "
+        "this tenant and user (MEM-TASK-2).",
+    )
 
 
 class MemoryWorkerSettings(_Section):
@@ -285,8 +291,9 @@ class MemoryWorkerSettings(_Section):
     )
     scope: ScopeSettings | None = Field(
         default=None,
-        description="Bind the worker to one tenant scope {tenant, user}: every call runs in "
-        "it; a call whose trusted header names another is PERMISSION_DENIED.",
+        description="Bind the worker to one tenant and user {tenant, user, space?}: every "
+        "call runs for them; a call whose trusted header names another tenant or user is "
+        "PERMISSION_DENIED.",
     )
     require_scope: bool = Field(
         default=False, description="Refuse calls without a scope (PERMISSION_DENIED)."

@@ -13,12 +13,18 @@ content cannot choose a namespace"; SPEC.md MEM-TASK-2, MEM-PY-3) asks for a sco
   and unreachable for UPDATE and DELETE, from any other scope; keys are unique per scope;
   a request filter only narrows within the scope (it cannot name the namespace).
 
-A :class:`Scope` ``(tenant, user)`` maps to the namespace string
-``<tenant>:<user>:memory`` with each part percent-encoded (``urllib.parse.quote`` with
-no safe characters), so a ``:`` or ``%`` inside a part can never make two scopes share
-a namespace. Calls without a scope use the unscoped namespace ``""``, which no scope
-maps to. Stores compare namespaces with ``=`` on bound parameters (never ``LIKE``), so
-``_`` and ``%`` are ordinary characters.
+A :class:`Scope` ``(tenant, user, space)`` maps to the namespace string
+``<tenant>:<user>:memory`` (the default space ``memory``: long-term memories) or
+``<tenant>:<user>:task:<taskId>`` (space ``task:<taskId>``: one task's checkpoints;
+SPEC.md MEM-TASK-2), each part percent-encoded (``urllib.parse.quote`` with no safe
+characters), so a ``:`` or ``%`` inside a part can never make two scopes share a
+namespace. The space is the host's, like tenant and user: no node input names it, so no
+filter, key or model output reaches another space; a store confines every operation to
+the namespace, so the spaces of one user are as isolated as two users.
+
+Calls without a scope use the unscoped namespace ``""``, which no scope maps to. Stores
+compare namespaces with ``=`` on bound parameters (never ``LIKE``), so ``_`` and ``%``
+are ordinary characters.
 """
 
 from __future__ import annotations
@@ -32,8 +38,10 @@ from ditto_worker.contracts import LONE_SURROGATE, check_text
 from ditto_worker.errors import ErrorCode, MemoryError
 
 __all__ = [
+    "DEFAULT_SPACE",
     "MAX_SCOPE_PART",
     "SCOPE_HEADER",
+    "TASK_SPACE_PREFIX",
     "UNSCOPED",
     "Scope",
     "namespace_of",
@@ -43,13 +51,23 @@ __all__ = [
 ]
 
 SCOPE_HEADER: Final = "ditto_scope"
-"""Message header carrying ``{"tenant": str, "user": str}`` from the client to the worker."""
+"""Message header carrying ``{"tenant": str, "user": str, "space"?: str}`` from the client
+to the worker (``space`` only when it is not :data:`DEFAULT_SPACE`, so a worker that
+predates spaces refuses a task-space call instead of serving it in ``memory``)."""
+
+DEFAULT_SPACE: Final = "memory"
+"""The space of long-term memories (the seed's ``<tenant>:<user>:memory:*``)."""
+
+TASK_SPACE_PREFIX: Final = "task:"
+"""A task's checkpoint space is ``task:<taskId>`` (keys ``<tenant>:<user>:task:<taskId>:*``)."""
 
 UNSCOPED: Final = ""
 """The namespace of calls made without a scope (single-tenant use)."""
 
 MAX_SCOPE_PART: Final = 256
-"""Most characters in a tenant or user id."""
+"""Most characters in a tenant id, user id or task id."""
+
+_SCOPE_KEYS: Final = frozenset({"tenant", "user", "space"})
 
 
 def encode_key_part(part: str) -> str:
@@ -60,85 +78,138 @@ def encode_key_part(part: str) -> str:
     return quote(part, safe="")
 
 
+def _check_part(name: str, value: object) -> None:
+    """Raise unless ``value`` is a 1-256 character string without control characters."""
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_SCOPE_PART:
+        raise MemoryError(
+            ErrorCode.PERMISSION_DENIED,
+            f"{name} must be a string of 1-{MAX_SCOPE_PART} characters",
+        )
+    try:
+        check_text(value)
+    except ValueError:  # a malformed header, not an identity the host vouched for
+        raise MemoryError(ErrorCode.INVALID_INPUT, f"{name} {LONE_SURROGATE}") from None
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+        raise MemoryError(ErrorCode.PERMISSION_DENIED, f"{name} contains a control character")
+
+
 @dataclass(frozen=True)
 class Scope:
-    """A trusted ``(tenant, user)`` pair; see the module docstring.
+    """A trusted ``(tenant, user, space)``; see the module docstring.
 
     Attributes:
         tenant: the tenant id, 1-256 characters, no control characters.
         user: the user id within the tenant, same rules.
+        space: :data:`DEFAULT_SPACE` (``"memory"``, long-term memories) or
+            ``"task:<taskId>"`` (one task's checkpoints; ``taskId`` follows the same rules
+            as ``user``). Set by the host, never by a node input (SPEC.md MEM-TASK-2).
 
     Raises:
-        MemoryError: ``PERMISSION_DENIED`` naming ``scope.tenant`` / ``scope.user`` when a
-            part is not such a string; ``INVALID_INPUT`` naming it when it holds a lone
-            surrogate (not valid Unicode, e.g. a ``ditto_scope`` header ``"\\ud83d"``).
+        MemoryError: ``PERMISSION_DENIED`` naming ``scope.tenant`` / ``scope.user`` /
+            ``scope.space`` when a part is not such a string (or the space is neither
+            ``memory`` nor ``task:<taskId>``); ``INVALID_INPUT`` naming it when it holds a
+            lone surrogate (not valid Unicode, e.g. a ``ditto_scope`` header
+            ``"\\ud83d"``).
     """
 
     tenant: str
     user: str
+    space: str = DEFAULT_SPACE
 
     def __post_init__(self) -> None:
-        for name in ("tenant", "user"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not 1 <= len(value) <= MAX_SCOPE_PART:
-                raise MemoryError(
-                    ErrorCode.PERMISSION_DENIED,
-                    f"scope.{name} must be a string of 1-{MAX_SCOPE_PART} characters",
-                )
-            try:
-                check_text(value)
-            except ValueError:  # a malformed header, not an identity the host vouched for
-                raise MemoryError(
-                    ErrorCode.INVALID_INPUT, f"scope.{name} {LONE_SURROGATE}"
-                ) from None
-            if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
-                raise MemoryError(
-                    ErrorCode.PERMISSION_DENIED, f"scope.{name} contains a control character"
-                )
+        _check_part("scope.tenant", self.tenant)
+        _check_part("scope.user", self.user)
+        if self.space == DEFAULT_SPACE:
+            return
+        if not isinstance(self.space, str) or not self.space.startswith(TASK_SPACE_PREFIX):
+            raise MemoryError(
+                ErrorCode.PERMISSION_DENIED, "scope.space must be 'memory' or 'task:<taskId>'"
+            )
+        _check_part("scope.space taskId", self.space[len(TASK_SPACE_PREFIX) :])
+
+    @classmethod
+    def for_task(cls, tenant: str, user: str, task_id: str) -> Scope:
+        """The checkpoint scope of task ``task_id``: space ``task:<task_id>``."""
+        return cls(tenant, user, TASK_SPACE_PREFIX + task_id)
+
+    def in_space(self, space: str) -> Scope:
+        """This tenant and user in ``space`` (validated as :attr:`space`)."""
+        return Scope(self.tenant, self.user, space)
+
+    @property
+    def owner(self) -> tuple[str, str]:
+        """``(tenant, user)``: whose memories these are, whatever the space."""
+        return (self.tenant, self.user)
+
+    @property
+    def task_id(self) -> str | None:
+        """The ``taskId`` of a ``task:<taskId>`` space; ``None`` in ``memory``."""
+        if self.space == DEFAULT_SPACE:
+            return None
+        return self.space[len(TASK_SPACE_PREFIX) :]
+
+    def _prefix(self) -> tuple[str, ...]:
+        task_id = self.task_id
+        owner = (self.tenant, self.user)
+        return owner if task_id is None else (*owner, "task", task_id)
 
     @property
     def namespace(self) -> str:
-        """``<tenant>:<user>:memory`` with each part percent-encoded (never ``""``)."""
-        return self.key("memory")
+        """``<tenant>:<user>:memory`` or ``<tenant>:<user>:task:<taskId>``, each part
+        percent-encoded (never ``""``): the store namespace of the scope's space."""
+        task_id = self.task_id
+        parts = (self.tenant, self.user, "memory") if task_id is None else self._prefix()
+        return ":".join(encode_key_part(p) for p in parts)
 
     def key(self, kind: str, *parts: str) -> str:
-        """``<tenant>:<user>:<kind>[:<part>…]``, every element encoded with
-        :func:`encode_key_part` (``Scope("acme", "a:b").key("context", "plan")`` ->
-        ``acme:a%3Ab:context:plan``; the seed's key layout, memory-capabilities "Policy")."""
-        return ":".join(encode_key_part(p) for p in (self.tenant, self.user, kind, *parts))
+        """A key of the scope's space for ``kind`` (``context`` …; never ``task`` or
+        ``memory``, which name the spaces), every element encoded with
+        :func:`encode_key_part`: ``<tenant>:<user>:<kind>[:<part>…]`` in ``memory``
+        (``Scope("acme", "a:b").key("context", "plan")`` -> ``acme:a%3Ab:context:plan``,
+        SPEC.md MEM-CTX-2), ``<tenant>:<user>:task:<taskId>:<kind>[:<part>…]`` in a task
+        space (the seed's key layout, memory-capabilities "Policy and recovery")."""
+        return ":".join(encode_key_part(p) for p in (*self._prefix(), kind, *parts))
 
     def to_header(self) -> dict[str, str]:
-        """The JSON value of the :data:`SCOPE_HEADER` header."""
-        return {"tenant": self.tenant, "user": self.user}
+        """The JSON value of the :data:`SCOPE_HEADER` header (``space`` only when it is not
+        :data:`DEFAULT_SPACE`)."""
+        header = {"tenant": self.tenant, "user": self.user}
+        if self.space != DEFAULT_SPACE:
+            header["space"] = self.space
+        return header
 
 
 def parse_scope(value: Any) -> Scope | None:
     """A :class:`Scope` from a header / config value (``None`` stays ``None``).
 
-    Accepts a ``Scope`` or a mapping with exactly the string keys ``tenant`` and ``user``.
+    Accepts a ``Scope`` or a mapping with the string keys ``tenant`` and ``user`` and
+    optionally ``space`` (default :data:`DEFAULT_SPACE`), nothing else.
 
     Raises:
         MemoryError: ``PERMISSION_DENIED`` for anything else.
     """
     if value is None or isinstance(value, Scope):
         return value
-    if not isinstance(value, Mapping) or set(value) != {"tenant", "user"}:
-        raise MemoryError(ErrorCode.PERMISSION_DENIED, "scope must be {tenant, user}")
-    return Scope(value["tenant"], value["user"])
+    if not isinstance(value, Mapping) or not {"tenant", "user"} <= set(value) <= _SCOPE_KEYS:
+        raise MemoryError(ErrorCode.PERMISSION_DENIED, "scope must be {tenant, user, space?}")
+    return Scope(value["tenant"], value["user"], value.get("space", DEFAULT_SPACE))
 
 
 def resolve_scope(bound: Scope | None, sent: Scope | None, required: bool) -> Scope | None:
-    """The scope a call runs in: the worker's ``bound`` one, else the one ``sent`` by the
-    client.
+    """The scope a call runs in: the one ``sent`` by the client, else the worker's
+    ``bound`` one.
+
+    A bound worker serves one tenant and user; the space is the caller's host's choice
+    (``bound.space`` is the space of calls that send no scope).
 
     Raises:
-        MemoryError: ``PERMISSION_DENIED`` when ``sent`` differs from ``bound`` (a worker
-            bound to one tenant never serves another), or when ``required`` and there is
-            no scope at all.
+        MemoryError: ``PERMISSION_DENIED`` when ``sent`` names another tenant or user than
+            ``bound`` (a worker bound to one tenant never serves another), or when
+            ``required`` and there is no scope at all.
     """
-    if bound is not None and sent is not None and sent != bound:
+    if bound is not None and sent is not None and sent.owner != bound.owner:
         raise MemoryError(ErrorCode.PERMISSION_DENIED, "this worker serves another scope")
-    scope = bound or sent
+    scope = sent or bound
     if scope is None and required:
         raise MemoryError(ErrorCode.PERMISSION_DENIED, "this worker requires a scope")
     return scope

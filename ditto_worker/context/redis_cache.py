@@ -1,6 +1,7 @@
 """The Redis context cache: one key per context, one Lua script per update (MEM-CTX-2).
 
-Key: ``<tenant>:<user>:context:<name>`` (built by the worker, :meth:`Scope.key`). The
+Key: ``<tenant>:<user>:context:<name>``, in a task space
+``<tenant>:<user>:task:<taskId>:context:<name>`` (built by the worker, :meth:`Scope.key`). The
 key is a Redis hash::
 
     v        version (HINCRBY per update)

@@ -7,7 +7,8 @@ the runtime serves embedded or on the fleet (queues ``context.update``, ``contex
 when it has ``name`` (exactly one of them, else ``INVALID_INPUT``). Cache mode (UPDATE
 with ``name``, and LOAD) needs the call's trusted scope (``ctx.scope``, never the input;
 without one: ``PERMISSION_DENIED``) and keeps the context at
-``<tenant>:<user>:context:<name>``.
+``<tenant>:<user>:context:<name>`` (in a task space, ``<tenant>:<user>:task:<taskId>:
+context:<name>``: the space's own key, :meth:`~ditto_worker.memory.scope.Scope.key`).
 
 Failures: ``INVALID_INPUT`` naming the field or the limit, before any I/O and with nothing
 written; ``PERMISSION_DENIED``; ``CONTEXT_UNAVAILABLE`` when the cache (Redis) is down,

@@ -169,7 +169,7 @@ class DittoClient:
         send_threads: threads publishing the messages of ``ainvoke`` (kombu's publish
             blocks).
         scope: the trusted tenant scope of every call that names none (a
-            :class:`~ditto_worker.scope.Scope` or ``{"tenant", "user"}``);
+            :class:`~ditto_worker.scope.Scope` or ``{"tenant", "user", "space"?}``);
             ``None``: calls are unscoped unless they pass ``scope=``.
         nodes: the nodes this client may call (a node table of worker definitions,
             :func:`~ditto_worker.runtime.registry.node_table`); ``None``: every installed
@@ -274,8 +274,8 @@ class DittoClient:
             cancel: a token; cancelling it cancels the call (revoke + cancel flag).
             execution_id: the call's id (the Celery task id); a new uuid4 when omitted.
             scope: the tenant scope the call acts for (a :class:`~ditto_worker.scope.Scope`
-                or ``{"tenant", "user"}``), sent in the ``ditto_scope`` header; default:
-                the client's ``scope``. The service sets it from its authenticated
+                or ``{"tenant", "user", "space"?}``), sent in the ``ditto_scope`` header;
+                default: the client's ``scope``. The service sets it from its authenticated
                 identity, never from model output (:mod:`ditto_worker.scope`).
             deadline: an absolute deadline (``time.time()`` seconds), e.g. a parent call's
                 for a sub-call; the earlier of it and ``timeout`` holds.

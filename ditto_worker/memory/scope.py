@@ -8,8 +8,10 @@ Scope`` keeps working and names the same objects.
 from __future__ import annotations
 
 from ditto_worker.scope import (
+    DEFAULT_SPACE,
     MAX_SCOPE_PART,
     SCOPE_HEADER,
+    TASK_SPACE_PREFIX,
     UNSCOPED,
     Scope,
     encode_key_part,
@@ -19,8 +21,10 @@ from ditto_worker.scope import (
 )
 
 __all__ = [
+    "DEFAULT_SPACE",
     "MAX_SCOPE_PART",
     "SCOPE_HEADER",
+    "TASK_SPACE_PREFIX",
     "UNSCOPED",
     "Scope",
     "encode_key_part",

@@ -211,9 +211,11 @@ def create_memory_worker(
         concurrency: concurrent entries (``ditto.yaml``), an int >= 1, or ``None``.
         overrides: ``memory_*_node.define("MEMORY", handler)`` results, each replacing
             one node's handler (MEM-NODE-2).
-        scope: bind the worker to one tenant scope (a :class:`~ditto_worker.scope.Scope`
-            or ``{"tenant", "user"}``): every call runs in it, and a call whose trusted
-            header names another scope is refused (``PERMISSION_DENIED``).
+        scope: bind the worker to one tenant and user (a
+            :class:`~ditto_worker.scope.Scope` or ``{"tenant", "user", "space"?}``):
+            every call runs for them (in its own space, else ``scope.space``), and a call
+            whose trusted header names another tenant or user is refused
+            (``PERMISSION_DENIED``).
         require_scope: refuse calls without a scope (when ``scope`` is ``None``).
 
     Raises:

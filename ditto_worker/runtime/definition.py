@@ -123,8 +123,9 @@ class WorkerDefinition:
             and checks them, or ``None``. A worker process calls it once before it
             announces ready (after the fork, in each pool process) and refuses to start
             when it raises; handlers still build what they need on first use.
-        scope: binds every call of this definition to one tenant scope; a call whose
-            trusted scope names another is ``PERMISSION_DENIED``.
+        scope: binds every call of this definition to one tenant and user; a call whose
+            trusted scope names another tenant or user is ``PERMISSION_DENIED`` (the space
+            is the caller's; ``scope.space`` for calls that send no scope).
         require_scope: refuse calls that arrive without any scope (``PERMISSION_DENIED``).
 
     Raises:

@@ -136,7 +136,7 @@ class Runtime:
             timeout: seconds; default ``fleet.callTimeoutS``.
             cancel: cancelling it cancels the call (``cancelled``, the kind's code).
             execution_id: the call id (idempotency); a new uuid4 when omitted.
-            scope: the trusted tenant scope (``Scope`` or ``{tenant, user}``), never from
+            scope: the trusted tenant scope (``Scope`` or ``{tenant, user, space?}``), never from
                 model output; default: the runtime's ``scope``.
             deadline: an absolute deadline (``time.time()`` s); the earlier of it and
                 ``timeout`` holds.

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -27,19 +26,6 @@ from ditto_worker.memory.scope import Scope
 from ditto_worker.testing._conformance_harness import Harness
 
 __all__ = ["test_cursor_is_bound_to_its_namespace", "test_cursors_cannot_be_forged_or_altered"]
-
-
-@dataclass(frozen=True)
-class _SpacedScope(Scope):
-    """A scope whose namespace is a space other than ``memory`` (``task:<taskId>``, as
-    checkpoints use): the store must bind cursors to the namespace string it confines the
-    call to, not to the tenant and user alone."""
-
-    space: tuple[str, ...] = ("task", "t1")
-
-    @property
-    def namespace(self) -> str:
-        return self.key(*self.space)
 
 
 def _b64(raw: bytes) -> str:
@@ -96,7 +82,9 @@ def test_cursor_is_bound_to_its_namespace(conformance: Harness) -> None:
     if not conformance.caps.scope:
         pytest.skip("scope not declared")
     t1, t2 = Scope("acme", "t1"), Scope("acme", "t2")
-    spaces = [t1, t2, None, _SpacedScope("acme", "t1"), _SpacedScope("acme", "t1", ("task", "t2"))]
+    # the task spaces (checkpoints) of t1: the store binds cursors to the namespace string
+    # it confines the call to, not to the tenant and user alone
+    spaces = [t1, t2, None, Scope.for_task("acme", "t1", "t1"), Scope.for_task("acme", "t1", "t2")]
     assert len({_namespace(s) for s in spaces}) == len(spaces)
     for scope in spaces:
         conformance.scoped(scope).write([{"key": f"k{i}", "content": i} for i in range(12)])

@@ -1,8 +1,10 @@
 """Conformance: tenant scope on all six operations (:mod:`ditto_worker.scope`).
 
 Rules: MEM-TASK-2 ("scope is enforced on all six operations from the host's trusted
-identity; a model or a request filter cannot choose the namespace"), issue 7 item 6 (a
-scope value with ``_``, ``%``, ``-``, ``:`` or quotes never matches another scope).
+identity; a model or a request filter cannot choose the namespace"; "the host binds the
+space as well as tenant and user"), issue 7 item 6 (a scope value with ``_``, ``%``, ``-``,
+``:`` or quotes never matches another scope), issue 25 (a user's ``memory`` space and each
+``task:<taskId>`` space are as isolated as two users).
 A store that does not declare ``capabilities.scope`` must have its scoped calls refused
 by the SDK with ``PERMISSION_DENIED``, writing nothing.
 """
@@ -21,6 +23,7 @@ __all__ = [
     "test_filter_cannot_widen_scope",
     "test_odd_scope_values_never_collide",
     "test_scope_confines_all_six_operations",
+    "test_spaces_confine_all_six_operations",
     "test_undeclared_scope_is_refused",
 ]
 
@@ -40,6 +43,13 @@ ODD_SCOPES: tuple[Scope, ...] = (
     Scope("租户", "用户"),
     Scope("acme", "u1:memory"),
     Scope("acme:u1", "memory"),
+    Scope("acme", "u1", "task:memory"),
+    Scope("acme", "u1", "task:x"),
+    Scope("acme", "u1", "task:x:memory"),
+    Scope("acme", "u1", "task:x%3Amemory"),
+    Scope("acme", "u1:task", "task:x"),
+    Scope("acme", "u1:task:x", "task:memory"),
+    Scope("acme:u1:task", "x"),
 )
 """Pairs whose naive joins, LIKE patterns or quoting would collide with each other."""
 
@@ -155,3 +165,36 @@ def test_filter_cannot_widen_scope(conformance: Harness) -> None:
     assert _search_ids(as_bob, "alice secret") in (None, [])
     as_alice = conformance.scoped(alice)
     assert len(as_alice.items(widen if conformance.supports_filter(widen) else None)) == 1
+
+
+def test_spaces_confine_all_six_operations(conformance: Harness) -> None:
+    # One user's long-term space and two task spaces: no operation crosses between them
+    _require_scope(conformance)
+    spaces = {
+        "memory": conformance.scoped(Scope("acme", "alice")),
+        "t1": conformance.scoped(Scope.for_task("acme", "alice", "t1")),
+        "t2": conformance.scoped(Scope.for_task("acme", "alice", "t2")),
+    }
+    meta = {"kind": "checkpoint", "space": "memory", "namespace": "acme:alice:memory"}
+    mine = {name: _one(h.write([{"key": "state", "content": f"{name} progress note",
+                                 "metadata": meta}]))
+            for name, h in spaces.items()}  # fmt: skip
+    assert len({item.id for item in mine.values()}) == 3
+    widen = {"$or": [{"space": "memory"}, {"kind": "checkpoint"}]}
+    for name, h in spaces.items():
+        foreign = [item.id for n, item in mine.items() if n != name]
+        assert [i.id for i in h.ok("MEMORY.GET", {"keys": ["state"]})] == [mine[name].id]
+        assert h.ok("MEMORY.GET", {"ids": foreign}) == []
+        assert [item.id for item in h.items()] == [mine[name].id]
+        if conformance.supports_filter(widen):
+            assert [item.id for item in h.items(widen)] == [mine[name].id]
+        assert _search_ids(h, "progress note") in (None, [mine[name].id])
+        for other in foreign:
+            assert h.code("MEMORY.UPDATE", {"memories": [{"id": other, "content": "x"}]}) == (
+                ErrorCode.NOT_FOUND
+            )
+        assert h.ok("MEMORY.DELETE", {"ids": foreign}).deleted == []
+    for name, h in spaces.items():
+        assert _one(h.ok("MEMORY.GET", {"ids": [mine[name].id]})).content == f"{name} progress note"
+    assert conformance.scoped(Scope("acme", "alice", "task:t3")).items() == []
+    assert conformance.items() == []

@@ -8,10 +8,11 @@ values, signed cursors that refuse any edit, forgery or other namespace, timesta
 offsets compared as instants, lone surrogates and undeclared SEARCH options refused before
 the store, a 10,000-record WRITE, deleting more than 1,000 matches, any JSON content
 (string, number, object, list, ``null``), keyword search over English, Chinese,
-Thai/Lao/Khmer/Myanmar, words with combining marks, NFKC/case-folded text, JSON field names
-and keys, with the most selective query terms and per-scope statistics, tenant scope on all
-six operations with colliding-looking scope values. Plugin-side rules covered:
-MEM-GET-2/3/5, MEM-QUERY-2/3/4/5, MEM-WRITE-2/3, MEM-UPDATE-1/2/4, MEM-DELETE-2/3,
+Thai/Lao/Khmer/Myanmar, words with combining marks, NFKC/case-folded text, JSON field
+names and keys, with the most selective query terms and per-scope statistics, tenant
+scope on all six operations with colliding-looking scope values, and a user's ``memory``
+and ``task:<taskId>`` spaces kept apart on all six. Plugin-side rules
+covered: MEM-GET-2/3/5, MEM-QUERY-2/3/4/5, MEM-WRITE-2/3, MEM-UPDATE-1/2/4, MEM-DELETE-2/3,
 MEM-SEARCH-2/3 (and MEM-PY-5/6/11/12, MEM-RUN-2).
 
 Use it from a plugin's own repository (``pip install ditto-worker[dev]`` for pytest)::
@@ -41,7 +42,7 @@ tests what is declared and checks that what is not declared fails explicitly
 ``SEARCH_UNAVAILABLE``); tests of undeclared features are skipped.
 
 Calls go through :func:`ditto_worker.create_memory`, so plugin outputs are also checked
-by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 48 tests; the two volume
+by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 50 tests; the two volume
 tests write 10,000 and 2,800 records. Add ``pytest.register_assert_rewrite(
 "ditto_worker.testing")`` in a ``conftest.py`` for detailed assertion messages (done
 automatically when ``ditto_worker.testing`` is imported under pytest).
@@ -99,6 +100,7 @@ from ditto_worker.testing._conformance_scope import (
     test_filter_cannot_widen_scope,
     test_odd_scope_values_never_collide,
     test_scope_confines_all_six_operations,
+    test_spaces_confine_all_six_operations,
     test_undeclared_scope_is_refused,
 )
 from ditto_worker.testing._conformance_search import (
@@ -162,6 +164,7 @@ __all__ = [
     "test_scope_confines_all_six_operations",
     "test_search_results_carry_full_records",
     "test_search_strategies_are_explicit",
+    "test_spaces_confine_all_six_operations",
     "test_ten_thousand_record_write",
     "test_timestamps_compare_as_instants",
     "test_typed_sort_order",

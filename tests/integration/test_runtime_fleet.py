@@ -102,6 +102,9 @@ def test_sub_calls_inherit_scope_and_deadline_across_the_broker(fleet: Runtime) 
     assert sub["status"] == "success", sub
     assert sub["output"]["scope"] == caller["scope"] == {"tenant": "acme", "user": "a:b"}
     assert sub["output"]["deadline"] <= caller["deadline"]
+    task = {"tenant": "acme", "user": "a:b", "space": "task:t:1"}  # issue 25: the space too
+    in_task = fleet.invoke("ECHO.CALL", {"node": "ECHO.WHOAMI"}, timeout=10, scope=task)
+    assert in_task.output["sub"]["output"]["scope"] == in_task.output["self"]["scope"] == task
 
 
 def test_cancelling_the_caller_cancels_the_sub_call_on_the_fleet(

@@ -1,7 +1,8 @@
 """Tenant scope, end to end (issue 7 item 6; SPEC.md MEM-TASK-2; :mod:`ditto_worker.memory.scope`).
 
 1. A property-based test (hypothesis) over the in-memory, SQLite and PostgreSQL stores:
-   two to four tenants whose ids are drawn from ``_ % - : ' "`` and letters, random
+   two to four tenants (tenant, user and space) whose ids are drawn from
+   ``_ % - : ' "`` and letters, random
    sequences of all six operations, each operation aimed at ids and keys of *every*
    tenant. A model of each tenant's records predicts every answer; any cross-tenant
    read, update or delete fails the test.
@@ -9,7 +10,9 @@
    real worker on real Redis, through MEMORY.SEARCH's delegation to RETRIEVAL.SEARCH; a
    worker bound to one scope refuses others; ``require_scope`` refuses unscoped calls;
    the request body cannot carry a scope; a QUERY cursor issued in one scope is
-   ``INVALID_CURSOR`` in another (MEM-QUERY-5).
+   ``INVALID_CURSOR`` in another (MEM-QUERY-5); the space (``memory`` /
+   ``task:<taskId>``, issue 25) travels with it, and a worker bound to a user serves that
+   user's spaces.
 """
 
 from __future__ import annotations
@@ -152,7 +155,8 @@ STEP = st.one_of(
     st.tuples(st.just("update"), st.integers(0, 3), picker(), st.sampled_from(WORDS)),
     st.tuples(st.just("delete"), st.integers(0, 3), picker()),
 )  # fmt: skip
-SCOPES = st.lists(st.builds(Scope, PART, PART), min_size=2, max_size=4, unique=True)
+SPACE = st.one_of(st.just("memory"), PART.map(lambda part: f"task:{part}"))
+SCOPES = st.lists(st.builds(Scope, PART, PART, SPACE), min_size=2, max_size=4, unique=True)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -289,3 +293,46 @@ def test_bound_and_required_scopes(start_fleet_worker: Any, redis_url: str, tmp_
             assert allowed.output == write.output
     finally:
         plain.close()
+
+
+def test_the_space_travels_with_the_scope(
+    start_fleet_worker: Any, redis_url: str, tmp_path: Path
+) -> None:
+    # issue 25: memory and task:<taskId> spaces of one user, over the header, through the
+    # MEMORY.SEARCH -> RETRIEVAL.SEARCH delegation, on a worker bound to that user
+    store = SqliteMemoryStore(tmp_path / "m.sqlite")
+    remote = RemoteRetrievalSearchProvider(target={"name": "memories"})
+    fleet = FleetSettings(broker_url=redis_url, result_backend=redis_url)
+    alice = Scope("acme", "alice")
+    client = DittoClient.from_fleet(fleet, scope=alice)
+    spaces = (alice, Scope.for_task("acme", "alice", "t:1"), alice.in_space("task:t%3A1"))
+    try:
+        with start_fleet_worker(
+            lambda: create_memory_worker(store, search=remote, scope=alice),
+            queues=ALL_QUEUES,
+            concurrency=4,
+            retrieval_factory=lambda: create_retrieval_worker({"memories": store}),
+        ):
+            mine = {}
+            for space in spaces:
+                note = {"memories": [{"key": "state", "content": f"green tea {space.space}"}]}
+                mine[space] = client.invoke("MEMORY.WRITE", note, scope=space, timeout=10)
+                assert mine[space].status == "success", mine[space]
+            for space in spaces:
+                own = mine[space].output[0].id
+                got = client.invoke("MEMORY.GET", {"keys": ["state"]}, scope=space, timeout=10)
+                assert [i.id for i in got.output] == [own]
+                hits = client.invoke("MEMORY.SEARCH", {"query": "green tea"}, scope=space,
+                                     timeout=10).output  # fmt: skip
+                assert [h.memory.id for h in hits] == [own]
+                for other in spaces:
+                    if other != space:
+                        deleted = client.invoke("MEMORY.DELETE", {"ids": [own]}, scope=other)
+                        assert deleted.output.deleted == []
+            # the worker's bound user, in any space; another user is refused in any space
+            bob = client.invoke("MEMORY.QUERY", {}, scope=Scope.for_task("acme", "bob", "t:1"))
+            assert bob.error is not None and bob.error.code == "PERMISSION_DENIED"
+            listed = create_memory(store).query({}, scope=spaces[1]).output.items
+            assert [i.id for i in listed] == [mine[spaces[1]].output[0].id]
+    finally:
+        client.close()

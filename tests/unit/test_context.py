@@ -292,6 +292,17 @@ def test_scopes_and_names_do_not_share_contexts() -> None:
     assert load({"name": "n"}, ctx(a)).found
 
 
+def test_spaces_do_not_share_contexts() -> None:  # issue 25: the host binds the space
+    cache = InProcessContextCache()
+    _, update, load = worker(cache)
+    memory, task = Scope("t", "u"), Scope.for_task("t", "u", "job-1")
+    update({"name": "n", "ingress": [item("a")]}, ctx(task))
+    assert not load({"name": "n"}, ctx(memory)).found
+    assert not load({"name": "n"}, ctx(Scope.for_task("t", "u", "job-2"))).found
+    assert load({"name": "n"}, ctx(task)).found
+    assert cache.load("t:u:task:job-1:context:n", timeout_s=1) is not None
+
+
 def test_ttl_expires_and_every_update_restarts_it() -> None:  # MEM-CTX-2
     clock = Clock()
     _, update, load = worker(InProcessContextCache(clock=clock), ttl_s=10)

@@ -65,6 +65,9 @@ def test_sub_calls_inherit_scope_and_deadline(runtime: Runtime) -> None:
     assert sub["output"]["scope"] == caller["scope"] == {"tenant": "t", "user": "u"}
     assert sub["output"]["deadline"] <= caller["deadline"]
     assert sub["executionId"] != caller["executionId"]
+    task = {"tenant": "t", "user": "u", "space": "task:9"}  # issue 25: the space too
+    in_task = runtime.invoke("ECHO.CALL", {"node": "ECHO.WHOAMI"}, scope=task, timeout=5)
+    assert in_task.output["sub"]["output"]["scope"] == in_task.output["self"]["scope"] == task
     shorter = runtime.invoke("ECHO.CALL", {"node": "ECHO.WHOAMI", "timeout": 1}, timeout=5)
     assert shorter.output["sub"]["output"]["deadline"] < shorter.output["self"]["deadline"] - 3
 

@@ -28,6 +28,45 @@ def test_namespace_is_injective(a: tuple[str, str], b: tuple[str, str]) -> None:
 def test_namespace_follows_the_seed_layout() -> None:
     assert Scope("acme", "alice").namespace == "acme:alice:memory"
     assert Scope("a:b", "c%").namespace == "a%3Ab:c%25:memory"
+    # MEM-TASK-2: checkpoints live in <tenant>:<user>:task:<taskId>
+    assert Scope("acme", "alice", "task:t-1").namespace == "acme:alice:task:t-1"
+    assert Scope.for_task("a:b", "c", "x:y%").namespace == "a%3Ab:c:task:x%3Ay%25"
+    assert Scope("acme", "alice").key("context", "plan") == "acme:alice:context:plan"
+    task = Scope("acme", "alice", "task:t:1")
+    assert task.key("context", "plan") == "acme:alice:task:t%3A1:context:plan"
+    assert (task.task_id, Scope("a", "b").task_id) == ("t:1", None)
+
+
+@given(a=st.tuples(ODD, ODD, ODD), b=st.tuples(ODD, ODD, ODD), memory=st.booleans())
+def test_spaces_never_share_a_namespace(
+    a: tuple[str, str, str], b: tuple[str, str, str], memory: bool
+) -> None:
+    # a task space never maps to another task's, another user's or the memory space
+    sa = Scope.for_task(*a)
+    sb = Scope(b[0], b[1]) if memory else Scope.for_task(*b)
+    assert (sa.namespace == sb.namespace) == (not memory and a == b)
+    assert (sa.key("context", "n") == sb.key("context", "n")) == (not memory and a == b)
+
+
+@pytest.mark.parametrize(
+    "space", ["", "Memory", "memory:x", "task", "task:", "task:a\n", "task:" + "x" * 257,
+              "other:x", 3],
+)  # fmt: skip
+def test_malformed_spaces_are_permission_denied(space: Any) -> None:
+    with pytest.raises(MemoryError) as caught:
+        Scope("t", "u", space)
+    assert caught.value.code == "PERMISSION_DENIED" and "scope.space" in caught.value.safe_message
+    with pytest.raises(MemoryError):
+        parse_scope({"tenant": "t", "user": "u", "space": space})
+
+
+def test_the_header_carries_a_task_space_only() -> None:
+    assert Scope("t", "u").to_header() == {"tenant": "t", "user": "u"}
+    task = Scope("t", "u", "task:9")
+    assert task.to_header() == {"tenant": "t", "user": "u", "space": "task:9"}
+    assert parse_scope(task.to_header()) == task
+    assert parse_scope({"tenant": "t", "user": "u", "space": "memory"}) == Scope("t", "u")
+    assert Scope("t", "u").in_space("task:9") == task
 
 
 @pytest.mark.parametrize(
@@ -48,7 +87,13 @@ def test_resolution_bound_sent_required() -> None:
     assert resolve_scope(None, a, True) == a
     assert resolve_scope(a, None, True) == a
     assert resolve_scope(a, a, False) == a
-    for bound, sent, required in [(a, b, False), (None, None, True)]:
+    # a bound worker serves its tenant and user in whatever space the caller's host binds
+    task = Scope("t", "a", "task:1")
+    assert resolve_scope(a, task, True) == task
+    assert resolve_scope(task, None, True) == task
+    assert resolve_scope(task, a, True) == a
+    for bound, sent, required in [(a, b, False), (None, None, True),
+                                  (a, Scope("t", "b", "task:1"), False)]:  # fmt: skip
         with pytest.raises(MemoryError) as caught:
             resolve_scope(bound, sent, required)
         assert caught.value.code == "PERMISSION_DENIED"
