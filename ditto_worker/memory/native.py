@@ -4,13 +4,13 @@ A store supplies two candidate searches over its own index — keyword and, with
 embedding provider, vector — and :class:`NativeSearch` does the rest for every plugin:
 the strategy check, the query checks, the result shape, and ``hybrid``, which runs the
 shared retrieval pipeline (fusion, mention boost, context expansion, rerank;
-:func:`ditto_worker.retrieval.pipeline.run_pipeline`) over the store's own two searches.
+:func:`ditto_worker.memory.search.pipeline.run_pipeline`) over the store's own two searches.
 The same pipeline serves RETRIEVAL.SEARCH, so a native ``hybrid`` and a delegated one
 rank alike.
 
 Result shape (MEM-SEARCH-3): at most ``limit`` results, best first, each with
 ``metadata = {"strategy": <strategy>, "rank": <1-based position>}`` (``hybrid`` adds its
-per-stage scores; see :mod:`ditto_worker.retrieval.fusion`).
+per-stage scores; see :mod:`ditto_worker.memory.search.fusion`).
 """
 
 from __future__ import annotations
@@ -22,18 +22,13 @@ from ditto_worker.contracts import MemoryItem, MemorySearchInput, MemorySearchRe
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
+from ditto_worker.memory.search.metric import VECTOR_OPTIONS, check_metric
 from ditto_worker.memory.vectors import query_values
 
 __all__ = ["DEFAULT_SEARCH_LIMIT", "VECTOR_OPTIONS", "Hit", "NativeSearch", "check_metric"]
 
 DEFAULT_SEARCH_LIMIT: Final = 10
 """Results of a native search called without ``limit`` (the SDK always passes one)."""
-
-VECTOR_OPTIONS: Final = frozenset({"metric"})
-"""SEARCH ``options`` a store with vectors reads: ``metric`` — the seed's
-``options: {metric: "COSINE"}``; native vector search ranks by cosine similarity, so
-``"COSINE"`` (any case) is accepted for ``vector`` and ``hybrid`` and anything else is
-``INVALID_INPUT`` naming ``options.metric``. Declare it in ``search_options``."""
 
 Hit = tuple[MemoryItem, float]
 """A candidate: the full record and its score (higher is better)."""
@@ -133,33 +128,12 @@ class NativeSearch:
     def _hybrid(
         self, input: MemorySearchInput, options: MemoryCallOptions | None
     ) -> list[MemorySearchResult]:
-        from ditto_worker.retrieval.pipeline import run_pipeline
-        from ditto_worker.retrieval.settings import RetrievalConfig
+        from ditto_worker.memory.search.pipeline import run_pipeline  # pydantic models: on use
+        from ditto_worker.memory.search.settings import RetrievalConfig
 
         embedder = self._require_embedder()
         if not isinstance(self._hybrid_settings, RetrievalConfig):
             self._hybrid_settings = RetrievalConfig.parse(self._hybrid_settings)
         return run_pipeline(
             self, embedder, self._hybrid_settings, input, options, strategy="hybrid"
-        )
-
-
-def check_metric(input: MemorySearchInput, strategy: str) -> None:
-    """``options.metric`` (:data:`VECTOR_OPTIONS`): cosine, for a vector strategy only.
-
-    Raises:
-        MemoryError: ``INVALID_INPUT`` naming ``options.metric``.
-    """
-    options = input.options or {}
-    if "metric" not in options:
-        return
-    metric = options["metric"]
-    if strategy not in ("vector", "hybrid"):
-        raise MemoryError(
-            ErrorCode.INVALID_INPUT, "Invalid input: options.metric applies to vector search"
-        )
-    if not isinstance(metric, str) or metric.upper() != "COSINE":
-        raise MemoryError(
-            ErrorCode.INVALID_INPUT,
-            "Invalid input: options.metric: this store ranks vectors by COSINE only",
         )

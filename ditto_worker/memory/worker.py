@@ -241,7 +241,7 @@ def _memory_from_config(config: RuntimeConfig) -> Memory:
     store = build_store(config)
     search = None
     if config.memory_worker.search_target:
-        from ditto_worker.retrieval.delegation import RemoteRetrievalSearchProvider
+        from ditto_worker.memory.remote import RemoteRetrievalSearchProvider
 
         search = RemoteRetrievalSearchProvider(target={"name": config.memory_worker.search_target})
     return Memory(store, search)

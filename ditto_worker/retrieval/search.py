@@ -19,14 +19,14 @@ from ditto_worker.contracts import MemorySearchInput, MemorySearchResult
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.ports import MemoryCallOptions, MemorySearchProvider
+from ditto_worker.memory.search.pipeline import Reranker, run_pipeline
+from ditto_worker.memory.search.settings import RetrievalConfig
 from ditto_worker.retrieval.batching import MicroBatchingEmbedder
 from ditto_worker.retrieval.embed import (
     EMBEDDING_MISMATCH,
     EmbeddingProvider,
     create_embedding_provider,
 )
-from ditto_worker.retrieval.pipeline import Reranker, run_pipeline
-from ditto_worker.retrieval.settings import RetrievalConfig
 
 __all__ = [
     "RetrievalSearchProvider",

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from typing import Final
 
-from ditto_worker.retrieval.embed import EmbeddingIdentity, l2_normalize
+from ditto_worker.memory.ports import EmbeddingIdentity, l2_normalize
 
 __all__ = ["HashingEmbedder"]
 

@@ -14,6 +14,11 @@ import pytest
 MOVES: list[tuple[str, str]] = [
     # (old module, new module)
     ("ditto_worker.memory.scope", "ditto_worker.scope"),
+    ("ditto_worker.retrieval.pipeline", "ditto_worker.memory.search.pipeline"),
+    ("ditto_worker.retrieval.fusion", "ditto_worker.memory.search.fusion"),
+    ("ditto_worker.retrieval.context", "ditto_worker.memory.search.scoring"),
+    ("ditto_worker.retrieval.settings", "ditto_worker.memory.search.settings"),
+    ("ditto_worker.retrieval.delegation", "ditto_worker.memory.remote"),
 ]
 
 
@@ -21,7 +26,8 @@ MOVES: list[tuple[str, str]] = [
 def test_the_old_path_re_exports_every_public_name_of_the_new_one(old: str, new: str) -> None:
     before = importlib.import_module(old)
     after = importlib.import_module(new)
-    public = list(getattr(before, "__all__", []))
-    assert public, old  # a shim that exports nothing would pass the loop below vacuously
+    public = list(getattr(after, "__all__", []))
+    assert public, new  # a module that declares nothing would pass the loop vacuously
     for name in public:
         assert getattr(before, name) is getattr(after, name), f"{old}.{name}"
+        assert name in before.__all__, f"{old}.__all__ lacks {name}"
