@@ -41,11 +41,13 @@ __all__ = [
     "DEFAULT_SPACE",
     "MAX_SCOPE_PART",
     "SCOPE_HEADER",
+    "SCOPE_HOWTO",
     "TASK_SPACE_PREFIX",
     "UNSCOPED",
     "Scope",
     "namespace_of",
     "encode_key_part",
+    "missing_scope",
     "parse_scope",
     "resolve_scope",
 ]
@@ -68,6 +70,20 @@ MAX_SCOPE_PART: Final = 256
 """Most characters in a tenant id, user id or task id."""
 
 _SCOPE_KEYS: Final = frozenset({"tenant", "user", "space"})
+
+SCOPE_HOWTO: Final = (
+    "give the call a trusted scope: scope={'tenant': ..., 'user': ...} in Python "
+    "(create_ditto, DittoClient, invoke), or --scope tenant=...,user=... on the "
+    "ditto-worker command line (invoke, demo)"
+)
+"""Where a scope comes from, appended to every ``PERMISSION_DENIED`` for a missing one."""
+
+
+def missing_scope(needs: str) -> str:
+    """The safe message of a ``PERMISSION_DENIED`` for a call without a scope: what
+    ``needs`` one (``"this worker requires a scope"``), then :data:`SCOPE_HOWTO`. Every
+    kind (MEMORY, RETRIEVAL, CONTEXT, INFER, kinds found by entry point) words it so."""
+    return f"{needs}; {SCOPE_HOWTO}"
 
 
 def encode_key_part(part: str) -> str:
@@ -211,7 +227,8 @@ def resolve_scope(bound: Scope | None, sent: Scope | None, required: bool) -> Sc
         raise MemoryError(ErrorCode.PERMISSION_DENIED, "this worker serves another scope")
     scope = sent or bound
     if scope is None and required:
-        raise MemoryError(ErrorCode.PERMISSION_DENIED, "this worker requires a scope")
+        message = missing_scope("this worker requires a scope")
+        raise MemoryError(ErrorCode.PERMISSION_DENIED, message)
     return scope
 
 

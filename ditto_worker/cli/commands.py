@@ -22,6 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ditto_worker.cli.options import ScopeOpt, check_store, fail, scope_or_exit
 from ditto_worker.config import FleetSettings, RuntimeConfig, default_config
 from ditto_worker.contracts import to_wire
 from ditto_worker.errors import ConfigError, DittoError
@@ -31,10 +32,12 @@ __all__ = ["NodeSelection", "app", "main", "resolve_nodes"]
 
 HELP = """Long-term memory for LLM agents, served by a Celery worker fleet.
 
-Each MEMORY node (GET, QUERY, SEARCH, WRITE, UPDATE, DELETE) and RETRIEVAL.SEARCH is a
-task on its own queue. Settings come from --config or ./ditto.yaml (if present), then
-DITTO_* environment variables; --broker overrides the broker. With no broker set, invoke
-and demo run everything in this process with an SQLite store in ./.ditto/.
+Every node (MEMORY.GET, QUERY, SEARCH, WRITE, UPDATE, DELETE, RETRIEVAL.SEARCH, and
+the CONTEXT and INFER nodes) is a task on its own queue. Settings come from --config or
+./ditto.yaml (if present), then DITTO_* environment variables; --broker overrides the
+broker. With no broker set, invoke and demo run a worker in this process: invoke on the
+configured store (SQLite: ./.ditto/memory.sqlite, kept between calls), demo on a fresh
+SQLite file in a temporary folder deleted when it exits.
 
 Run 'ditto-worker COMMAND --help' for a command's options.
 """
@@ -79,10 +82,23 @@ def _root(
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="ditto.yaml to load.")]
 BrokerOpt = Annotated[
-    str | None, typer.Option("--broker", help="Broker URL (redis://…); overrides ditto.yaml.")
+    str | None,
+    typer.Option(
+        "--broker",
+        help="Broker URL (redis://…), also used as the result backend; overrides ditto.yaml "
+        "and DITTO_BROKER_URL.",
+    ),
 ]
 StoreOpt = Annotated[
     str | None, typer.Option("--store", help="Store plugin; overrides workers.memory.store.")
+]
+LocalStoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="Store plugin of the in-process worker (no broker set); overrides "
+        "workers.memory.store. With a broker the fleet's workers use their own.",
+    ),
 ]
 
 _CHECKOUT_LOCOMO = Path(__file__).resolve().parents[2] / "data" / "locomo" / "30.json"
@@ -195,7 +211,7 @@ def _celery_extra(args: list[str]) -> list[str]:
     for arg in args:
         if arg.split("=", 1)[0] in _OWN_QUEUE_OPTIONS:
             raise ConfigError(
-                f"worker: {arg.split('=', 1)[0]} is set by ditto-worker (use --nodes for the "
+                f"{arg.split('=', 1)[0]} is set by ditto-worker (use --nodes for the "
                 "queues, --broker or DITTO_BROKER_URL for the broker)"
             )
     return args
@@ -252,15 +268,13 @@ def worker(
 
     cfg = _config(config, broker)
     if cfg.fleet.in_process:
-        typer.echo("worker: no broker configured (set DITTO_BROKER_URL or --broker)", err=True)
-        raise typer.Exit(2)
+        fail("worker", "no broker configured (set DITTO_BROKER_URL or --broker)")
     try:
         extra = _celery_extra(list(ctx.args))
         celery_app = create_worker_app(cfg, store=store)
         selection = resolve_nodes(cfg, nodes, celery_app.ditto_runtime.table)
     except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from exc
+        fail("worker", str(exc))
     from ditto_worker.fleet.startup import check_broker, check_resources
 
     wait_s = cfg.fleet.start_wait_s
@@ -268,8 +282,7 @@ def worker(
         celery_app.ditto_runtime, selection.nodes, pool or selection.pool, wait_s
     )
     if failure:  # before Celery announces ready: a worker that would fail every call
-        typer.echo(f"worker: cannot start: {failure}", err=True)
-        raise typer.Exit(1)
+        fail("worker", f"cannot start: {failure}", 1)
     state_db = statedb or selection.state_db  # revoked ids persisted across restarts
     suffix = "-".join(n.split(".", 1)[1].lower() for n in selection.nodes)
     name = hostname or f"{selection.name}-{suffix}@{socket.gethostname()}"
@@ -316,21 +329,30 @@ def _run_worker(celery_app: Any, argv: list[str]) -> int:
 def invoke(
     node: Annotated[str, typer.Argument(help="Node id, e.g. MEMORY.GET.")],
     input_json: Annotated[str, typer.Argument(metavar="JSON", help="The node input as JSON.")],
-    timeout: Annotated[float | None, typer.Option(help="Seconds to wait.")] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds the call may take (default: fleet.callTimeoutS, 30)."),
+    ] = None,
+    scope: ScopeOpt = None,
     config: ConfigOpt = None,
     broker: BrokerOpt = None,
-    store: StoreOpt = None,
+    store: LocalStoreOpt = None,
 ) -> None:
     """Run one node call and print its NodeResult as JSON.
 
     Prints exactly one JSON object on stdout; exit code 0 when its status is success, 1
-    otherwise, 2 for a config error.
+    otherwise, 2 for a config or option error (one line on stderr). Nodes that keep data
+    per tenant and user (CONTEXT.UPDATE, CONTEXT.LOAD, workers with requireScope) need
+    --scope tenant=ID,user=ID.
     """
     from ditto_worker.contracts import NodeResult
     from ditto_worker.errors import ErrorCode
     from ditto_worker.fleet.launch import open_fleet
 
     cfg = _config(config, broker)
+    trusted = scope_or_exit("invoke", scope)
+    if cfg.fleet.in_process:
+        check_store("invoke", store)
     try:
         payload: Any = json.loads(input_json)
     except json.JSONDecodeError as exc:
@@ -338,7 +360,7 @@ def invoke(
             "-", node, ErrorCode.INVALID_INPUT, _json_error(exc)
         )
     else:
-        with open_fleet(cfg, store=store, open_nodes=[node]) as client:
+        with open_fleet(cfg, store=store, open_nodes=[node], scope=trusted) as client:
             result = client.invoke(node, payload, timeout=timeout)
     sys.stdout.write(json.dumps(to_wire(result), ensure_ascii=False) + "\n")
     raise typer.Exit(0 if result.status == "success" else 1)
@@ -351,6 +373,15 @@ def _json_error(exc: json.JSONDecodeError) -> str:
         f"Invalid input: the JSON argument is not valid JSON: {exc.msg} at line {exc.lineno} "
         f"column {exc.colno} (character {exc.pos})"
     )
+
+
+def _demo_where(cfg: RuntimeConfig, store: str | None, run_cfg: RuntimeConfig) -> str:
+    """Where the demo's calls run and what they store, as its first output line says."""
+    if not cfg.fleet.in_process:
+        return "fleet on a broker (redis broker), store of the fleet's workers"
+    name = store or cfg.memory_worker.store
+    where = " (a temporary file, deleted at exit)" if run_cfg is not cfg else ""
+    return f"fleet in-process (memory://), store {name}{where}"
 
 
 def _demo_config(cfg: RuntimeConfig, store: str | None, tmp: str) -> RuntimeConfig:
@@ -367,41 +398,57 @@ def demo(
     conversation: Annotated[
         Path | None,
         typer.Option(
+            exists=True,
+            dir_okay=False,
             help="A conversation JSON file (LoCoMo format). Default: data/locomo/30.json "
-            "in a source checkout, else the sample conversation installed with the package."
+            "in a source checkout, else the sample conversation installed with the package.",
         ),
     ] = None,
-    batch_size: Annotated[int, typer.Option(help="Memories per MEMORY.WRITE.")] = 50,
-    keep: Annotated[bool, typer.Option(help="Keep the run's memories (not deleted).")] = False,
+    batch_size: Annotated[int, typer.Option(min=1, help="Memories per MEMORY.WRITE.")] = 50,
+    keep: Annotated[
+        bool,
+        typer.Option(
+            help="Do not delete the run's memories at the end (the in-process SQLite "
+            "demo file is deleted at exit all the same)."
+        ),
+    ] = False,
+    scope: ScopeOpt = None,
     config: ConfigOpt = None,
     broker: BrokerOpt = None,
-    store: StoreOpt = None,
+    store: LocalStoreOpt = None,
 ) -> None:
     """Write a conversation through the fleet, read it back, search it.
 
-    Every turn is written with MEMORY.WRITE, read back with GET and QUERY, and every
-    question searched with MEMORY.SEARCH; prints evidence recall and per-node latency.
+    Every turn is written with MEMORY.WRITE, read back with GET and QUERY, every question
+    searched with MEMORY.SEARCH, a few memories changed with MEMORY.UPDATE and the run's
+    memories removed with MEMORY.DELETE (unless --keep); prints evidence recall and
+    per-node latency.
+
+    With no broker set, the demo runs a worker in this process; with the SQLite store
+    (the default) it writes to a fresh file in a temporary folder deleted when the demo
+    exits, so nothing is left in ./.ditto/. With a broker, the fleet's workers use their
+    own store. With --scope, every call acts for that tenant and user.
     """
     from ditto_worker.cli.demo import SAMPLE_CONVERSATION, run_demo
     from ditto_worker.contracts import NODE_IDS
     from ditto_worker.fleet.launch import open_fleet
 
     cfg = _config(config, broker)
+    trusted = scope_or_exit("demo", scope)
+    if cfg.fleet.in_process:
+        check_store("demo", store)
     source: Any = conversation
     if source is None:
         source = _CHECKOUT_LOCOMO if _CHECKOUT_LOCOMO.is_file() else SAMPLE_CONVERSATION
     tmp = tempfile.mkdtemp(prefix="ditto-demo-")
     try:
         run_cfg = _demo_config(cfg, store, tmp)
-        mode = "in-process (memory://)" if cfg.fleet.in_process else "redis broker"
-        store_name = store or cfg.memory_worker.store
         shown = "the sample conversation" if source is SAMPLE_CONVERSATION else source.name
-        typer.echo(f"ditto-worker demo: {shown}, store {store_name}, fleet {mode}")
-        with open_fleet(run_cfg, store=store, open_nodes=NODE_IDS) as client:
+        typer.echo(f"ditto-worker demo: {shown}, {_demo_where(cfg, store, run_cfg)}")
+        with open_fleet(run_cfg, store=store, open_nodes=NODE_IDS, scope=trusted) as client:
             report = run_demo(client, source, batch_size=batch_size, keep=keep)
     except DittoError as exc:
-        typer.echo(f"demo failed: {exc}", err=True)
-        raise typer.Exit(1) from exc
+        fail("demo", f"failed: {exc}", 1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     typer.echo(
@@ -426,21 +473,20 @@ def status(
 ) -> None:
     """Show each node's queue backlog and its workers.
 
-    The backlog is read from the broker, the workers from celery inspect.
+    The backlog is read from the broker, the workers from celery inspect; needs a broker
+    (--broker or DITTO_BROKER_URL).
     """
     from ditto_worker.fleet.celery_app import create_celery_app
     from ditto_worker.fleet.status import collect_status, render_table
 
     cfg = _config(config, broker)
     if cfg.fleet.in_process:
-        typer.echo("status: no broker configured (set DITTO_BROKER_URL or --broker)", err=True)
-        raise typer.Exit(2)
+        fail("status", "no broker configured (set DITTO_BROKER_URL or --broker)")
     celery_app = create_celery_app(cfg.fleet)
     try:
         rows = collect_status(celery_app, timeout_s=timeout)
     except DittoError as exc:
-        typer.echo(f"status: {exc}", err=True)
-        raise typer.Exit(1) from exc
+        fail("status", str(exc), 1)
     finally:
         celery_app.close()
     if as_json:
@@ -459,7 +505,8 @@ def flower(
 ) -> None:
     """Run Flower (fleet monitoring) behind basic auth.
 
-    Its pages, API and /metrics need FLOWER_BASIC_AUTH (user:password).
+    Needs a broker (--broker or DITTO_BROKER_URL) and FLOWER_BASIC_AUTH (user:password):
+    its pages, API and /metrics ask for it; /healthcheck stays open.
     """
     from ditto_worker.fleet.monitor import run_flower
 
@@ -467,8 +514,7 @@ def flower(
     try:
         code = run_flower(cfg, address=address, port=port)
     except ConfigError as exc:
-        typer.echo(f"flower: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        fail("flower", str(exc))
     raise typer.Exit(code or 0)
 
 
@@ -488,8 +534,7 @@ def migrate(config: ConfigOpt = None, store: StoreOpt = None) -> None:
     try:
         plugin = build_store(cfg, name)
     except ConfigError as exc:
-        typer.echo(f"migrate: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        fail("migrate", str(exc))
     try:
         run = getattr(plugin, "migrate", None)
         if run is None:
@@ -497,8 +542,7 @@ def migrate(config: ConfigOpt = None, store: StoreOpt = None) -> None:
             return
         report = run()
     except DittoError as exc:
-        typer.echo(f"migrate failed: {exc}", err=True)
-        raise typer.Exit(1) from exc
+        fail("migrate", f"failed: {exc}", 1)
     finally:
         if callable(getattr(plugin, "close", None)):
             plugin.close()
@@ -518,7 +562,10 @@ app.add_typer(eval_app, name="eval")
 @eval_app.command("locomo")
 def eval_locomo(
     paths: Annotated[
-        list[Path], typer.Argument(metavar="FILE", help="LoCoMo conversation JSON files.")
+        list[Path],
+        typer.Argument(
+            metavar="FILE", exists=True, dir_okay=False, help="LoCoMo conversation JSON files."
+        ),
     ],
     strategies: Annotated[
         str, typer.Option(help="Comma-separated: keyword, vector, hybrid.")
@@ -568,8 +615,7 @@ def eval_locomo(
             else []
         )
     except DittoError as exc:
-        typer.echo(f"eval failed: {exc}", err=True)
-        raise typer.Exit(1) from exc
+        fail("eval locomo", f"failed: {exc}", 1)
     typer.echo(format_reports(reports + shared))
     for own, one in zip(reports, shared, strict=False):
         for name, item in one.strategies.items():

@@ -40,8 +40,8 @@ from ditto_worker.context.contracts import (
 from ditto_worker.context.merge import check_ingress, check_merged, invalid_input, merge_items
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.memory.checks import describe
-from ditto_worker.memory.scope import Scope
 from ditto_worker.runtime import NodeContext, NodeSpec, WorkerDefinition
+from ditto_worker.scope import Scope, missing_scope
 
 if TYPE_CHECKING:
     from ditto_worker.config import RuntimeConfig
@@ -100,7 +100,7 @@ class ContextNodes:
         if ctx.scope is None:
             raise NodeError(
                 ErrorCode.PERMISSION_DENIED,
-                "a cached context needs the call's trusted scope (tenant, user)",
+                missing_scope("a cached context needs a scope (tenant, user)"),
             )
         return ctx.scope
 

@@ -23,6 +23,7 @@ from ditto_worker.fleet.celery_app import create_celery_app, queue_for
 from ditto_worker.fleet.client import DittoClient
 from ditto_worker.fleet.tasks import FleetRuntime, register_tasks
 from ditto_worker.runtime.definition import WorkerSource
+from ditto_worker.scope import Scope
 
 __all__ = ["create_worker_app", "open_fleet", "with_store"]
 
@@ -69,6 +70,7 @@ def open_fleet(
     workers: Sequence[WorkerSource] | None = None,
     store: str | None = None,
     open_nodes: Collection[str] | None = None,
+    scope: Scope | None = None,
 ) -> Iterator[DittoClient]:
     """Yield a :class:`DittoClient`; in-process mode also runs a worker until exit.
 
@@ -81,10 +83,12 @@ def open_fleet(
             definitions' ``open`` hooks run at start (e.g. no local INFER model for a
             MEMORY job). Every node is still served: another kind's handler (a delegated
             search, a sub-call) builds what it needs on its first call. Default: all.
+        scope: the trusted scope of every call through the client that names none
+            (``DittoClient(scope=)``); ``None``: unscoped.
     """
     timeout_s = config.fleet.call_timeout_s
     if not config.fleet.in_process:
-        client = DittoClient.from_fleet(config.fleet)
+        client = DittoClient.from_fleet(config.fleet, scope=scope)
         try:
             yield client
         finally:
@@ -104,7 +108,9 @@ def open_fleet(
             shutdown_timeout=30.0,
         ):
             try:
-                yield DittoClient(app, default_timeout_s=timeout_s, nodes=runtime.table)
+                yield DittoClient(
+                    app, default_timeout_s=timeout_s, nodes=runtime.table, scope=scope
+                )
             finally:
                 _begin_stop(app, stopped)
     finally:

@@ -136,7 +136,7 @@ def run_flower(
     from ditto_worker.fleet.celery_app import create_celery_app
 
     if config.fleet.in_process:
-        raise ConfigError("flower: no broker configured (set DITTO_BROKER_URL or --broker)")
+        raise ConfigError("no broker configured (set DITTO_BROKER_URL or --broker)")
     basic_auth_from_env()
     require_auth_on_metrics()
     from ditto_worker.fleet.metrics import install_flower_metrics

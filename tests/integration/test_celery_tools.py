@@ -65,3 +65,31 @@ def test_celery_inspect_and_purge_against_a_real_worker(
         assert redis_client.llen("memory.search") == 0
     finally:
         stop_worker(worker)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "args", [["inspect", "active_queues"], ["purge", "-f"], ["status"], ["worker"]], ids=" ".join
+)
+@pytest.mark.parametrize("broker", ["", "memory://"])
+def test_without_a_broker_celery_exits_with_one_line_naming_the_setting(
+    args: list[str], broker: str, tmp_path: Path
+) -> None:
+    # issue 23 item 5: not kombu's in-process memory:// transport and "No nodes replied"
+    env = {**os.environ, "DITTO_BROKER_URL": broker, "DITTO_RESULT_BACKEND": ""}
+    started = time.monotonic()
+    result = _celery(args, env, tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "no broker configured" in lines[0] and "DITTO_BROKER_URL" in lines[0]
+    assert "fleet.brokerUrl" in lines[0]
+    assert time.monotonic() - started < 30  # no waiting for replies that cannot come
+
+
+def test_a_config_error_is_one_line_too(tmp_path: Path) -> None:
+    env = {**os.environ, "DITTO_BROKER_URL": "redis//127.0.0.1:6379/0"}
+    result = _celery(["inspect", "ping"], env, tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "config error" in lines[0] and "DITTO_BROKER_URL" in lines[0]

@@ -138,3 +138,89 @@ def test_invoke_prints_one_json_object_and_shares_the_store(tmp_path: Path) -> N
     assert json.loads(bad.stdout)["error"]["code"] == "INVALID_INPUT"
     unknown = cli("invoke", "MEMORY.NOPE", "{}", cwd=tmp_path, env=env)
     assert unknown.returncode == 1 and json.loads(unknown.stdout)["error"]["code"] == "UNKNOWN_NODE"
+
+
+SAMPLE = REPO / "ditto_worker" / "cli" / "samples" / "conversation.json"
+ALICE = "tenant=acme,user=alice"
+BOB = "tenant=acme,user=bob"
+
+
+def test_demo_keeps_its_store_in_a_temporary_folder_deleted_at_exit(tmp_path: Path) -> None:
+    # what --help says (issue 23 item 5): nothing in ./.ditto/, the temporary folder gone
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {"DITTO_BROKER_URL": "", "DITTO_RESULT_BACKEND": "", "TMPDIR": str(temp)}
+    result = cli("demo", "--conversation", str(SAMPLE), "--scope", ALICE, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "store sqlite (a temporary file, deleted at exit)" in result.stdout
+    assert "43 turns written" in result.stdout
+    assert not (tmp_path / ".ditto").exists()
+    assert not [p for p in temp.iterdir() if p.name.startswith("ditto-demo-")]
+
+
+def test_invoke_scope_in_process_confines_the_calls(tmp_path: Path) -> None:
+    env = {"DITTO_BROKER_URL": "", "DITTO_WORKER_MEMORY_SQLITE_PATH": ""}
+    draft = '{"memories": [{"key": "pref", "content": "tea"}]}'
+    wrote = cli("invoke", "MEMORY.WRITE", draft, "--scope", ALICE, cwd=tmp_path, env=env)
+    assert wrote.returncode == 0, wrote.stderr
+    get = '{"keys": ["pref"]}'
+    mine = cli("invoke", "MEMORY.GET", get, "--scope", ALICE, cwd=tmp_path, env=env)
+    theirs = cli("invoke", "MEMORY.GET", get, "--scope", BOB, cwd=tmp_path, env=env)
+    unscoped = cli("invoke", "MEMORY.GET", get, cwd=tmp_path, env=env)
+    assert [m["content"] for m in json.loads(mine.stdout)["output"]] == ["tea"]
+    assert json.loads(theirs.stdout)["output"] == []
+    assert json.loads(unscoped.stdout)["output"] == []
+
+
+@pytest.mark.integration
+def test_invoke_scope_on_a_fleet_worker(redis_url: str, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "DITTO_BROKER_URL": redis_url,
+        "DITTO_WORKER_CONTEXT_REDIS_URL": redis_url,
+        "DITTO_WORKER_MEMORY_SQLITE_PATH": str(tmp_path / "fleet.sqlite"),
+    }
+    log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "memory,context",
+         "--pool", "solo", "--loglevel", "INFO"],
+        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "ready." not in (tmp_path / "worker.log").read_text():
+            assert worker.poll() is None and time.monotonic() < deadline, log_of(tmp_path)
+            time.sleep(0.2)
+        item = {"id": "n1", "sourceNode": "MEMORY.SEARCH", "content": "tea"}
+        update = json.dumps({"name": "plan", "ingress": [item]})
+        denied = cli("invoke", "CONTEXT.UPDATE", update, cwd=tmp_path, env=env)
+        error = json.loads(denied.stdout)["error"]
+        assert denied.returncode == 1 and error["code"] == "PERMISSION_DENIED", denied.stdout
+        assert "scope=" in error["message"] and "--scope tenant=" in error["message"]
+        done = cli("invoke", "CONTEXT.UPDATE", update, "--scope", ALICE, cwd=tmp_path, env=env)
+        assert json.loads(done.stdout)["status"] == "success", done.stdout
+        load = '{"name": "plan"}'
+        mine = cli("invoke", "CONTEXT.LOAD", load, "--scope", ALICE, cwd=tmp_path, env=env)
+        theirs = cli("invoke", "CONTEXT.LOAD", load, "--scope", BOB, cwd=tmp_path, env=env)
+        assert [i["id"] for i in json.loads(mine.stdout)["output"]["items"]] == ["n1"]
+        assert json.loads(theirs.stdout)["output"]["found"] is False
+
+        draft = '{"memories": [{"key": "pref", "content": "tea"}]}'
+        wrote = cli("invoke", "MEMORY.WRITE", draft, "--scope", ALICE, cwd=tmp_path, env=env)
+        assert wrote.returncode == 0, wrote.stdout + wrote.stderr
+        get = '{"keys": ["pref"]}'
+        mine = cli("invoke", "MEMORY.GET", get, "--scope", ALICE, cwd=tmp_path, env=env)
+        theirs = cli("invoke", "MEMORY.GET", get, "--scope", BOB, cwd=tmp_path, env=env)
+        assert [m["content"] for m in json.loads(mine.stdout)["output"]] == ["tea"]
+        assert json.loads(theirs.stdout)["output"] == []
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        log.close()
+
+
+def log_of(tmp_path: Path) -> str:
+    return (tmp_path / "worker.log").read_text()[-3000:]

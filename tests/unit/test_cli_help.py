@@ -14,6 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 from ditto_worker.cli.commands import app
+from ditto_worker.cli.options import parse_scope_option
 from ditto_worker.config import check_fleet_url, load_runtime_config
 from ditto_worker.errors import ConfigError
 
@@ -125,3 +126,98 @@ def test_result_backend_schemes() -> None:
     assert check_fleet_url("cache+memory://", "resultBackend") == "cache+memory://"
     with pytest.raises(ConfigError, match="resultBackend"):
         check_fleet_url("memory://", "resultBackend")
+
+
+# --- issue 23 item 5: the CLI as a trusted operator, help that tells the truth ----------
+
+
+def test_help_says_where_the_demo_keeps_its_store() -> None:
+    top = " ".join(CliRunner().invoke(app, ["--help"]).output.split())
+    assert "demo on a fresh SQLite file in a temporary folder deleted when it exits" in top
+    assert "invoke on the configured store (SQLite: ./.ditto/memory.sqlite" in top
+    demo = " ".join(CliRunner().invoke(app, ["demo", "--help"]).output.split())
+    assert "temporary folder deleted when the demo exits" in demo
+    for command in ("invoke", "demo"):
+        text = " ".join(CliRunner().invoke(app, [command, "--help"]).output.split())
+        assert "--scope tenant=ID,user=ID" in text, command
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("tenant=acme,user=alice", ("acme", "alice")),
+        ("user=alice,tenant=acme", ("acme", "alice")),
+        ("tenant=a=b,user= spaced ", ("a=b", " spaced ")),
+        ("space=task:t-1,tenant=acme,user=alice", ("acme", "alice", "task:t-1")),
+        ("tenant=acme,user=alice,space=memory", ("acme", "alice")),
+    ],
+)
+def test_scope_option_parses(value: str, expected: tuple[str, ...]) -> None:
+    scope = parse_scope_option(value)
+    space = expected[2] if len(expected) == 3 else "memory"
+    assert (scope.tenant, scope.user, scope.space) == (*expected[:2], space)
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("tenant=acme", "user missing"),
+        ("user=alice", "tenant missing"),
+        ("", "'' is not key=value"),
+        ("tenant=acme,user=alice,team=x", "unknown key 'team'"),
+        ("Tenant=acme,user=alice", "unknown key 'Tenant'"),
+        ("tenant=acme,user=", "user is empty"),
+        ("tenant=,user=alice", "tenant is empty"),
+        ("tenant=a,tenant=b,user=c", "tenant is given twice"),
+        ("tenant=acme;user=alice", "user missing"),
+        ("tenant=acme,user=alice,", "'' is not key=value"),
+        ("tenant=" + "t" * 257 + ",user=u", "scope.tenant must be a string of 1-256"),
+        ("tenant=a\tb,user=u", "scope.tenant contains a control character"),
+        ("tenant=a,user=u,space=notes", "scope.space must be 'memory' or 'task:<taskId>'"),
+        ("tenant=a,user=u,space=", "space is empty"),
+        ("space=task:1", "tenant and user missing"),
+    ],
+)
+@pytest.mark.parametrize("command", ["invoke", "demo"])
+def test_a_bad_scope_is_one_line_naming_the_option(
+    value: str, says: str, command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DITTO_BROKER_URL", raising=False)
+    args = ["invoke", "MEMORY.GET", '{"ids": ["a"]}'] if command == "invoke" else ["demo"]
+    result = CliRunner().invoke(app, [*args, "--scope", value])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"{command}: --scope: ") and says in lines[0], lines[0]
+
+
+DOUBLED = re.compile(r"^([\w -]+): \1:|(\b[\w-]+): \2:", re.M)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["worker"],
+        ["status"],
+        ["flower"],
+        ["migrate", "--store", "nope"],
+        ["invoke", "MEMORY.GET", "{}", "--store", "nope"],
+        ["demo", "--store", "nope"],
+        ["worker", "--broker", "redis://127.0.0.1:1/0", "-Q", "memory.get"],
+        ["worker", "--broker", "redis://127.0.0.1:1/0", "--nodes", "bogus"],
+        ["invoke", "MEMORY.GET", "{}", "--broker", "redis//127.0.0.1:1/0"],
+    ],
+    ids=" ".join,
+)
+def test_errors_are_one_line_with_one_prefix(
+    args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("DITTO_BROKER_URL", "DITTO_RESULT_BACKEND"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert DOUBLED.search(lines[0]) is None, lines[0]
+    assert lines[0].startswith(("config error: ", f"{args[0]}: ")), lines[0]
