@@ -291,9 +291,8 @@ class MemoryWorkerSettings(_Section):
     )
     scope: ScopeSettings | None = Field(
         default=None,
-        description="Bind the worker to one tenant and user {tenant, user, space?}: every "
-        "call runs for them; a call whose trusted header names another tenant or user is "
-        "PERMISSION_DENIED.",
+        description="Bind the worker to one tenant scope {tenant, user}: every call runs in "
+        "it; a call whose trusted header names another is PERMISSION_DENIED.",
     )
     require_scope: bool = Field(
         default=False, description="Refuse calls without a scope (PERMISSION_DENIED)."
