@@ -3,7 +3,9 @@
 # and redis-server and rabbitmq-server (apt) if missing, starts a throwaway Redis on a
 # loopback port unless DITTO_TEST_REDIS_URL is already set, and a throwaway PostgreSQL with pgvector
 # (scripts/postgres.sh, port DITTO_PG_PORT or 15432) unless DITTO_TEST_POSTGRES_URL is
-# set, runs ruff and mypy, then pytest, and stops what it started.
+# set, a throwaway MariaDB (scripts/mysql.sh, port DITTO_MYSQL_PORT or 13306; installs
+# mariadb-server with apt if missing) unless DITTO_TEST_MYSQL_URL is set, runs ruff and
+# mypy, then pytest, and stops what it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +33,7 @@ started=""
 cleanup() {
   if [ -n "$started" ]; then redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; fi
   if [ -n "${pg_started:-}" ]; then bash scripts/postgres.sh stop || true; fi
+  if [ -n "${mysql_started:-}" ]; then bash scripts/mysql.sh stop || true; fi
   rm -rf "${redis_dir:-}"
 }
 trap cleanup EXIT
@@ -48,10 +51,15 @@ if [ -z "${DITTO_TEST_POSTGRES_URL:-}" ]; then
   pg_env=$(bash scripts/postgres.sh start)
   eval "$pg_env"
 fi
+if [ -z "${DITTO_TEST_MYSQL_URL:-}" ]; then
+  if ! bash scripts/mysql.sh status; then mysql_started=1; fi
+  mysql_env=$(bash scripts/mysql.sh start)
+  eval "$mysql_env"
+fi
 echo "== ruff (lint, format) and mypy (strict)"
 python3 -m ruff check .
 python3 -m ruff format --check .
 python3 -m mypy
 export DITTO_REQUIRE_SERVICES=1
-echo "== pytest (Redis at $DITTO_TEST_REDIS_URL, PostgreSQL at ${DITTO_TEST_POSTGRES_URL##*@})"
+echo "== pytest (Redis at $DITTO_TEST_REDIS_URL, PostgreSQL at ${DITTO_TEST_POSTGRES_URL##*@}, MySQL at ${DITTO_TEST_MYSQL_URL##*@})"
 python3 -m pytest "$@"

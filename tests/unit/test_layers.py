@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 TRANSPORT = ("celery", "kombu", "redis", "ditto_worker.fleet")
 MODELS = ("torch", "sentence_transformers", "transformers")
+SQL_CLIENTS = ("psycopg", "pymysql", "MySQLdb", "sqlalchemy")
+"""SQL drivers and pools: only their own store plugin loads one (the core installs none)."""
 
 _PROBE = r"""
 import json, socket, sys
@@ -63,14 +65,15 @@ def _loaded(modules: set[str], roots: tuple[str, ...]) -> set[str]:
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("ditto_worker", TRANSPORT + MODELS + ("psycopg",)),
-        ("ditto_worker.contracts", TRANSPORT + MODELS + ("psycopg",)),
-        ("ditto_worker.memory", TRANSPORT + MODELS + ("psycopg",)),
-        ("ditto_worker.runtime", TRANSPORT + MODELS + ("psycopg",)),
-        ("ditto_worker.retrieval", TRANSPORT + MODELS + ("psycopg",)),
-        ("ditto_worker.testing", TRANSPORT + MODELS + ("psycopg",)),
-        ("ditto_plugin_sqlite", TRANSPORT + MODELS + ("psycopg",)),
-        ("ditto_plugin_postgres", TRANSPORT + MODELS),
+        ("ditto_worker", TRANSPORT + MODELS + SQL_CLIENTS),
+        ("ditto_worker.contracts", TRANSPORT + MODELS + SQL_CLIENTS),
+        ("ditto_worker.memory", TRANSPORT + MODELS + SQL_CLIENTS),
+        ("ditto_worker.runtime", TRANSPORT + MODELS + SQL_CLIENTS),
+        ("ditto_worker.retrieval", TRANSPORT + MODELS + SQL_CLIENTS),
+        ("ditto_worker.testing", TRANSPORT + MODELS + SQL_CLIENTS),
+        ("ditto_plugin_sqlite", TRANSPORT + MODELS + SQL_CLIENTS),
+        ("ditto_plugin_postgres", TRANSPORT + MODELS + ("pymysql", "MySQLdb", "sqlalchemy")),
+        ("ditto_plugin_mysql", TRANSPORT + MODELS + ("psycopg", "MySQLdb")),
     ],
 )
 def test_import_loads_no_transport_no_model_and_connects_nowhere(
@@ -82,7 +85,9 @@ def test_import_loads_no_transport_no_model_and_connects_nowhere(
     assert opened == [], module
 
 
-@pytest.mark.parametrize("module", ["ditto_worker", "ditto_plugin_sqlite", "ditto_plugin_postgres"])
+@pytest.mark.parametrize(
+    "module", ["ditto_worker", "ditto_plugin_sqlite", "ditto_plugin_postgres", "ditto_plugin_mysql"]
+)
 def test_the_unicode_tokenizer_loads_on_first_non_ascii_text(module: str) -> None:
     # issue 11 (import time): the `regex` module (grapheme clusters) is imported by the
     # keyword tokenizer on its first non-ASCII text, not by importing the SDK or a store
@@ -98,6 +103,14 @@ def test_the_sdk_import_defers_the_runtime_config(module: str) -> None:
     # `secrets`) is its choice; import time itself is a benchmark figure (bench/imports.py)
     modules, _ = _imported(module)
     assert "ditto_worker.config" not in modules
+
+
+@pytest.mark.parametrize("module", ["ditto_worker.fleet", "ditto_worker.cli"])
+def test_the_fleet_and_the_command_load_no_sql_client(module: str) -> None:
+    # issue 27: a store's driver loads only when its plugin is built (by entry point)
+    modules, opened = _imported(module)
+    assert _loaded(modules, SQL_CLIENTS) == set(), module
+    assert opened == []
 
 
 def test_the_fleet_is_where_celery_lives() -> None:

@@ -1,0 +1,128 @@
+"""``ditto_plugin_mysql``: the MySQL / MariaDB MemoryStore of ditto_worker (MEM-PY-10).
+
+A worker builds it through the entry point ``ditto_worker.stores: mysql =
+"ditto_plugin_mysql:create_store"``; applications may construct :class:`MysqlMemoryStore`
+directly. Install with ``pip install ditto-worker[mysql]`` (PyMySQL, SQLAlchemy's pool,
+numpy). The server URL comes only from the environment
+(``DITTO_WORKER_MEMORY_MYSQL_URL``, MEM-CONF-5); the schema is created by
+``ditto-worker migrate --store mysql`` or on first use (``autoMigrate``). SQL kept to what
+MySQL 8.0+ and MariaDB 10.6+ both accept; tested on MariaDB 10.11 (docs/stores-mysql.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ditto_plugin_mysql.migrations import LATEST_VERSION, MigrationReport
+from ditto_plugin_mysql.store import MysqlMemoryStore
+from ditto_worker.errors import ConfigError
+from ditto_worker.memory.indexing import parse_fields
+
+__all__ = [
+    "ENV_DATABASE",
+    "ENV_URL",
+    "LATEST_VERSION",
+    "MigrationReport",
+    "MysqlMemoryStore",
+    "create_store",
+]
+
+ENV_URL: Final = "DITTO_WORKER_MEMORY_MYSQL_URL"
+"""The environment variable holding the server URL (the only place it is read from)."""
+ENV_DATABASE: Final = "DITTO_WORKER_MEMORY_MYSQL_DATABASE"
+"""Overrides ``plugins.mysql.database``."""
+_ENV_EMBEDDING: Final = "DITTO_WORKER_MEMORY_MYSQL_EMBEDDING"
+
+_DEFAULTS: Final[dict[str, Any]] = {
+    "database": None,
+    "poolMaxSize": 4,
+    "connectTimeoutS": 5.0,
+    "poolTimeoutS": 30.0,
+    "autoMigrate": True,
+    "embedding": "none",
+    "hybrid": None,
+    "executionRetentionS": 86400.0,
+    "indexFields": None,
+}
+
+
+def _number(settings: Mapping[str, Any], name: str, low: float) -> float:
+    value = settings[name]
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            value = None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
+        raise ConfigError(f"plugins.mysql.{name} must be a number >= {low}")
+    return float(value)
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    raise ConfigError("plugins.mysql.autoMigrate must be true or false")
+
+
+def create_store(
+    settings: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> MysqlMemoryStore:
+    """Build the store from ``plugins.mysql`` settings and the environment.
+
+    Args:
+        settings: ``database`` (default: the URL's database, else ``ditto``),
+            ``poolMaxSize`` (4 connections per process), ``connectTimeoutS`` (5 s),
+            ``poolTimeoutS`` (30 s), ``autoMigrate`` (true), ``embedding`` (``local`` |
+            ``http`` | ``none``, default ``none``:
+            :func:`ditto_worker.retrieval.create_embedding_provider`), ``hybrid``
+            (``RetrievalConfig`` settings of the ``hybrid`` strategy),
+            ``executionRetentionS`` (86400), ``indexFields`` (metadata fields indexed
+            with the content). A ``url`` key, or any other key, is rejected (MEM-CONF-5).
+        env: the environment (default ``os.environ``): ``DITTO_WORKER_MEMORY_MYSQL_URL``
+            (required, ``mysql://user:password@host:port/database``),
+            ``DITTO_WORKER_MEMORY_MYSQL_DATABASE`` and
+            ``DITTO_WORKER_MEMORY_MYSQL_EMBEDDING`` (optional, override the settings).
+
+    Returns:
+        A store that connects (and migrates, if allowed) on first use.
+
+    Raises:
+        ConfigError: a missing or malformed URL, an unknown or invalid setting.
+        MemoryError: ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
+    """
+    given = dict(settings or {})
+    env = os.environ if env is None else env
+    if "url" in given:
+        raise ConfigError(f"plugins.mysql.url is not allowed: set {ENV_URL} instead")
+    unknown = sorted(set(given) - set(_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown mysql store settings: {', '.join(map(str, unknown))}")
+    values = {**_DEFAULTS, **given}
+    url = env.get(ENV_URL, "")
+    if not url:
+        raise ConfigError(f"the mysql store needs {ENV_URL} (a mysql:// URL)")
+    database = env.get(ENV_DATABASE) or values["database"]
+    from ditto_worker.retrieval import RetrievalConfig, create_embedding_provider
+
+    hybrid = RetrievalConfig.parse(values["hybrid"])
+    kind = env.get(_ENV_EMBEDDING) or values["embedding"] or "none"
+    embedder = create_embedding_provider(str(kind), None, env)
+    try:
+        return MysqlMemoryStore(
+            url,
+            database=None if database is None else str(database),
+            pool_max_size=int(_number(values, "poolMaxSize", 1)),
+            connect_timeout_s=_number(values, "connectTimeoutS", 0.1),
+            pool_timeout_s=_number(values, "poolTimeoutS", 0.1),
+            auto_migrate=_flag(values["autoMigrate"]),
+            embedder=embedder,
+            hybrid=hybrid,
+            execution_retention_s=_number(values, "executionRetentionS", 0),
+            index_fields=parse_fields(values["indexFields"]),
+        )
+    except ValueError as exc:
+        raise ConfigError(f"plugins.mysql: {exc}") from exc

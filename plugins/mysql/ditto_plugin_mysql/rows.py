@@ -1,0 +1,75 @@
+"""Encoding and decoding of records for the MySQL store (no I/O).
+
+JSON goes to the server as compact text (``content``/``metadata`` are ``LONGTEXT``);
+rows come back as ``(seq, id, key, content, metadata, …)`` (:data:`COLUMNS`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Final
+
+from ditto_plugin_mysql.sql import sort_number
+from ditto_worker.contracts import MemoryItem
+from ditto_worker.errors import ErrorCode, MemoryError
+
+__all__ = ["COLUMNS", "Row", "check_batch_keys", "dump", "item", "marks", "sort_value"]
+
+Row = tuple[Any, ...]
+COLUMNS: Final = "m.seq, m.id, m.`key`, m.content, m.metadata"
+"""The record columns every read selects first."""
+
+
+def marks(values: Sequence[Any]) -> str:
+    """``%s, %s, …`` for ``values`` (an ``IN`` list; never empty at the call sites)."""
+    return ", ".join(["%s"] * len(values))
+
+
+def dump(value: Any, where: str) -> str:
+    """Compact JSON text; ``INVALID_INPUT`` naming ``where`` when it is not JSON."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text.encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise MemoryError(ErrorCode.INVALID_INPUT, f"{where} is not valid JSON") from exc
+    return text
+
+
+def item(row: Row) -> MemoryItem:
+    """The MemoryItem of a row ``(seq, id, key, content text, metadata text, …)``."""
+    return MemoryItem(
+        id=row[1],
+        key=row[2],
+        content=json.loads(row[3]),
+        metadata=None if row[4] is None else json.loads(row[4]),
+    )
+
+
+def sort_value(row: Row, index: int) -> tuple[int, int | float | str]:
+    """The cursor sort value ``(rank, value)`` of term ``index`` from its ``r/d/x/t``
+    columns (after the five record columns)."""
+    rank, double, exact, text = row[5 + 4 * index : 9 + 4 * index]
+    if rank in (1, 5):
+        return (int(rank), sort_number(None if double is None else float(double), exact))
+    if rank == 2:
+        raw = text if isinstance(text, bytes | bytearray) else str(text).encode("utf-8")
+        return (2, bytes(raw).decode("utf-8"))
+    return (int(rank), 0)
+
+
+def check_batch_keys(keys: Sequence[str | None]) -> None:
+    """Check a WRITE batch's keys before any I/O.
+
+    Raises:
+        MemoryError: ``CONFLICT`` for a key repeated in the batch (MEM-WRITE-3).
+    """
+    seen: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        if key is None:
+            continue
+        if key in seen:
+            raise MemoryError(
+                ErrorCode.CONFLICT, f"memories[{index}].key repeats memories[{seen[key]}].key"
+            )
+        seen[key] = index

@@ -1,0 +1,117 @@
+"""Native SEARCH of the MySQL store: ``keyword``, and with vectors ``vector`` and ``hybrid``.
+
+* ``keyword``: per-scope BM25 over the terms table (:mod:`ditto_plugin_mysql.keywords`);
+  ``score`` positive, higher is better (one match in a one-record scope about 0.1).
+* ``vector``: an exact cosine scan in the plugin over the rows passing the filter
+  (:mod:`ditto_plugin_mysql.vectors`); the query is a text (embedded by the store's
+  provider) or a list of ``dims`` numbers; ``score`` the cosine similarity in [-1, 1];
+  ``min(limit, matches)`` results.
+* ``hybrid``: the shared retrieval pipeline over this store's ``keyword`` and ``vector``
+  searches (:class:`ditto_worker.memory.native.NativeSearch`), configured by the store's
+  ``hybrid`` settings; score documented in :mod:`ditto_worker.retrieval.fusion`.
+
+Results are in descending score, creation order breaking ties.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Final
+
+from ditto_plugin_mysql.db import Conn
+from ditto_plugin_mysql.keywords import keyword_plan
+from ditto_plugin_mysql.rows import COLUMNS, item, marks
+from ditto_plugin_mysql.sql import Sql, compile_filter
+from ditto_plugin_mysql.vectors import nearest
+from ditto_worker.contracts import MemorySearchInput
+from ditto_worker.memory.capabilities import StoreCapabilities
+from ditto_worker.memory.filters import parse_filter
+from ditto_worker.memory.native import VECTOR_OPTIONS, Hit, NativeSearch
+from ditto_worker.memory.ports import MemoryCallOptions
+from ditto_worker.memory.scope import namespace_of
+
+__all__ = ["KEYWORD_CAPABILITIES", "VECTOR_CAPABILITIES", "SearchMixin"]
+
+_EXTRAS: Final = frozenset({"multi_process", "driver_cancel", "deadline"})
+
+KEYWORD_CAPABILITIES: Final = StoreCapabilities(
+    search_strategies=("keyword",),
+    default_strategy="keyword",
+    keyword_strategy="keyword",
+    keyword_cjk=True,
+    keyword_scope_statistics=True,
+    key_conflict="error",
+    batch_atomic=True,
+    cancel=True,
+    scope=True,
+    extras=_EXTRAS,
+)
+"""What a store without an embedding provider declares."""
+
+VECTOR_CAPABILITIES: Final = StoreCapabilities(
+    search_strategies=("keyword", "vector", "hybrid"),
+    default_strategy="keyword",
+    keyword_strategy="keyword",
+    keyword_cjk=True,
+    keyword_scope_statistics=True,
+    exhaustive_strategies=("vector",),
+    key_conflict="error",
+    batch_atomic=True,
+    cancel=True,
+    scope=True,
+    search_options=VECTOR_OPTIONS,
+    extras=_EXTRAS | {"embed_on_write"},
+)
+"""What a store with an embedding provider declares (the vector scan is exact)."""
+
+
+class SearchMixin(NativeSearch):
+    """The candidate searches of :class:`~ditto_plugin_mysql.MysqlMemoryStore` (module
+    doc); ``search`` itself is :class:`~ditto_worker.memory.native.NativeSearch`'s."""
+
+    def _read(self, options: MemoryCallOptions | None) -> AbstractContextManager[Conn]:
+        raise NotImplementedError
+
+    def _scope_id(self, conn: Conn, namespace: str, create: bool) -> int | None:
+        raise NotImplementedError
+
+    def _keyword_hits(
+        self, query: str, input: MemorySearchInput, limit: int, options: MemoryCallOptions | None
+    ) -> list[Hit]:
+        where = compile_filter(parse_filter(input.filter))
+        with self._read(options) as conn:
+            scope = self._scope_id(conn, namespace_of(options), create=False)
+            plan = None if scope is None else keyword_plan(conn, query, scope)
+            if scope is None or plan is None:
+                return []
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"SELECT {COLUMNS}, s.score FROM {plan.sql} AS s JOIN memories AS m ON "
+                    f"m.seq = s.seq WHERE m.scope = %s AND {where.text} "
+                    "ORDER BY s.score DESC, m.seq LIMIT %s",
+                    [*plan.params, scope, *where.params, limit],
+                )
+                rows = cur.fetchall()
+        return [(item(row), float(row[5])) for row in rows]
+
+    def _vector_hits(
+        self,
+        vector: list[float],
+        input: MemorySearchInput,
+        limit: int,
+        options: MemoryCallOptions | None,
+    ) -> list[Hit]:
+        where: Sql = compile_filter(parse_filter(input.filter))
+        with self._read(options) as conn:
+            scope = self._scope_id(conn, namespace_of(options), create=False)
+            if scope is None:
+                return []
+            hits = nearest(conn, vector, scope, where, limit)
+            if not hits:
+                return []
+            seqs = [seq for seq, _ in hits]
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT {COLUMNS} FROM memories AS m WHERE m.seq IN ({marks(seqs)})",
+                            seqs)  # fmt: skip
+                found = {int(row[0]): row for row in cur.fetchall()}
+        return [(item(found[seq]), score) for seq, score in hits if seq in found]

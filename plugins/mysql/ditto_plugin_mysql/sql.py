@@ -1,0 +1,279 @@
+"""Compile the shared filter language (:mod:`ditto_worker.memory.filters`) to MySQL SQL.
+
+Every value and every metadata path is a bound parameter (``%s``); nothing from a request
+is formatted into the SQL text. Records are the table aliased ``m``; a metadata field is
+``JSON_EXTRACT(m.metadata, %s)`` with the path ``$."seg"."seg"`` (each segment a JSON
+string, so quotes, backslashes, dots and ``$`` inside a name are plain characters) and
+its type ``JSON_TYPE(…)`` — SQL ``NULL`` when the field is missing. Only functions both
+MySQL 8.0+ and MariaDB 10.6+ have are used (no ``->>``, no ``JSON_EQUALS``, no ``CAST(… AS
+JSON)``); MariaDB returns ``JSON_EXTRACT`` as text, MySQL as ``JSON``, and both give the
+same ``JSON_TYPE`` names and ``JSON_UNQUOTE`` text used here.
+
+Typed semantics (MEM-PY-5), every predicate true or false, never ``NULL``:
+
+* numbers compare with numbers only, as the pair (``DOUBLE``, ``DECIMAL(65,30)``): the
+  double orders any magnitude, the decimal is exact for 64-bit integers and decimals
+  within 35 integer / 30 fractional digits (so ``2**63 - 1 <> 2**63 - 2``);
+* strings compare with strings only, by code point (``CAST(… AS BINARY)``: the UTF-8
+  bytes, never a collation that pads spaces or folds case); booleans with booleans;
+* ``$eq: null`` matches missing or JSON ``null``; ``$ne``/``$nin`` negate exactly;
+* ``key`` is matched through ``key_hash`` (SHA-256 of its bytes), ``id`` and the
+  timestamps by their bytes.
+
+Sort terms select four columns each: ``r{i}`` (type rank of
+:func:`ditto_worker.memory.filters.sort_key`), ``d{i}``/``x{i}`` (numbers; booleans 0/1)
+and ``t{i}`` (strings as bytes); :func:`keyset_condition` continues after a cursor, the
+sequence breaking ties.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Final
+
+from ditto_worker.memory.filters import (
+    And,
+    Compare,
+    Cursor,
+    Exists,
+    FieldRef,
+    FilterNode,
+    In,
+    Or,
+    Scalar,
+    SortTerm,
+)
+
+__all__ = [
+    "Sql",
+    "compile_filter",
+    "json_path",
+    "key_hash",
+    "keyset_condition",
+    "order_clause",
+    "sort_columns",
+    "sort_number",
+]
+
+_COLUMNS: Final = {"id": "m.id", "key": "m.`key`", "createdAt": "m.created_at",
+                   "updatedAt": "m.updated_at"}  # fmt: skip
+_RANGE: Final = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+_STRICT: Final = {">=": ">", "<=": "<", ">": ">", "<": "<"}
+_NUMBER_TYPES: Final = "('INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL')"
+_VALUE: Final = "JSON_EXTRACT(m.metadata, %s)"
+_TYPE: Final = f"JSON_TYPE({_VALUE})"
+_TEXT: Final = f"JSON_UNQUOTE({_VALUE})"
+_DOUBLE: Final = f"(CASE WHEN {_TYPE} IN {_NUMBER_TYPES} THEN CAST({_TEXT} AS DOUBLE) END)"
+_DECIMAL: Final = f"(CASE WHEN {_TYPE} IN {_NUMBER_TYPES} THEN CAST({_TEXT} AS DECIMAL(65,30)) END)"
+_DECIMAL_LIMIT: Final = 1e35
+
+
+@dataclass
+class Sql:
+    """A SQL fragment and its ``%s`` parameters, in text order."""
+
+    text: str
+    params: list[Any] = field(default_factory=list)
+
+
+def json_path(path: Sequence[str]) -> str:
+    """The MySQL JSON path of a metadata field: ``$."a"."b"`` (segments as JSON strings)."""
+    return "$" + "".join("." + json.dumps(segment, ensure_ascii=False) for segment in path)
+
+
+def key_hash(key: str) -> bytes:
+    """SHA-256 of a key's UTF-8 bytes (the ``memories.key_hash`` column)."""
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8")
+
+
+def _number(value: int | float) -> tuple[float, str]:
+    """A number's (double, exact decimal text) parameters."""
+    return float(value), (str(value) if isinstance(value, int) else repr(float(value)))
+
+
+def _join(op: str, parts: Sequence[Sql], empty: str) -> Sql:
+    if not parts:
+        return Sql(empty)
+    return Sql(
+        "(" + f" {op} ".join(p.text for p in parts) + ")", [x for p in parts for x in p.params]
+    )
+
+
+def _fill(template: str, path: str, *values: Any) -> Sql:
+    """``template`` with each ``%s`` (a metadata path) bound to ``path`` and each ``%v``
+    bound to the next of ``values``, in text order."""
+    params: list[Any] = []
+    queue = iter(values)
+    for piece in re.findall(r"%[sv]", template):
+        params.append(path if piece == "%s" else next(queue))
+    return Sql(template.replace("%v", "%s"), params)
+
+
+def _reserved_equals(name: str, value: Scalar) -> Sql:
+    if name == "key":
+        if value is None:
+            return Sql("(m.key_hash IS NULL)")
+        return (
+            Sql("COALESCE(m.key_hash = %s, FALSE)", [key_hash(value)])
+            if isinstance(value, str)
+            else Sql("FALSE")
+        )
+    if not isinstance(value, str):
+        return Sql("FALSE")
+    column = _COLUMNS[name]
+    return Sql(f"({column} = %s AND CAST({column} AS BINARY) = %s)", [value, _utf8(value)])
+
+
+def _equals(ref: FieldRef, value: Scalar) -> Sql:
+    if ref.reserved:
+        return _reserved_equals(ref.name, value)
+    path = json_path(ref.path)
+    if value is None:
+        return _fill(f"COALESCE({_TYPE} = 'NULL', TRUE)", path)
+    if isinstance(value, bool):
+        text = f"COALESCE({_TYPE} = 'BOOLEAN' AND {_TEXT} = %v, FALSE)"
+        return _fill(text, path, "true" if value else "false")
+    if isinstance(value, str):
+        text = f"COALESCE({_TYPE} = 'STRING' AND CAST({_TEXT} AS BINARY) = %v, FALSE)"
+        return _fill(text, path, _utf8(value))
+    double, exact = _number(value)
+    text = f"COALESCE({_DOUBLE} = %v AND {_DECIMAL} = CAST(%v AS DECIMAL(65,30)), FALSE)"
+    return _fill(text, path, double, exact)
+
+
+def _range(ref: FieldRef, op: str, value: Scalar) -> Sql:
+    sql_op = _RANGE[op]
+    if ref.reserved:
+        if not isinstance(value, str):
+            return Sql("FALSE")
+        return Sql(f"COALESCE(CAST({_COLUMNS[ref.name]} AS BINARY) {sql_op} %s, FALSE)",
+                   [_utf8(value)])  # fmt: skip
+    path = json_path(ref.path)
+    if isinstance(value, str):
+        text = f"COALESCE({_TYPE} = 'STRING' AND CAST({_TEXT} AS BINARY) {sql_op} %v, FALSE)"
+        return _fill(text, path, _utf8(value))
+    double, exact = _number(value)  # type: ignore[arg-type]
+    text = (
+        f"COALESCE({_DOUBLE} {_STRICT[sql_op]} %v OR ({_DOUBLE} = %v AND "
+        f"{_DECIMAL} {sql_op} CAST(%v AS DECIMAL(65,30))), FALSE)"
+    )
+    return _fill(text, path, double, double, exact)
+
+
+def _exists(ref: FieldRef, exists: bool) -> Sql:
+    if ref.reserved:
+        present = "(m.key_hash IS NOT NULL)" if ref.name == "key" else "TRUE"
+        return Sql(present if exists else f"(NOT {present})")
+    return Sql(f"({_VALUE} IS {'NOT ' if exists else ''}NULL)", [json_path(ref.path)])
+
+
+def compile_filter(node: FilterNode | None) -> Sql:
+    """A boolean SQL expression over ``m`` for a parsed filter (``TRUE`` for none)."""
+    if node is None:
+        return Sql("TRUE")
+    if isinstance(node, And):
+        return _join("AND", [compile_filter(child) for child in node.children], "TRUE")
+    if isinstance(node, Or):
+        return _join("OR", [compile_filter(child) for child in node.children], "FALSE")
+    if isinstance(node, Exists):
+        return _exists(node.field, node.exists)
+    if isinstance(node, In):
+        found = _join("OR", [_equals(node.field, value) for value in node.values], "FALSE")
+        return Sql(f"(NOT {found.text})", found.params) if node.negate else found
+    return _compare(node)
+
+
+def _compare(node: Compare) -> Sql:
+    if node.op in ("$eq", "$ne"):
+        equal = _equals(node.field, node.value)
+        return equal if node.op == "$eq" else Sql(f"(NOT {equal.text})", equal.params)
+    return _range(node.field, node.op, node.value)
+
+
+def _term_columns(index: int, ref: FieldRef) -> Sql:
+    if ref.reserved:
+        column = _COLUMNS[ref.name]
+        return Sql(
+            f", (CASE WHEN {column} IS NULL THEN 0 ELSE 2 END) AS r{index}, NULL AS d{index}"
+            f", NULL AS x{index}, CAST({column} AS BINARY) AS t{index}"
+        )
+    boolean = f"(CASE WHEN {_TYPE} = 'BOOLEAN' THEN ({_TEXT} = 'true') END)"
+    text = (
+        f", (CASE {_TYPE} WHEN 'INTEGER' THEN 1 WHEN 'UNSIGNED INTEGER' THEN 1 "
+        "WHEN 'DOUBLE' THEN 1 WHEN 'DECIMAL' THEN 1 WHEN 'STRING' THEN 2 WHEN 'OBJECT' "
+        f"THEN 3 WHEN 'ARRAY' THEN 4 WHEN 'BOOLEAN' THEN 5 ELSE 0 END) AS r{index}"
+        f", COALESCE({_DOUBLE}, {boolean}) AS d{index}"
+        f", COALESCE({_DECIMAL}, {boolean}) AS x{index}"
+        f", (CASE WHEN {_TYPE} = 'STRING' THEN CAST({_TEXT} AS BINARY) END) AS t{index}"
+    )
+    return _fill(text, json_path(ref.path))
+
+
+def sort_columns(terms: Sequence[SortTerm]) -> Sql:
+    """Select-list items ``r{i}, d{i}, x{i}, t{i}`` per term, with a leading comma."""
+    parts = [_term_columns(i, term.field) for i, term in enumerate(terms)]
+    return Sql("".join(p.text for p in parts), [x for p in parts for x in p.params])
+
+
+def order_clause(terms: Sequence[SortTerm]) -> str:
+    """``ORDER BY`` items over :func:`sort_columns`, then ``seq`` ascending."""
+    items: list[str] = []
+    for index, term in enumerate(terms):
+        direction = "DESC" if term.descending else "ASC"
+        items += [f"{c}{index} {direction}" for c in ("r", "d", "x", "t")]
+    return ", ".join([*items, "seq ASC"])
+
+
+def _same_number(index: int, op: str, value: Any) -> Sql:
+    """Rows of the same rank after (or, with ``=``, equal to) the number ``value``."""
+    double, exact = _number(value)
+    if op == "=":
+        return Sql(f"(d{index} = %s AND x{index} = CAST(%s AS DECIMAL(65,30)))", [double, exact])
+    return Sql(
+        f"(d{index} {op} %s OR (d{index} = %s AND x{index} {op} CAST(%s AS DECIMAL(65,30))))",
+        [double, double, exact],
+    )
+
+
+def _at(index: int, rank: int, value: Any, op: str) -> Sql:
+    """Rows whose term ``index`` has ``rank`` and a value ``op`` the cursor's."""
+    if rank in (1, 5):
+        same = _same_number(index, op, value)
+    elif rank == 2:
+        same = Sql(f"t{index} {op} %s", [_utf8(str(value))])
+    else:
+        return Sql(f"(r{index} = %s)", [rank]) if op == "=" else Sql("FALSE")
+    return Sql(f"(r{index} = %s AND {same.text})", [rank, *same.params])
+
+
+def keyset_condition(terms: Sequence[SortTerm], cursor: Cursor) -> Sql:
+    """Rows strictly after ``cursor`` in the order of :func:`order_clause`."""
+    branches: list[Sql] = []
+    prefix: list[Sql] = []
+    for index, (term, (rank, value)) in enumerate(zip(terms, cursor.values, strict=True)):
+        op = "<" if term.descending else ">"
+        after = Sql(f"(r{index} {op} %s OR {_at(index, rank, value, op).text})",
+                    [rank, *_at(index, rank, value, op).params])  # fmt: skip
+        branches.append(_join("AND", [*prefix, after], "TRUE"))
+        prefix.append(_at(index, rank, value, "="))
+    branches.append(_join("AND", [*prefix, Sql("seq > %s", [cursor.seq])], "TRUE"))
+    return _join("OR", branches, "TRUE")
+
+
+def sort_number(double: float | None, exact: Decimal | None) -> int | float:
+    """A number sort value for a cursor: the exact decimal when it holds the value
+    (``int`` when integral), else the double (beyond the decimal's range or precision)."""
+    if double is None or exact is None:
+        return 0
+    if abs(double) >= _DECIMAL_LIMIT or float(exact) != double:
+        return double
+    return int(exact) if exact == exact.to_integral_value() else float(exact)
