@@ -147,14 +147,17 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         where = compile_filter(parse_filter(input.filter))
         fingerprint = query_fingerprint(input.filter, input.order_by)
         secret = self._cursor_secret()
+        ns = namespace_of(options)
         cursor = (
-            decode_cursor(input.cursor, fingerprint, len(terms), secret) if input.cursor else None
+            decode_cursor(input.cursor, fingerprint, len(terms), secret, namespace=ns)
+            if input.cursor
+            else None
         )
         limit = input.limit or _DEFAULT_QUERY_LIMIT
         columns = sort_columns(terms)
         after = keyset_condition(terms, cursor) if cursor is not None else Sql("TRUE")
         with self._read(options) as conn:
-            scope = self._scope_id(conn, namespace_of(options), create=False)
+            scope = self._scope_id(conn, ns, create=False)
             if scope is None:
                 return MemoryQueryOutput(items=[], next_cursor=None)
             with conn.cursor() as cur:
@@ -169,7 +172,8 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         next_cursor = None
         if len(rows) > limit:
             values = tuple(sort_value(page[-1], i) for i in range(len(terms)))
-            next_cursor = encode_cursor(fingerprint, values, int(page[-1][0]), secret)
+            last = int(page[-1][0])
+            next_cursor = encode_cursor(fingerprint, values, last, secret, namespace=ns)
         return MemoryQueryOutput(items=[item(row) for row in page], next_cursor=next_cursor)
 
     # --- mutations ------------------------------------------------------------------------
