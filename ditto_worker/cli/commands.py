@@ -455,9 +455,11 @@ def demo(
         f"{report.turns} turns written, {report.questions} questions with evidence; "
         + "; ".join(f"{k}: {v}" for k, v in report.checks.items())
     )
+    r5, r10 = report.recall_at_5, report.recall_at_10
     typer.echo(
-        f"{report.recall_at_10:.3f} = keyword evidence recall@10 "
-        f"(recall@5 {report.recall_at_5:.3f}, {report.questions} questions)"
+        f"{'unknown' if r10 is None else format(r10, '.3f')} = keyword evidence recall@10 "
+        f"(recall@5 {'unknown' if r5 is None else format(r5, '.3f')}, "
+        f"{report.questions} questions)"
     )
     typer.echo(f"{'node':<15}{'calls':>7}{'p50 ms':>10}{'p95 ms':>10}")
     for node, calls, p50, p95 in report.latency_rows():
@@ -619,8 +621,9 @@ def eval_locomo(
     typer.echo(format_reports(reports + shared))
     for own, one in zip(reports, shared, strict=False):
         for name, item in one.strategies.items():
-            delta = item.recall_at_10 - own.strategies[name].recall_at_10
-            typer.echo(f"shared - own {own.conversation:<13} {name:<8} R@10 {delta:+.3f}")
+            mine, theirs = item.recall_at_10, own.strategies[name].recall_at_10
+            delta = "unknown" if mine is None or theirs is None else f"{mine - theirs:+.3f}"
+            typer.echo(f"shared - own {own.conversation:<13} {name:<8} R@10 {delta}")
 
 
 def main() -> None:

@@ -123,13 +123,14 @@ def evidence_recall(found: Sequence[str], evidence: Sequence[str], k: int) -> fl
 
 @dataclass
 class DemoReport:
-    """What the demo measured. Latencies are client round trips in milliseconds."""
+    """What the demo measured. Latencies are client round trips in milliseconds; the recalls
+    are ``None`` when no question has evidence (unknown, not 0)."""
 
     conversation: str
     turns: int
     questions: int
-    recall_at_5: float
-    recall_at_10: float
+    recall_at_5: float | None
+    recall_at_10: float | None
     latencies_ms: dict[str, list[float]] = field(default_factory=dict)
     checks: dict[str, str] = field(default_factory=dict)
 
@@ -213,7 +214,11 @@ def _read_back(call: _Caller, conv: Conversation, run: str, ids: list[str]) -> d
     }
 
 
-def _search(call: _Caller, conv: Conversation, run: str, ids: list[str]) -> tuple[float, float]:
+def _search(
+    call: _Caller, conv: Conversation, run: str, ids: list[str]
+) -> tuple[float | None, float | None]:
+    """Mean keyword evidence recall@5 / @10 (``None``: no question has evidence — unknown,
+    not 0)."""
     dia_by_id = dict(zip(ids, (t.dia_id for t in conv.turns), strict=True))
     asked = [q for q in conv.questions if q.evidence]
     r5 = r10 = 0.0
@@ -225,7 +230,9 @@ def _search(call: _Caller, conv: Conversation, run: str, ids: list[str]) -> tupl
         found = [dia_by_id.get(h.memory.id, "") for h in hits]
         r5 += evidence_recall(found, q.evidence, 5)
         r10 += evidence_recall(found, q.evidence, 10)
-    return r5 / max(1, len(asked)), r10 / max(1, len(asked))
+    if not asked:
+        return None, None
+    return r5 / len(asked), r10 / len(asked)
 
 
 def run_demo(

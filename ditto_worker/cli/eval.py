@@ -80,16 +80,17 @@ class EvalError(DittoError):
 
 @dataclass
 class StrategyReport:
-    """One strategy on one conversation. Recalls in [0, 1]; latencies in ms."""
+    """One strategy on one conversation. Recalls in [0, 1]; latencies in ms; each ``None``
+    (``unknown`` in the table) when no question had evidence — unknown, not 0."""
 
     strategy: str
     questions: int
-    recall_at_5: float
-    recall_at_10: float
+    recall_at_5: float | None
+    recall_at_10: float | None
     per_category: dict[int, tuple[int, float, float]] = field(default_factory=dict)
     """category -> (questions, recall@5, recall@10)."""
-    latency_p50_ms: float = 0.0
-    latency_p95_ms: float = 0.0
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
 
 
 @dataclass
@@ -137,9 +138,9 @@ def ingest(memory: MemoryCalls, conv: Conversation, batch_size: int = 128) -> di
     return dia_by_id
 
 
-def _percentile(values: Sequence[float], share: float) -> float:
+def _percentile(values: Sequence[float], share: float) -> float | None:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))] if ordered else 0.0
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))] if ordered else None
 
 
 def evaluate_strategy(
@@ -168,8 +169,8 @@ def evaluate_strategy(
     return StrategyReport(
         strategy=strategy,
         questions=len(every),
-        recall_at_5=statistics.fmean(r5 for r5, _ in every) if every else 0.0,
-        recall_at_10=statistics.fmean(r10 for _, r10 in every) if every else 0.0,
+        recall_at_5=statistics.fmean(r5 for r5, _ in every) if every else None,
+        recall_at_10=statistics.fmean(r10 for _, r10 in every) if every else None,
         per_category={
             category: (
                 len(pairs),
@@ -178,7 +179,7 @@ def evaluate_strategy(
             )
             for category, pairs in sorted(recalls.items())
         },  # fmt: skip
-        latency_p50_ms=statistics.median(latencies) if latencies else 0.0,
+        latency_p50_ms=statistics.median(latencies) if latencies else None,
         latency_p95_ms=_percentile(latencies, 0.95),
     )
 
@@ -289,6 +290,11 @@ def evaluate_shared_store(
     return reports
 
 
+def _figure(value: float | None, spec: str) -> str:
+    """``value`` formatted with ``spec``, or ``unknown`` for ``None`` (never a made-up 0)."""
+    return "unknown" if value is None else format(value, spec)
+
+
 def format_reports(reports: Sequence[EvalReport]) -> str:
     """A plain-text table: one row per conversation and strategy, categories after
     (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial)."""
@@ -301,8 +307,9 @@ def format_reports(reports: Sequence[EvalReport]) -> str:
             )
             lines.append(
                 f"{report.conversation:<13} {item.strategy:<9} {item.questions:<4} "
-                f"{item.recall_at_5:.3f}  {item.recall_at_10:.3f}  "
-                f"{item.latency_p50_ms:6.1f}  {item.latency_p95_ms:6.1f}  {cats}"
+                f"{_figure(item.recall_at_5, '.3f'):>5}  {_figure(item.recall_at_10, '.3f'):>5}  "
+                f"{_figure(item.latency_p50_ms, '.1f'):>6}  "
+                f"{_figure(item.latency_p95_ms, '.1f'):>6}  {cats}"
             )
     return "\n".join(lines)
 

@@ -56,8 +56,10 @@ def args_repr(log_content: bool) -> dict[str, str]:
     return {} if log_content else {"argsrepr": "()", "kwargsrepr": INPUT_REPR}
 
 
-def input_repr(size: int) -> str:
-    """``kwargsrepr`` of a received call: its body's size only."""
+def input_repr(size: int | None) -> str:
+    """``kwargsrepr`` of a received call: its body's size only (``None``: not known)."""
+    if size is None:
+        return "{'input': <redacted, message size unknown>}"
     return f"{{'input': <redacted, message {size} bytes>}}"
 
 

@@ -22,6 +22,7 @@ build what they need on first use.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -63,7 +64,8 @@ log = logging.getLogger(__name__)
 _MISSING = object()
 
 INPUT_BYTES = "ditto_input_bytes"
-"""Request attribute: bytes of the message body as it came off the broker."""
+"""Request attribute: bytes of the message body as it came off the broker, or ``None`` when
+the transport handed over no raw body (then the input is measured; never counted as 0)."""
 
 
 class SizedRequest(Request):  # type: ignore[misc]
@@ -85,7 +87,7 @@ class SizedRequest(Request):  # type: ignore[misc]
         super().__init__(message, *args, **kwargs)
         self._hard_time_limit()
         body = self._body
-        size = len(body) if isinstance(body, bytes | str) else 0
+        size = len(body) if isinstance(body, bytes | str) else None
         self._request_dict[INPUT_BYTES] = size
         if not self.log_content:  # a Graph call's run and node ids stay (ids, not content)
             traced = trace_repr(trace_from_headers(self._request_dict)) or "()"
@@ -262,8 +264,10 @@ class FleetRuntime:
             found = self._kind_defaults[kind] = self.config.defaults_for(kind)
         return found
 
-    def _refusal(self, task: Task, node: str, eid: str) -> NodeResult[Any] | None:
-        size = int(getattr(task.request, INPUT_BYTES, 0) or 0)
+    def _refusal(self, task: Task, node: str, eid: str, input: Any) -> NodeResult[Any] | None:
+        size = getattr(task.request, INPUT_BYTES, None)
+        if not isinstance(size, int):  # no body size known (not 0): measure the input itself
+            size = len(json.dumps(input, separators=(",", ":"), default=str).encode())
         cap = self.config.fleet.max_input_bytes
         if size > cap:
             message = f"Invalid input: {size} bytes exceed the {cap}-byte limit (maxInputBytes)"
@@ -286,7 +290,7 @@ class FleetRuntime:
             scope = parse_scope(_header(request, SCOPE_HEADER))
         except NodeError as exc:
             return to_wire(NodeResult.failure(eid, node, exc.code, exc.safe_message))
-        refused = self._refusal(task, node, eid)
+        refused = self._refusal(task, node, eid, input)
         if refused is not None:
             return to_wire(refused)
         watcher = self._watcher.get()

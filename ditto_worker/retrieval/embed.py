@@ -103,7 +103,8 @@ class LocalEmbeddingProvider:
 
     Raises:
         MemoryError: ``EMBEDDING_UNAVAILABLE`` when sentence-transformers or the model
-            files are missing (install the ``retrieval`` extra).
+            files are missing (install the ``retrieval`` extra), or the model does not
+            report its dimensions (never recorded as 0).
     """
 
     def __init__(
@@ -132,12 +133,18 @@ class LocalEmbeddingProvider:
             ) from exc
         self._batch_size = batch_size
         self._lock = threading.Lock()
+        dims = self._model.get_embedding_dimension()
+        if not isinstance(dims, int) or isinstance(dims, bool) or dims < 1:
+            # unknown is not 0: a collection fixed to 0 dims would refuse every vector
+            raise MemoryError(
+                EMBEDDING_UNAVAILABLE, "the local embedding model does not report its dimensions"
+            )
         revision = _package_version(_MODEL_PACKAGE) if model_name == LOCAL_MODEL else ""
         self._identity = EmbeddingIdentity(
             provider="sentence-transformers",
             model=model_name,
             revision=f"{_MODEL_PACKAGE}=={revision}" if revision else "",
-            dims=int(self._model.get_embedding_dimension() or 0),
+            dims=dims,
             normalization="l2",
         )
 

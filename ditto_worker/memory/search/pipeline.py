@@ -103,11 +103,17 @@ def search_candidates(
 def fuse_candidates(
     candidates: Candidates, config: RetrievalConfig
 ) -> tuple[dict[str, float], dict[str, MemoryItem]]:
-    """Fused scores (:mod:`.fusion`) and the memories, by id."""
+    """Fused scores (:mod:`.fusion`) and the memories, by id.
+
+    A source may return results without a score (MEM-DATA-2). Such a score is unknown, not
+    0: a list holding one is scored by its order instead (``n, n-1, …, 1`` for ``n``
+    results, best first, as the source ranked them; MEM-SEARCH-3), so weighted fusion
+    spaces it evenly from best to worst and rrf, which reads ranks only, is unchanged.
+    """
     memories: dict[str, MemoryItem] = {}
     lists: dict[str, list[tuple[str, float]]] = {}
     for role, results in candidates.items():
-        lists[role] = [(r.memory.id, float(r.score or 0.0)) for r in results]
+        lists[role] = _raw_scores(results)
         for r in results:
             memories.setdefault(r.memory.id, r.memory)
     try:
@@ -115,6 +121,14 @@ def fuse_candidates(
     except ValueError as exc:
         raise MemoryError(ErrorCode.INVALID_INPUT, f"retrieval fusion: {exc}") from None
     return scores, memories
+
+
+def _raw_scores(results: Sequence[MemorySearchResult]) -> list[tuple[str, float]]:
+    """``(id, raw score)`` best first; by rank when any score is unknown (``None``)."""
+    scored = [(r.memory.id, float(r.score)) for r in results if r.score is not None]
+    if len(scored) == len(results):
+        return scored
+    return [(r.memory.id, float(len(results) - i)) for i, r in enumerate(results)]
 
 
 def expand_neighbours(
