@@ -49,6 +49,26 @@ def postgres_url() -> str:
     return url
 
 
+def mysql_url() -> str:
+    """``DITTO_TEST_MYSQL_URL`` of a server that answers (skip/fail without one)."""
+    url = os.environ.get("DITTO_TEST_MYSQL_URL", "")
+    if not url:
+        missing_service('no DITTO_TEST_MYSQL_URL (eval "$(bash scripts/mysql.sh start)")')
+    import pymysql
+
+    from ditto_plugin_mysql.db import parse_url
+
+    address = parse_url(url)
+    try:
+        pymysql.connect(
+            host=address.host, port=address.port, user=address.user,
+            password=address.password, connect_timeout=3,
+        ).close()  # fmt: skip
+    except pymysql.MySQLError:
+        missing_service("the MySQL server of DITTO_TEST_MYSQL_URL is not answering")
+    return url
+
+
 def stop_worker(proc: subprocess.Popen[str]) -> None:
     """SIGTERM a worker subprocess (warm shutdown) and wait; SIGKILL after 30 s."""
     stop_process(proc)

@@ -76,7 +76,8 @@ def test_the_wheel_works_outside_the_repository(tmp_path: Path) -> None:
          tmp_path, env)  # fmt: skip
     (wheel,) = dist.glob("ditto_worker-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for typed in ("ditto_worker", "ditto_plugin_sqlite", "ditto_plugin_postgres"):
+    for typed in ("ditto_worker", "ditto_plugin_sqlite", "ditto_plugin_postgres",
+                  "ditto_plugin_mysql"):  # fmt: skip
         assert f"{typed}/py.typed" in names
     assert "ditto_worker/cli/samples/conversation.json" in names
     assert not [n for n in names if "locomo" in n.lower() and n.endswith(".json")]

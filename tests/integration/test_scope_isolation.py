@@ -36,7 +36,7 @@ from ditto_worker.contracts import NODE_QUEUES
 from ditto_worker.fleet.client import DittoClient
 from ditto_worker.retrieval.delegation import RemoteRetrievalSearchProvider, create_retrieval_worker
 from ditto_worker.testing import InMemoryMemoryStore
-from tests.conftest import postgres_url
+from tests.conftest import mysql_url, postgres_url
 
 pytestmark = pytest.mark.integration
 
@@ -159,7 +159,7 @@ SPACE = st.one_of(st.just("memory"), PART.map(lambda part: f"task:{part}"))
 SCOPES = st.lists(st.builds(Scope, PART, PART, SPACE), min_size=2, max_size=4, unique=True)
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "mysql"])
 def fresh_memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
     """A factory of empty SDKs over one backend (one per hypothesis example)."""
     if request.param == "memory":
@@ -167,6 +167,9 @@ def fresh_memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cal
         return
     if request.param == "sqlite":
         yield lambda: create_memory(SqliteMemoryStore(tmp_path / f"{uuid.uuid4().hex}.sqlite"))
+        return
+    if request.param == "mysql":
+        yield from _fresh_mysql()
         return
     from ditto_plugin_postgres import PostgresMemoryStore
 
@@ -184,6 +187,39 @@ def fresh_memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cal
     store.close()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _fresh_mysql() -> Iterator[Callable[[], Any]]:
+    """Empty SDKs over one MySQL database (emptied between examples; ``scopes`` rows stay:
+    the store caches their ids, as it may)."""
+    import pymysql
+
+    from ditto_plugin_mysql import MysqlMemoryStore
+    from ditto_plugin_mysql.db import parse_url
+
+    url = mysql_url()
+    address = parse_url(url)
+    database = f"t_{uuid.uuid4().hex}"
+    store = MysqlMemoryStore(url, database=database, pool_max_size=2)
+
+    def run(*statements: str) -> None:
+        conn = pymysql.connect(host=address.host, port=address.port, user=address.user,
+                               password=address.password, autocommit=True)  # fmt: skip
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+        conn.close()
+
+    def empty() -> Any:
+        store.migrate()
+        tables = ("memories", "memory_terms", "memory_vectors", "executions")
+        run(*(f"TRUNCATE `{database}`.{t}" for t in tables),
+            f"UPDATE `{database}`.scopes SET records = 0, terms = 0")  # fmt: skip
+        return create_memory(store)
+
+    yield empty
+    store.close()
+    run(f"DROP DATABASE IF EXISTS `{database}`")
 
 
 def test_no_cross_tenant_reads_updates_or_deletes(fresh_memory: Callable[[], Any]) -> None:
