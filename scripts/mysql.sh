@@ -32,7 +32,7 @@ install_server() {
   if command -v mariadbd >/dev/null 2>&1 && command -v mariadb-install-db >/dev/null 2>&1; then
     return 0
   fi
-  say "installing mariadb-server (apt)"
+  say "installing mariadb-server (apt, with liburing2 and libaio1 it needs): the server of the mysql store's tests"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >&2
   apt-get install -y -qq --no-install-recommends mariadb-server liburing2 libaio1 >/dev/null
@@ -63,7 +63,10 @@ run_server() {
 
 start() {
   install_server
-  id -u mysql >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin mysql
+  if ! id -u mysql >/dev/null 2>&1; then
+    say "creating the system user mysql (useradd): mariadbd runs as it, not as root"
+    useradd --system --no-create-home --shell /usr/sbin/nologin mysql
+  fi
   mkdir -p "$dir"
   chmod 755 "$dir"
   if [ ! -d "$dir/data/mysql" ]; then

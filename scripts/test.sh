@@ -1,32 +1,60 @@
 #!/usr/bin/env bash
-# Runs the whole test suite from nothing: installs the Python package with its dev extras
-# and redis-server and rabbitmq-server (apt) if missing, starts a throwaway Redis on a
-# loopback port unless DITTO_TEST_REDIS_URL is already set, and a throwaway PostgreSQL with pgvector
-# (scripts/postgres.sh, port DITTO_PG_PORT or 15432) unless DITTO_TEST_POSTGRES_URL is
-# set, a throwaway MariaDB (scripts/mysql.sh, port DITTO_MYSQL_PORT or 13306; installs
-# mariadb-server with apt if missing) unless DITTO_TEST_MYSQL_URL is set, runs ruff and
-# mypy, then pytest, and stops what it started.
+# Runs the whole test suite from nothing: installs what is missing (redis-server and
+# rabbitmq-server with apt, the Python package with its dev extras with pip), starts a
+# throwaway Redis on a loopback port unless DITTO_TEST_REDIS_URL is already set, a
+# throwaway PostgreSQL with pgvector (scripts/postgres.sh, port DITTO_PG_PORT or 15432)
+# unless DITTO_TEST_POSTGRES_URL is set, and a throwaway MariaDB (scripts/mysql.sh, port
+# DITTO_MYSQL_PORT or 13306; installs mariadb-server with apt if missing) unless
+# DITTO_TEST_MYSQL_URL is set, runs ruff and mypy, then pytest, and stops what it started.
+# Every install says on one line what it installs and why; what is already there is named
+# on one line and skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "== installing redis-server (apt)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
+say() { echo "== $*"; }
+
+# System packages: one apt-get run for the missing ones, each announced with its reason.
+apt_packages=()
+present=()
+if command -v redis-server >/dev/null 2>&1; then
+  present+=(redis-server)
+else
+  say "installing redis-server (apt): the broker, result backend and context cache of the integration tests"
+  apt_packages+=(redis-server)
 fi
-if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
-  echo "== installing rabbitmq-server (apt; the amqp:// broker test)"
+if [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+  present+=(rabbitmq-server)
+else
+  say "installing rabbitmq-server (apt, with Erlang; the longest step): the amqp:// broker test, tests/integration/test_brokers.py"
+  apt_packages+=(rabbitmq-server)
+fi
+if [ ${#present[@]} -gt 0 ]; then say "already installed, skipped: ${present[*]}"; fi
+if [ ${#apt_packages[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends rabbitmq-server >/dev/null
+  say "apt-get update: the package lists for ${apt_packages[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${apt_packages[@]}" >/dev/null
 fi
 if [ "${DITTO_CONSTRAINTS:-constraints.txt}" = none ]; then
   # The manual check against the newest versions the ranges allow (not CI): run it in a
   # fresh virtualenv, `DITTO_CONSTRAINTS=none bash scripts/test.sh`.
-  echo "== installing ditto-worker[dev] at the newest versions pyproject.toml allows"
+  say "installing ditto-worker[dev] at the newest versions pyproject.toml allows (pip): the manual check against new releases"
   python3 -m pip install -q --disable-pip-version-check --upgrade --upgrade-strategy eager -e ".[dev]"
 else
-  echo "== installing ditto-worker[dev] at the versions of constraints.txt"
-  python3 -m pip install -q --disable-pip-version-check -c "${DITTO_CONSTRAINTS:-constraints.txt}" -e ".[dev]"
+  # The editable install rebuilds the package every time (~30 s) even when nothing changed:
+  # a stamp in the Python environment records the pyproject.toml and constraints file it was
+  # made from; DITTO_REINSTALL=1 installs regardless.
+  constraints=${DITTO_CONSTRAINTS:-constraints.txt}
+  stamp="$(python3 -c 'import sys; print(sys.prefix)')/.ditto-worker-test-install"
+  want="$(cat pyproject.toml "$constraints" | sha256sum | cut -d' ' -f1) $PWD"
+  if [ "${DITTO_REINSTALL:-}" != 1 ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] &&
+    python3 -c 'import os, sys, ditto_worker as d; sys.exit(not d.__file__.startswith(os.getcwd() + os.sep))' 2>/dev/null; then
+    say "ditto-worker[dev] from this checkout at the versions of $constraints: already installed, skipped (DITTO_REINSTALL=1 forces it)"
+  else
+    say "installing ditto-worker[dev] at the versions of $constraints (pip): the package under test, its extras and the test tools"
+    python3 -m pip install -q --disable-pip-version-check -c "$constraints" -e ".[dev]"
+    echo "$want" >"$stamp" 2>/dev/null || true
+  fi
 fi
 
 started=""
@@ -39,6 +67,11 @@ cleanup() {
 trap cleanup EXIT
 if [ -z "${DITTO_TEST_REDIS_URL:-}" ]; then
   port=${DITTO_TEST_REDIS_PORT:-16379}
+  if redis-cli -p "$port" ping >/dev/null 2>&1; then  # never borrow (and stop) another Redis
+    say "port $port already has a Redis: set DITTO_TEST_REDIS_URL to use it, or DITTO_TEST_REDIS_PORT"
+    exit 1
+  fi
+  say "starting redis-server on 127.0.0.1:$port (throwaway, no persistence): the tests' broker"
   redis_dir=$(mktemp -d)
   redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
     --dir "$redis_dir" --daemonize yes --logfile "$redis_dir/redis.log" >/dev/null
@@ -47,19 +80,21 @@ if [ -z "${DITTO_TEST_REDIS_URL:-}" ]; then
   export DITTO_TEST_REDIS_URL="redis://127.0.0.1:$port"
 fi
 if [ -z "${DITTO_TEST_POSTGRES_URL:-}" ]; then
+  say "PostgreSQL 18 with pgvector (scripts/postgres.sh): the postgres store's tests"
   if ! bash scripts/postgres.sh status; then pg_started=1; fi
   pg_env=$(bash scripts/postgres.sh start)
   eval "$pg_env"
 fi
 if [ -z "${DITTO_TEST_MYSQL_URL:-}" ]; then
+  say "MariaDB (scripts/mysql.sh): the mysql store's tests"
   if ! bash scripts/mysql.sh status; then mysql_started=1; fi
   mysql_env=$(bash scripts/mysql.sh start)
   eval "$mysql_env"
 fi
-echo "== ruff (lint, format) and mypy (strict)"
+say "ruff (lint, format) and mypy (strict)"
 python3 -m ruff check .
 python3 -m ruff format --check .
 python3 -m mypy
 export DITTO_REQUIRE_SERVICES=1
-echo "== pytest (Redis at $DITTO_TEST_REDIS_URL, PostgreSQL at ${DITTO_TEST_POSTGRES_URL##*@}, MySQL at ${DITTO_TEST_MYSQL_URL##*@})"
+say "pytest (Redis at $DITTO_TEST_REDIS_URL, PostgreSQL at ${DITTO_TEST_POSTGRES_URL##*@}, MySQL at ${DITTO_TEST_MYSQL_URL##*@})"
 python3 -m pytest "$@"
