@@ -62,18 +62,26 @@ def _loaded(modules: set[str], roots: tuple[str, ...]) -> set[str]:
     return {m for m in modules for r in roots if m == r or m.startswith(r + ".")}
 
 
+# the Milvus client and Milvus Lite: the core never imports them (the plugin does, reached
+# by entry point; it loads Milvus Lite only when a .db URI is opened)
+MILVUS = ("pymilvus", "milvus_lite", "grpc")
+DRIVERS = SQL_CLIENTS + MILVUS
+
+
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("ditto_worker", TRANSPORT + MODELS + SQL_CLIENTS),
-        ("ditto_worker.contracts", TRANSPORT + MODELS + SQL_CLIENTS),
-        ("ditto_worker.memory", TRANSPORT + MODELS + SQL_CLIENTS),
-        ("ditto_worker.runtime", TRANSPORT + MODELS + SQL_CLIENTS),
-        ("ditto_worker.retrieval", TRANSPORT + MODELS + SQL_CLIENTS),
-        ("ditto_worker.testing", TRANSPORT + MODELS + SQL_CLIENTS),
-        ("ditto_plugin_sqlite", TRANSPORT + MODELS + SQL_CLIENTS),
-        ("ditto_plugin_postgres", TRANSPORT + MODELS + ("pymysql", "MySQLdb", "sqlalchemy")),
-        ("ditto_plugin_mysql", TRANSPORT + MODELS + ("psycopg", "MySQLdb")),
+        ("ditto_worker", TRANSPORT + MODELS + DRIVERS),
+        ("ditto_worker.contracts", TRANSPORT + MODELS + DRIVERS),
+        ("ditto_worker.memory", TRANSPORT + MODELS + DRIVERS),
+        ("ditto_worker.runtime", TRANSPORT + MODELS + DRIVERS),
+        ("ditto_worker.retrieval", TRANSPORT + MODELS + DRIVERS),
+        ("ditto_worker.testing", TRANSPORT + MODELS + DRIVERS),
+        ("ditto_plugin_sqlite", TRANSPORT + MODELS + DRIVERS),
+        ("ditto_plugin_postgres", TRANSPORT + MODELS + ("pymysql", "MySQLdb", "sqlalchemy")
+         + MILVUS),
+        ("ditto_plugin_mysql", TRANSPORT + MODELS + ("psycopg", "MySQLdb") + MILVUS),
+        ("ditto_plugin_milvus", TRANSPORT + MODELS + SQL_CLIENTS + ("milvus_lite",)),
     ],
 )
 def test_import_loads_no_transport_no_model_and_connects_nowhere(

@@ -1,0 +1,362 @@
+"""The Milvus store's collection: lifecycle, identity and the requests every operation uses.
+
+``MilvusMemoryStore`` (:mod:`ditto_plugin_milvus.store`): MemoryStore + native search over
+one Milvus collection.
+
+Built on the plugin kit, as the Qdrant store is: the shared filter parser (translated by
+:mod:`ditto_plugin_milvus.expressions`), the shared signed cursors, the scope namespace,
+the embedding port and ``search`` from :class:`~ditto_worker.memory.native.NativeSearch`
+(``hybrid`` through the shared retrieval pipeline); this module supplies the six
+operations and the two candidate searches. Rows: :mod:`ditto_plugin_milvus.rows`.
+
+The collection (created on first use when missing, ``Strong`` consistency so a call reads
+every write before it) records in its properties the embedding identity, the embed
+policy, the keyword tokenizer and the cursor secret; another provider or policy fails
+every call with ``EMBEDDING_MISMATCH``.
+
+Behaviour (declared in ``capabilities``):
+
+* Every operation is confined to the call's namespace (``ns == …`` on every request).
+* Keys: a WRITE whose key is taken (or repeated in the batch) is ``CONFLICT`` and writes
+  nothing. Milvus has no unique constraint and no transaction, so the check is made twice:
+  before inserting (nothing is written on a conflict seen then) and after (a writer that
+  now sees another record holding one of its keys deletes its whole batch and reports
+  ``CONFLICT``). Two writers racing on a key therefore never both keep it; both may fail,
+  and a writer that dies between its insert and its second check leaves a duplicate
+  (docs/stores-milvus.md).
+* Batches are not atomic (``partial_commit``): rows are sent in requests of at most
+  ``max_message_bytes``; a failure part-way leaves the requests already applied.
+* Cancel: a cancel seen before the first mutation request commits nothing; once started,
+  a mutation is completed. Reads check the token before each request.
+* QUERY: ``orderBy`` on ``createdAt`` or ``updatedAt`` (one term; metadata order is
+  ``UNSUPPORTED_ORDER_BY``). Milvus's query has no order, so the matching rows' ids and
+  instants after the cursor are read and sorted here, then the page's records fetched.
+* SEARCH: ``keyword`` (Milvus BM25 over the shared tokenizer's terms,
+  :mod:`ditto_plugin_milvus.keywords`; statistics are Milvus's, not the scope's),
+  ``vector`` (COSINE on ``dense``; exact with the ``FLAT`` index) and ``hybrid`` (shared
+  pipeline). Ties in score are ordered by sequence; a tie run at the cut is read whole.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Final
+
+from pymilvus import MilvusClient
+
+from ditto_plugin_milvus.connection import Connection
+from ditto_plugin_milvus.expressions import CREATED, quote, scope_expression
+from ditto_plugin_milvus.keywords import TOKENIZER
+from ditto_plugin_milvus.rows import OUTPUT, chunks, index_params, schema
+from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.memory.capabilities import ALL_FILTER_OPERATORS, StoreCapabilities
+from ditto_worker.memory.cursors import new_cursor_secret
+from ditto_worker.memory.native import VECTOR_OPTIONS, NativeSearch
+from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider, MemoryCallOptions
+from ditto_worker.memory.scope import namespace_of
+from ditto_worker.memory.vectors import mismatch_message
+
+__all__ = [
+    "DEFAULT_COLLECTION",
+    "DEFAULT_MESSAGE_BYTES",
+    "IDS_PER_REQUEST",
+    "MilvusCollection",
+    "Row",
+    "capabilities_for",
+    "tiebreak",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_COLLECTION: Final = "ditto_memories"
+DEFAULT_MESSAGE_BYTES: Final = 4 * 1024 * 1024
+"""Largest insert/upsert request the store sends, bytes (Milvus accepts 64 MiB)."""
+_FORMAT: Final = 1
+_PROPERTY: Final = "ditto"
+IDS_PER_REQUEST: Final = 1000
+"""Ids (or keys) listed in one expression."""
+_SETTING: Final = "plugins.milvus.embedding"
+_PARTIAL: Final = (
+    "rows are sent in requests of at most maxMessageBytes; a failure part-way leaves the "
+    "requests already applied (no transaction in Milvus); UPDATE rows are upserted"
+)
+Row = dict[str, Any]
+
+
+def capabilities_for(embedder: bool, exact_vectors: bool, lite: bool) -> StoreCapabilities:
+    """What the store declares (module docstring), by configuration."""
+    times = frozenset({"createdAt", "updatedAt"})
+    extras = {"deadline"} | ({"embed_on_write"} if embedder else set())
+    return StoreCapabilities(
+        filter_operators=ALL_FILTER_OPERATORS,
+        order_by_fields=times,
+        search_strategies=("keyword", "vector", "hybrid") if embedder else ("keyword",),
+        default_strategy="vector" if embedder else "keyword",
+        keyword_strategy="keyword",
+        keyword_cjk=True,
+        keyword_scope_statistics=False,
+        search_options=VECTOR_OPTIONS if embedder else frozenset(),
+        exhaustive_strategies=("vector",) if embedder and exact_vectors else (),
+        key_conflict="error",
+        batch_atomic=False,
+        partial_commit=_PARTIAL,
+        cancel=True,
+        scope=True,
+        extras=frozenset(extras | (set() if lite else {"multi_process"})),
+    )
+
+
+def tiebreak(row: Row) -> tuple[int, str]:
+    """The tie-break of a row: (sequence, id)."""
+    return (int(row[CREATED]), str(row["id"]))
+
+
+def _ids_expression(column: str, values: Sequence[str]) -> str:
+    return f"{column} in [{', '.join(quote(v) for v in values)}]"
+
+
+class _Clock:
+    """Unique, increasing microsecond instants for this store object (the sequence)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def take(self, count: int) -> int:
+        """The first of ``count`` consecutive unused instants (µs since the epoch)."""
+        with self._lock:
+            start = max(time.time_ns() // 1000, self._last + 1)
+            self._last = start + max(count, 1) - 1
+            return start
+
+
+class MilvusCollection(NativeSearch):
+    """The collection under a :class:`~ditto_plugin_milvus.store.MilvusMemoryStore` (its
+    constructor's arguments).
+
+    Args:
+        uri: a Milvus server (``http(s)://host:19530``) or a Milvus Lite path ending in
+            ``.db`` (one process at a time).
+        token: the server's token (never logged nor put in an error).
+        db_name: the Milvus database (``""``: default).
+        collection: the collection name.
+        timeout_s: longest wait for one gRPC call (a call's deadline may cut it).
+        embedder: the embedding provider of WRITE/UPDATE and of ``vector``/``hybrid``;
+            ``None``: keyword search only.
+        embed_kinds: only records whose ``metadata.kind`` is one of these get a vector
+            (``None``: every record with text).
+        hybrid: ``hybrid`` pipeline settings (a ``RetrievalConfig`` or its mapping).
+        vector_index: ``FLAT`` (exact, default) or ``HNSW``.
+        max_message_bytes: largest insert/upsert request, bytes.
+
+    Errors: ``MemoryError`` with ``UNSUPPORTED_ORDER_BY``, ``INVALID_CURSOR``, ``CONFLICT``,
+    ``NOT_FOUND``, ``UNSUPPORTED_STRATEGY``, ``INVALID_INPUT``, ``MEMORY_CANCELLED``,
+    ``MEMORY_TIMEOUT``, ``EMBEDDING_MISMATCH``, ``EMBEDDING_UNAVAILABLE`` or
+    ``MEMORY_BACKEND_ERROR`` (safe messages).
+    """
+
+    capabilities: StoreCapabilities
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        token: str | None = None,
+        db_name: str = "",
+        collection: str = DEFAULT_COLLECTION,
+        timeout_s: float = 10.0,
+        embedder: EmbeddingProvider | None = None,
+        embed_kinds: Sequence[str] | None = None,
+        hybrid: Any = None,
+        vector_index: str = "FLAT",
+        max_message_bytes: int = DEFAULT_MESSAGE_BYTES,
+    ) -> None:
+        self._conn = Connection(uri=uri, token=token, db_name=db_name, timeout_s=timeout_s)
+        self.collection = collection
+        self._embedder = embedder
+        self._embed_kinds = None if embed_kinds is None else sorted(set(embed_kinds))
+        self._hybrid_settings = hybrid
+        self._dims = None if embedder is None else embedder.identity.dims
+        self._vector_index = vector_index
+        self.max_message_bytes = max_message_bytes
+        self._mismatch: str | None = None
+        self._refuse_writes = False
+        self._ready_lock = threading.Lock()
+        self._ready = False
+        self._cursor_secret = ""
+        self._clock = _Clock()
+        exact = embedder is not None and vector_index == "FLAT"
+        self.capabilities = capabilities_for(embedder is not None, exact, self._conn.lite)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def lite(self) -> bool:
+        """True on Milvus Lite (a ``.db`` path)."""
+        return self._conn.lite
+
+    @property
+    def embedder(self) -> EmbeddingProvider | None:
+        """The embedding provider, or ``None``."""
+        return self._embedder
+
+    def close(self) -> None:
+        """Close the client (Milvus Lite: stop its server, release the folder); idempotent."""
+        self._conn.close()
+        self._ready = False
+
+    def __enter__(self) -> MilvusCollection:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _properties(self) -> dict[str, str]:
+        identity = None if self._embedder is None else self._embedder.identity.to_json()
+        recorded = {
+            "format": _FORMAT,
+            "embedding": identity,
+            "embedKinds": self._embed_kinds,
+            "keywords": TOKENIZER,
+            "cursorSecret": new_cursor_secret(),
+        }
+        return {_PROPERTY: json.dumps(recorded, sort_keys=True)}
+
+    def _setup(self, client: MilvusClient, timeout: float) -> dict[str, Any]:
+        name = self.collection
+        if not client.has_collection(name, timeout=timeout):
+            try:
+                client.create_collection(
+                    name,
+                    schema=schema(self._dims),
+                    consistency_level="Strong",
+                    properties=self._properties(),
+                    timeout=timeout,
+                )
+                # sync=False: pymilvus would poll each index's build state with 0.5 s
+                # sleeps; loading the collection waits for what it needs
+                client.create_index(
+                    name, index_params(self._dims, self._vector_index), timeout=timeout, sync=False
+                )
+            except Exception as exc:  # another process created it first: use it
+                if not client.has_collection(name, timeout=timeout):
+                    raise
+                logger.info("milvus collection created concurrently: %s", type(exc).__name__)
+        client.load_collection(name, timeout=timeout)
+        described = client.describe_collection(name, timeout=timeout)
+        return dict(described.get("properties") or {})
+
+    def _open(self, options: MemoryCallOptions | None) -> None:
+        """Create the collection if missing, load it and check its identity (once per
+        store object; retried after a failure)."""
+        if self._ready:
+            return
+        with self._ready_lock:
+            if self._ready:
+                return
+            properties = self._conn.call(
+                options, lambda client, timeout: self._setup(client, timeout)
+            )
+            try:
+                recorded = json.loads(properties.get(_PROPERTY, "null"))
+            except ValueError:
+                recorded = None
+            self._mismatch = self._check_properties(recorded)
+            secret = recorded.get("cursorSecret") if isinstance(recorded, dict) else None
+            self._cursor_secret = str(secret or "")
+            self._ready = True
+
+    def _check_properties(self, recorded: Any) -> str | None:
+        if not isinstance(recorded, dict) or recorded.get("format") != _FORMAT:
+            return "this Milvus collection was not made by the ditto_worker Milvus store"
+        stored_text = recorded.get("embedding")
+        stored = None if stored_text is None else EmbeddingIdentity.from_json(stored_text)
+        provider = None if self._embedder is None else self._embedder.identity
+        if provider is not None and provider != stored:
+            return mismatch_message("Milvus collection", _SETTING, provider, stored)
+        if provider is not None and recorded.get("embedKinds") != self._embed_kinds:
+            return (
+                "this Milvus collection was made with another embed policy "
+                "(plugins.milvus.embedKinds); use the collection's policy or a new collection"
+            )
+        self._refuse_writes = stored is not None and provider is None
+        if recorded.get("keywords") != TOKENIZER:
+            logger.warning(
+                "milvus collection %s: keyword terms of another tokenizer (%s)",
+                self.collection,
+                recorded.get("keywords"),
+            )
+        return None
+
+    def _check_identity(self) -> None:
+        if self._mismatch is not None:
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
+
+    def _begin(self, options: MemoryCallOptions | None, write: bool = False) -> str:
+        self._open(options)
+        self._check_identity()
+        if write and self._refuse_writes:
+            raise MemoryError(
+                ErrorCode.EMBEDDING_MISMATCH,
+                "this Milvus collection keeps vectors, but the store has no embedding "
+                f"provider; configure one ({_SETTING})",
+            )
+        return namespace_of(options)
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def _query(
+        self, options: MemoryCallOptions | None, expression: str, fields: Sequence[str]
+    ) -> list[Row]:
+        rows = self._conn.call(
+            options,
+            MilvusClient.query,
+            self.collection,
+            filter=expression,
+            output_fields=list(fields),
+        )
+        return [dict(row) for row in rows]
+
+    def _rows_by(
+        self,
+        ns: str,
+        column: str,
+        values: Sequence[str],
+        options: MemoryCallOptions | None,
+        fields: Sequence[str] = OUTPUT,
+    ) -> list[Row]:
+        """Rows of ``ns`` whose ``column`` (``id`` or ``key``) is one of ``values``."""
+        wanted = list(dict.fromkeys(values))
+        out: list[Row] = []
+        for start in range(0, len(wanted), IDS_PER_REQUEST):
+            part = wanted[start : start + IDS_PER_REQUEST]
+            expression = f"({scope_expression(ns, None)}) and ({_ids_expression(column, part)})"
+            out += self._query(options, expression, fields)
+        return out
+
+    def _insert(self, rows: Sequence[Row], options: MemoryCallOptions | None, upsert: bool) -> None:
+        method = MilvusClient.upsert if upsert else MilvusClient.insert
+        for chunk in chunks(rows, self.max_message_bytes):
+            self._conn.call(options, method, self.collection, chunk, check_cancel=False)
+
+    def _delete_ids(self, ns: str, ids: Sequence[str], options: MemoryCallOptions | None) -> None:
+        for start in range(0, len(ids), IDS_PER_REQUEST):
+            part = ids[start : start + IDS_PER_REQUEST]
+            expression = f"({scope_expression(ns, None)}) and ({_ids_expression('id', part)})"
+            self._conn.call(
+                options,
+                MilvusClient.delete,
+                self.collection,
+                filter=expression,
+                check_cancel=False,
+            )
+
+    def _start_mutation(self, options: MemoryCallOptions | None) -> None:
+        """The last point where a cancel commits nothing (module docstring)."""
+        token = options.cancel if options is not None else None
+        if token is not None and token.cancelled:
+            raise MemoryError(ErrorCode.MEMORY_CANCELLED, "the memory call was cancelled")

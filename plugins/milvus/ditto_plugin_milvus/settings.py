@@ -1,0 +1,131 @@
+"""``create_store``: the Milvus store from ``plugins.milvus`` settings and the environment."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ditto_plugin_milvus.collection import DEFAULT_COLLECTION, DEFAULT_MESSAGE_BYTES
+from ditto_plugin_milvus.store import MilvusMemoryStore
+from ditto_worker.errors import ConfigError
+
+__all__ = ["DEFAULT_URI", "create_store"]
+
+DEFAULT_URI: Final = "./.ditto/milvus.db"
+"""Milvus Lite's data folder when no URI is configured."""
+_ENV: Final = "DITTO_WORKER_MEMORY_MILVUS_"
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+_DEFAULTS: Final[dict[str, Any]] = {
+    "uri": DEFAULT_URI,
+    "dbName": "",
+    "collection": DEFAULT_COLLECTION,
+    "timeoutS": 10.0,
+    "embedding": "none",
+    "embedKinds": None,
+    "hybrid": None,
+    "vectorIndex": "FLAT",
+    "maxMessageBytes": DEFAULT_MESSAGE_BYTES,
+}
+
+
+def _number(values: Mapping[str, Any], name: str, low: float) -> float:
+    value = values[name]
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            value = None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
+        raise ConfigError(f"plugins.milvus.{name} must be a number >= {low}")
+    return float(value)
+
+
+def _names(value: Any, name: str) -> list[str] | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"plugins.milvus.{name} must be a list of names")
+    return list(value)
+
+
+def _uri(text: str) -> str:
+    if text.startswith(("http://", "https://", "tcp://")):
+        if "@" in text.split("//", 1)[1].split("/", 1)[0]:
+            raise ConfigError(
+                f"plugins.milvus.uri must not carry credentials: set {_ENV}TOKEN instead"
+            )
+        return text
+    if not text.endswith(".db"):
+        raise ConfigError(
+            "plugins.milvus.uri must be http(s)://host:port (a server) or a path ending "
+            "in .db (Milvus Lite)"
+        )
+    return os.path.abspath(os.path.expanduser(text))
+
+
+def create_store(
+    settings: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> MilvusMemoryStore:
+    """Build the store from ``plugins.milvus`` settings and the environment.
+
+    Args:
+        settings: ``uri`` (``http(s)://host:19530``: a server; a path ending in ``.db``:
+            Milvus Lite's data folder, default ``./.ditto/milvus.db``), ``dbName`` (the
+            Milvus database, default the server's), ``collection`` (``ditto_memories``),
+            ``timeoutS`` (10: longest wait for one gRPC call), ``embedding`` (``local`` |
+            ``http`` | ``none``, default ``none``:
+            :func:`ditto_worker.retrieval.create_embedding_provider`), ``embedKinds``
+            (``null``: every record with text gets a vector; a list such as
+            ``[preference]``: only records whose ``metadata.kind`` is listed), ``hybrid``
+            (``RetrievalConfig`` settings), ``vectorIndex`` (``FLAT``: exact, default;
+            ``HNSW``), ``maxMessageBytes`` (4 MiB: largest insert request). A ``token`` or
+            ``password`` key, or any other unknown key, is rejected.
+        env: the environment (default ``os.environ``): ``DITTO_WORKER_MEMORY_MILVUS_URI``,
+            ``_DB_NAME``, ``_COLLECTION``, ``_EMBEDDING``, ``_EMBED_KINDS``
+            (comma-separated) override the settings; ``_TOKEN`` is the only place the
+            token (``user:password`` or an API key) is read from.
+
+    Returns:
+        A store that opens the client and creates the collection on first use.
+
+    Raises:
+        ConfigError: an unknown or invalid setting.
+        MemoryError: ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
+    """
+    given = dict(settings or {})
+    env = os.environ if env is None else env
+    for secret in ("token", "password", "user"):
+        if secret in given:
+            raise ConfigError(f"plugins.milvus.{secret} is not allowed: set {_ENV}TOKEN instead")
+    unknown = sorted(set(given) - set(_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown milvus store settings: {', '.join(map(str, unknown))}")
+    values = {**_DEFAULTS, **given}
+    uri = _uri(str(env.get(f"{_ENV}URI") or values["uri"] or DEFAULT_URI).strip())
+    collection = str(env.get(f"{_ENV}COLLECTION") or values["collection"])
+    if not _NAME.fullmatch(collection):
+        raise ConfigError("plugins.milvus.collection must be letters, digits and _ (not first)")
+    index = str(values["vectorIndex"]).upper()
+    if index not in ("FLAT", "HNSW"):
+        raise ConfigError("plugins.milvus.vectorIndex must be FLAT or HNSW")
+    from ditto_worker.retrieval import RetrievalConfig, create_embedding_provider
+
+    hybrid = RetrievalConfig.parse(values["hybrid"])
+    kind = env.get(f"{_ENV}EMBEDDING") or values["embedding"] or "none"
+    embedder = create_embedding_provider(str(kind), None, env)
+    return MilvusMemoryStore(
+        uri=uri,
+        token=env.get(f"{_ENV}TOKEN") or None,
+        db_name=str(env.get(f"{_ENV}DB_NAME") or values["dbName"] or ""),
+        collection=collection,
+        timeout_s=_number(values, "timeoutS", 0.1),
+        embedder=embedder,
+        embed_kinds=_names(env.get(f"{_ENV}EMBED_KINDS") or values["embedKinds"], "embedKinds"),
+        hybrid=hybrid,
+        vector_index=index,
+        max_message_bytes=int(_number(values, "maxMessageBytes", 1024)),
+    )

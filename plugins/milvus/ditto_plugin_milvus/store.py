@@ -1,0 +1,275 @@
+"""``MilvusMemoryStore``: MemoryStore + native search over one Milvus collection (issue 27).
+
+Built on the plugin kit, as the Qdrant store is: the shared filter parser (translated by
+:mod:`ditto_plugin_milvus.expressions`), the shared signed cursors, the scope namespace,
+the embedding port and ``search`` from :class:`~ditto_worker.memory.native.NativeSearch`
+(``hybrid`` through the shared retrieval pipeline). Rows: :mod:`ditto_plugin_milvus.rows`;
+collection and requests: :mod:`ditto_plugin_milvus.collection`; GET/QUERY/search:
+:mod:`ditto_plugin_milvus.reads`; this module: WRITE/UPDATE/DELETE.
+
+The collection (created on first use when missing, ``Strong`` consistency so a call reads
+every write before it) records in its properties the embedding identity, the embed
+policy, the keyword tokenizer and the cursor secret; another provider or policy fails
+every call with ``EMBEDDING_MISMATCH``.
+
+Behaviour (declared in ``capabilities``):
+
+* Every operation is confined to the call's namespace (``ns == …`` on every request).
+* Keys: a WRITE whose key is taken (or repeated in the batch) is ``CONFLICT`` and writes
+  nothing. Milvus has no unique constraint and no transaction, so the check is made twice:
+  before inserting (nothing is written on a conflict seen then) and after (a writer that
+  now sees another record holding one of its keys deletes its whole batch and reports
+  ``CONFLICT``). Two writers racing on a key therefore never both keep it; both may fail,
+  and a writer that dies between its insert and its second check leaves a duplicate
+  (docs/stores-milvus.md).
+* Batches are not atomic (``partial_commit``): rows are sent in requests of at most
+  ``max_message_bytes``; a failure part-way leaves the requests already applied. An UPDATE
+  is an upsert of whole rows: one racing with a DELETE of the same id can bring it back.
+* Cancel: a cancel seen before the first mutation request commits nothing; once started,
+  a mutation is completed. Reads check the token before each request.
+* QUERY: ``orderBy`` on ``createdAt`` or ``updatedAt`` (one term; metadata order is
+  ``UNSUPPORTED_ORDER_BY``). Milvus's query has no order, so the matching rows' ids and
+  instants from the cursor on are read and sorted here, then the page's records fetched.
+* SEARCH: ``keyword`` (Milvus BM25 over the shared tokenizer's terms,
+  :mod:`ditto_plugin_milvus.keywords`; statistics are Milvus's, not the scope's),
+  ``vector`` (COSINE on ``dense``; exact with the ``FLAT`` index) and ``hybrid`` (shared
+  pipeline). Ties in score are ordered by sequence; a tie run at the cut is read whole.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from ditto_plugin_milvus.collection import Row
+from ditto_plugin_milvus.expressions import CREATED
+from ditto_plugin_milvus.keywords import document_terms
+from ditto_plugin_milvus.reads import MilvusReads
+from ditto_plugin_milvus.rows import OUTPUT, item, memory_row
+from ditto_worker.contracts import (
+    MemoryDeleteInput,
+    MemoryDeleteOutput,
+    MemoryItem,
+    MemoryUpdateEntry,
+    MemoryUpdateInput,
+    MemoryWriteInput,
+)
+from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.memory.ports import MemoryCallOptions
+from ditto_worker.memory.vectors import content_vectors
+
+__all__ = ["MilvusMemoryStore"]
+
+
+def _conflict(index: int, where: str) -> MemoryError:
+    return MemoryError(ErrorCode.CONFLICT, f"memories[{index}].key {where}")
+
+
+class MilvusMemoryStore(MilvusReads):
+    """MemoryStore and native MemorySearchProvider on one Milvus collection.
+
+    Args:
+        uri: a Milvus server (``http(s)://host:19530``) or a Milvus Lite path ending in
+            ``.db`` (one process at a time).
+        token: the server's token (never logged nor put in an error).
+        db_name: the Milvus database (``""``: default).
+        collection: the collection name.
+        timeout_s: longest wait for one gRPC call, seconds (a call's deadline may cut it).
+        embedder: the embedding provider of WRITE/UPDATE and of ``vector``/``hybrid``;
+            ``None``: keyword search only.
+        embed_kinds: only records whose ``metadata.kind`` is one of these get a vector
+            (``None``: every record with text).
+        hybrid: ``hybrid`` pipeline settings (a ``RetrievalConfig`` or its mapping).
+        vector_index: ``FLAT`` (exact, default) or ``HNSW``.
+        max_message_bytes: largest insert/upsert request, bytes.
+
+    Errors: ``MemoryError`` with ``UNSUPPORTED_ORDER_BY``, ``INVALID_CURSOR``, ``CONFLICT``,
+    ``NOT_FOUND``, ``UNSUPPORTED_STRATEGY``, ``INVALID_INPUT``, ``MEMORY_CANCELLED``,
+    ``MEMORY_TIMEOUT``, ``EMBEDDING_MISMATCH``, ``EMBEDDING_UNAVAILABLE`` or
+    ``MEMORY_BACKEND_ERROR`` (safe messages).
+    """
+
+    def _embedded(self, metadata: Any) -> bool:
+        if self._embedder is None:
+            return False
+        if self._embed_kinds is None:
+            return True
+        kind = metadata.get("kind") if isinstance(metadata, dict) else None
+        return isinstance(kind, str) and kind in self._embed_kinds
+
+    def _dense(self, contents: Sequence[Any], wanted: Sequence[bool]) -> list[list[float] | None]:
+        out: list[list[float] | None] = [None] * len(contents)
+        chosen = [i for i, want in enumerate(wanted) if want]
+        if self._embedder is None or not chosen:
+            return out
+        vectors = content_vectors(self._embedder, [contents[i] for i in chosen])
+        for i, vector in zip(chosen, vectors, strict=True):
+            out[i] = vector
+        return out
+
+    def _row(
+        self,
+        where: str,
+        ns: str,
+        memory_id: str,
+        key: str | None,
+        content: Any,
+        metadata: Any,
+        created: int,
+        updated: int,
+        dense: list[float] | None,
+    ) -> Row:
+        return memory_row(
+            where,
+            ns=ns,
+            memory_id=memory_id,
+            key=key,
+            content=content,
+            metadata=metadata,
+            created_us=created,
+            updated_us=updated,
+            terms=document_terms(content, key),
+            dense=dense,
+            dims=self._dims,
+        )
+
+    def write(
+        self, input: MemoryWriteInput, options: MemoryCallOptions | None = None
+    ) -> list[MemoryItem]:
+        """Create the drafts; one full item per draft, in order.
+
+        Raises:
+            MemoryError: ``CONFLICT`` for a taken or repeated key (module docstring);
+                ``INVALID_INPUT`` for content/metadata over the JSON limit; the embedding
+                provider's errors (nothing written).
+        """
+        drafts = input.memories
+        seen: dict[str, int] = {}
+        for i, draft in enumerate(drafts):
+            if draft.key is not None and draft.key in seen:
+                raise _conflict(i, f"repeats memories[{seen[draft.key]}].key")
+            if draft.key is not None:
+                seen[draft.key] = i
+        ns = self._begin(options, write=True)
+        ids = [str(uuid.uuid4()) for _ in drafts]
+        rows = [
+            self._row(f"memories[{i}]", ns, ids[i], d.key, d.content, d.metadata, 0, 0, None)
+            for i, d in enumerate(drafts)
+        ]  # sizes checked before any I/O
+        self._check_keys(ns, seen, set(), options)
+        dense = self._dense(
+            [d.content for d in drafts], [self._embedded(d.metadata) for d in drafts]
+        )
+        self._start_mutation(options)
+        start = self._clock.take(len(drafts))
+        for i, row in enumerate(rows):
+            row[CREATED] = row["upd"] = start + i
+            if self._dims is not None and dense[i] is not None:
+                row["dense"], row["dv"] = dense[i], True
+        self._insert(rows, options, upsert=False)
+        if seen:
+            self._recheck_keys(ns, seen, ids, options)
+        return [
+            MemoryItem(id=memory_id, key=d.key, content=d.content, metadata=d.metadata)
+            for memory_id, d in zip(ids, drafts, strict=True)
+        ]
+
+    def _check_keys(
+        self, ns: str, seen: dict[str, int], own: set[str], options: MemoryCallOptions | None
+    ) -> list[Row]:
+        holders = self._rows_by(ns, "key", list(seen), options, ["id", "key", CREATED])
+        for row in holders:
+            if row["id"] not in own:
+                raise _conflict(seen[row["key"]], "already exists in the store")
+        return holders
+
+    def _recheck_keys(
+        self, ns: str, seen: dict[str, int], ids: list[str], options: MemoryCallOptions | None
+    ) -> None:
+        """After the insert: another holder of one of the keys means a racing writer; this
+        batch is deleted again and the WRITE is ``CONFLICT`` (module docstring)."""
+        try:
+            self._check_keys(ns, seen, set(ids), options)
+        except MemoryError as exc:
+            if exc.code == ErrorCode.CONFLICT:
+                self._delete_ids(ns, ids, options)
+            raise
+
+    def update(
+        self, input: MemoryUpdateInput, options: MemoryCallOptions | None = None
+    ) -> list[MemoryItem]:
+        """Apply partial updates (MEM-UPDATE-1): an omitted field keeps its value,
+        ``metadata`` replaces the whole object, ``content: null`` is a value.
+
+        Raises:
+            MemoryError: ``NOT_FOUND`` (nothing applied) when an id does not exist in the
+                call's scope; ``INVALID_INPUT`` for JSON over the limit; the embedding
+                provider's errors (nothing applied).
+        """
+        entries = input.memories
+        ns = self._begin(options, write=any(e.has_content for e in entries))
+        fields = [*OUTPUT, "dense", "dv"] if self._dims is not None else OUTPUT
+        found = {
+            r["id"]: r for r in self._rows_by(ns, "id", [e.id for e in entries], options, fields)
+        }
+        for i, entry in enumerate(entries):
+            if entry.id not in found:
+                raise MemoryError(ErrorCode.NOT_FOUND, f"memories[{i}]: no memory with this id")
+        items = [self._merged(entry, found[entry.id]) for entry in entries]
+        refresh = [
+            self._needs_vector(e, found[e.id], m.metadata)
+            for e, m in zip(entries, items, strict=True)
+        ]
+        dense = self._dense([m.content for m in items], refresh)
+        self._start_mutation(options)
+        now = self._clock.take(len(entries))
+        rows: list[Row] = []
+        for i, (memory, old) in enumerate(zip(items, (found[e.id] for e in entries), strict=True)):
+            vector = dense[i] if refresh[i] else self._kept_vector(old, memory.metadata)
+            rows.append(
+                self._row(
+                    f"memories[{i}]",
+                    ns,
+                    memory.id,
+                    memory.key,
+                    memory.content,
+                    memory.metadata,
+                    int(old[CREATED]),
+                    now + i,
+                    vector,
+                )
+            )
+        self._insert(rows, options, upsert=True)
+        return items
+
+    def _merged(self, entry: MemoryUpdateEntry, row: Row) -> MemoryItem:
+        old = item(row)
+        return MemoryItem(
+            id=old.id,
+            key=old.key,
+            content=entry.content if entry.has_content else old.content,
+            metadata=entry.metadata if entry.has_metadata else old.metadata,
+        )
+
+    def _needs_vector(self, entry: MemoryUpdateEntry, row: Row, metadata: Any) -> bool:
+        """A fresh vector: wanted by the embed policy and new content or none kept."""
+        return self._embedded(metadata) and (entry.has_content or not row.get("dv"))
+
+    def _kept_vector(self, row: Row, metadata: Any) -> list[float] | None:
+        if not self._embedded(metadata) or not row.get("dv"):
+            return None
+        return [float(x) for x in row["dense"]]
+
+    def delete(
+        self, input: MemoryDeleteInput, options: MemoryCallOptions | None = None
+    ) -> MemoryDeleteOutput:
+        """Delete the existing ids; returns only the ids deleted now, in request order;
+        the keys of deleted records are free again (MEM-PY-12)."""
+        ids = list(dict.fromkeys(input.ids))
+        ns = self._begin(options)
+        found = {r["id"] for r in self._rows_by(ns, "id", ids, options, ["id"])}
+        deleted = [i for i in ids if i in found]
+        self._start_mutation(options)
+        self._delete_ids(ns, deleted, options)
+        return MemoryDeleteOutput(deleted=deleted)
