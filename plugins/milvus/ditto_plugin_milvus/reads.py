@@ -77,7 +77,7 @@ class MilvusReads(MilvusCollection):
         expression = scope_expression(ns, node)
         after: tuple[int, int, str] | None = None
         if input.cursor:
-            cursor = decode_cursor(input.cursor, fingerprint, 2, self._cursor_secret)
+            cursor = decode_cursor(input.cursor, fingerprint, 2, self._cursor_secret, namespace=ns)
             (rank, value), (id_rank, last_id) = cursor.values
             if rank != 1 or id_rank != 2 or not isinstance(value, int):
                 raise MemoryError(ErrorCode.INVALID_CURSOR, "invalid cursor: malformed")
@@ -100,7 +100,7 @@ class MilvusReads(MilvusCollection):
             last = rows[-1]
             values: list[SortValue] = [(1, int(last[field])), (2, str(last["id"]))]
             next_cursor = encode_cursor(
-                fingerprint, values, int(last[CREATED]), self._cursor_secret
+                fingerprint, values, int(last[CREATED]), self._cursor_secret, namespace=ns
             )
         return MemoryQueryOutput(items=[item(r) for r in rows], next_cursor=next_cursor)
 
