@@ -78,8 +78,10 @@ DRIVERS = SQL_CLIENTS + MILVUS
         ("ditto_worker.retrieval", TRANSPORT + MODELS + DRIVERS),
         ("ditto_worker.testing", TRANSPORT + MODELS + DRIVERS),
         ("ditto_plugin_sqlite", TRANSPORT + MODELS + DRIVERS),
-        ("ditto_plugin_postgres", TRANSPORT + MODELS + ("pymysql", "MySQLdb", "sqlalchemy")
-         + MILVUS),
+        (
+            "ditto_plugin_postgres",
+            TRANSPORT + MODELS + ("pymysql", "MySQLdb", "sqlalchemy") + MILVUS,
+        ),
         ("ditto_plugin_mysql", TRANSPORT + MODELS + ("psycopg", "MySQLdb") + MILVUS),
         ("ditto_plugin_milvus", TRANSPORT + MODELS + SQL_CLIENTS + ("milvus_lite",)),
     ],
