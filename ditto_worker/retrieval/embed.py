@@ -49,6 +49,7 @@ __all__ = [
     "check_vectors",
     "create_embedding_provider",
     "l2_normalize",
+    "local_provider",
 ]
 
 logger = logging.getLogger(__name__)
@@ -175,35 +176,17 @@ class LocalEmbeddingProvider:
         return vectors
 
 
-def create_embedding_provider(
-    kind: str | None, settings: Mapping[str, Any] | None = None,
-    env: Mapping[str, str] | None = None,
-) -> EmbeddingProvider | None:  # fmt: skip
-    """Build the provider named by a config key (``plugins.sqlite.embedding`` …).
-
-    Args:
-        kind: ``"local"`` (:class:`LocalEmbeddingProvider`), ``"http"``
-            (:class:`~ditto_worker.retrieval.http.HttpEmbeddingProvider` from the
-            environment), ``"none"``/``None``/``""``
-            (no provider).
-        settings: for ``local``: ``modelPath`` (str), ``device`` (str), ``batchSize`` (int).
-        env: the environment (default ``os.environ``).
+def local_provider(
+    settings: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> LocalEmbeddingProvider:
+    """The ``local`` entry point of ``ditto_worker.embedders``: a
+    :class:`LocalEmbeddingProvider` from ``modelPath`` (str), ``device`` (str, ``cpu``)
+    and ``batchSize`` (int, 64); ``env`` is not read.
 
     Raises:
-        ConfigError: an unknown kind or setting, or a missing ``http`` variable.
-        MemoryError: ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
+        ConfigError: an unknown setting.
+        MemoryError: ``EMBEDDING_UNAVAILABLE`` when the model cannot be loaded.
     """
-    settings = dict(settings or {})
-    if kind in (None, "", "none"):
-        return None
-    if kind == "http":
-        if settings:
-            raise ConfigError("the http embedding provider is configured by environment only")
-        from ditto_worker.retrieval.http import HttpEmbeddingProvider
-
-        return HttpEmbeddingProvider.from_env(env)
-    if kind != "local":
-        raise ConfigError(f"unknown embedding provider {kind!r}; use local, http or none")
     unknown = sorted(set(settings) - {"modelPath", "device", "batchSize"})
     if unknown:
         raise ConfigError(f"unknown local embedding settings: {', '.join(unknown)}")
@@ -211,3 +194,28 @@ def create_embedding_provider(
         settings.get("modelPath"), device=str(settings.get("device", "cpu")),
         batch_size=int(settings.get("batchSize", 64)),
     )  # fmt: skip
+
+
+def create_embedding_provider(
+    kind: str | None, settings: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> EmbeddingProvider | None:  # fmt: skip
+    """Build the provider named by a config key (``plugins.sqlite.embedding`` …): the
+    runtime registry's :func:`~ditto_worker.runtime.registry.build_embedder`, which finds
+    it by entry point (group ``ditto_worker.embedders``).
+
+    Args:
+        kind: ``"local"`` (:class:`LocalEmbeddingProvider`, :func:`local_provider`),
+            ``"http"`` (:class:`~ditto_worker.retrieval.http.HttpEmbeddingProvider` from
+            the environment), another installed provider's name, or
+            ``"none"``/``None``/``""`` (no provider).
+        settings: for ``local``: ``modelPath`` (str), ``device`` (str), ``batchSize`` (int).
+        env: the environment (default ``os.environ``).
+
+    Raises:
+        ConfigError: an unknown kind or setting, or a missing ``http`` variable.
+        MemoryError: ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
+    """
+    from ditto_worker.runtime.registry import build_embedder
+
+    return build_embedder(kind, settings, env)

@@ -23,7 +23,7 @@ from ditto_worker.retrieval.embed import (
     l2_normalize,
 )
 
-__all__ = ["SEED_DIMENSIONS_ENV", "HttpEmbeddingProvider"]
+__all__ = ["SEED_DIMENSIONS_ENV", "HttpEmbeddingProvider", "http_provider"]
 
 logger = logging.getLogger(__name__)
 
@@ -175,3 +175,18 @@ class HttpEmbeddingProvider:
             raise MemoryError(
                 EMBEDDING_UNAVAILABLE, "the embedding endpoint answered a malformed body"
             ) from None
+
+
+def http_provider(
+    settings: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> HttpEmbeddingProvider:
+    """The ``http`` entry point of ``ditto_worker.embedders``:
+    :meth:`HttpEmbeddingProvider.from_env` (``DITTO_WORKER_RETRIEVAL_EMBEDDING_*``).
+
+    Raises:
+        ConfigError: any setting (the environment alone configures it, so the key never
+            sits in ``ditto.yaml``); a missing or invalid variable.
+    """
+    if settings:
+        raise ConfigError("the http embedding provider is configured by environment only")
+    return HttpEmbeddingProvider.from_env(env)

@@ -11,6 +11,11 @@
   client may call it only to learn node ids and output types. MEMORY, RETRIEVAL and
   CONTEXT are entry points of this package like any other kind: the fleet's code names
   none of them.
+* Embedding providers: group ``ditto_worker.embedders``; an entry point names a factory
+  ``(settings: dict, env: Mapping[str, str]) -> EmbeddingProvider``. A store plugin's
+  ``embedding: <name>`` setting is built through :func:`build_embedder`, so plugins reach
+  ``local`` and ``http`` (entry points of this package) like a third party's provider,
+  never through :mod:`ditto_worker.retrieval`.
 """
 
 from __future__ import annotations
@@ -27,13 +32,16 @@ from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition
 
 if TYPE_CHECKING:
     from ditto_worker.config import RuntimeConfig
+    from ditto_worker.memory.ports import EmbeddingProvider
 
 __all__ = [
+    "EMBEDDER_GROUP",
     "ENTRY_POINT_GROUP",
     "WORKER_GROUP",
     "NodeTable",
     "StoreMissingError",
     "available_stores",
+    "build_embedder",
     "build_store",
     "node_table",
     "worker_definitions",
@@ -44,6 +52,8 @@ logger = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "ditto_worker.stores"
 WORKER_GROUP = "ditto_worker.workers"
 """Entry point group of worker kinds: ``name = "module:from_config"``."""
+EMBEDDER_GROUP = "ditto_worker.embedders"
+"""Entry point group of embedding providers: ``name = "module:factory"``."""
 
 WorkerFactory = Callable[["RuntimeConfig"], WorkerDefinition]
 NodeTable = Mapping[str, tuple[WorkerDefinition, NodeSpec]]
@@ -109,6 +119,51 @@ def build_store(
     if must_exist and _accepts_must_exist(factory):
         return factory(settings, environ, must_exist=True)  # type: ignore[call-arg]
     return factory(settings, environ)
+
+
+def _named(group: str, name: str, what: str, other: str = "") -> Any:
+    """The object the entry point ``name`` of ``group`` names, loaded.
+
+    Raises:
+        ConfigError: no installed entry point has that name (the message lists those
+            that are installed; an editable install lists new ones after a reinstall).
+    """
+    found = entry_points(group=group)
+    matches = [ep for ep in found if ep.name == name]
+    if not matches:
+        installed = ", ".join(sorted(ep.name for ep in found)) or "none"
+        raise ConfigError(f"unknown {what} {name[:40]!r}; installed ({group}): {installed}{other}")
+    return matches[0].load()
+
+
+def build_embedder(
+    kind: str | None,
+    settings: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> EmbeddingProvider | None:
+    """The embedding provider a config key names (``plugins.<store>.embedding`` …).
+
+    Args:
+        kind: an entry point name of :data:`EMBEDDER_GROUP` (this package installs
+            ``local``: all-MiniLM-L6-v2 through sentence-transformers, and ``http``: an
+            OpenAI-compatible endpoint from ``DITTO_WORKER_RETRIEVAL_EMBEDDING_*``);
+            ``"none"`` / ``""`` / ``None``: no provider.
+        settings: the provider's own settings (``local``: ``modelPath``, ``device``,
+            ``batchSize``; ``http``: none — the environment configures it).
+        env: the environment (default ``os.environ``).
+
+    Returns:
+        The provider, or ``None``. Building ``local`` loads the model (about 0.5 s warm).
+
+    Raises:
+        ConfigError: an unknown kind or setting, or a missing ``http`` variable.
+        MemoryError: ``EMBEDDING_UNAVAILABLE`` when a model cannot be loaded.
+    """
+    if kind in (None, "", "none"):
+        return None
+    factory = _named(EMBEDDER_GROUP, str(kind), "embedding provider", "; or none")
+    provider: EmbeddingProvider = factory(dict(settings or {}), os.environ if env is None else env)
+    return provider
 
 
 def _load_reference(reference: str, where: str) -> WorkerFactory:

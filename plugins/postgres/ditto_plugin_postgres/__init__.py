@@ -78,7 +78,7 @@ def create_store(
             (4), ``connectTimeoutS`` (5 s), ``poolTimeoutS`` (30 s), ``autoMigrate``
             (true), ``embedding`` (``local`` | ``http`` | ``none``, default ``none``: the
             embedding provider of WRITE/UPDATE and of the ``vector``/``hybrid``
-            strategies, :func:`ditto_worker.retrieval.create_embedding_provider`) and
+            strategies, :func:`ditto_worker.runtime.registry.build_embedder`) and
             ``hybrid`` (``RetrievalConfig`` settings of the ``hybrid`` strategy),
             ``executionRetentionS`` (86400: how long a committed mutation's execution id
             is remembered, :mod:`ditto_plugin_postgres.executions`). A
@@ -111,11 +111,12 @@ def create_store(
     pool_max = int(_number(values, "poolMaxSize", 1))
     if pool_max < pool_min:
         raise ConfigError("plugins.postgres.poolMaxSize must be >= poolMinSize")
-    from ditto_worker.retrieval import RetrievalConfig, create_embedding_provider
+    from ditto_worker.memory.search.settings import RetrievalConfig
+    from ditto_worker.runtime.registry import build_embedder
 
     hybrid = RetrievalConfig.parse(values["hybrid"])
     kind = env.get(_ENV_EMBEDDING) or values["embedding"] or "none"
-    embedder = create_embedding_provider(str(kind), None, env)
+    embedder = build_embedder(str(kind), None, env)
     try:
         return PostgresMemoryStore(
             url,

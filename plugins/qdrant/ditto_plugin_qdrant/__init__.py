@@ -78,7 +78,7 @@ def create_store(
             ``path`` (local-mode folder, default ``./.ditto/qdrant``), ``collection``
             (``ditto_memories``), ``timeoutS`` (10: longest wait for one server request),
             ``embedding`` (``local`` | ``http`` | ``none``, default ``none``:
-            :func:`ditto_worker.retrieval.create_embedding_provider`), ``embedKinds``
+            :func:`ditto_worker.runtime.registry.build_embedder`), ``embedKinds``
             (``null``: every record with text gets a vector; a list such as
             ``[preference]``: only records whose ``metadata.kind`` is listed),
             ``hybrid`` (``RetrievalConfig`` settings), ``executionRetentionS`` (86400),
@@ -115,11 +115,12 @@ def create_store(
     durability = str(values["localDurability"])
     if durability not in ("process", "power"):
         raise ConfigError("plugins.qdrant.localDurability must be process or power")
-    from ditto_worker.retrieval import RetrievalConfig, create_embedding_provider
+    from ditto_worker.memory.search.settings import RetrievalConfig
+    from ditto_worker.runtime.registry import build_embedder
 
     hybrid = RetrievalConfig.parse(values["hybrid"])
     kind = env.get(f"{_ENV}EMBEDDING") or values["embedding"] or "none"
-    embedder = create_embedding_provider(str(kind), None, env)
+    embedder = build_embedder(str(kind), None, env)
     kinds = _names(env.get(f"{_ENV}EMBED_KINDS") or values["embedKinds"], "embedKinds")
     indexes = _names(values["payloadIndexes"], "payloadIndexes") or []
     return QdrantMemoryStore(

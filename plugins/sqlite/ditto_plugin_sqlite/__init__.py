@@ -50,8 +50,8 @@ def create_store(
         settings: the plugin's ``ditto.yaml`` settings: ``path`` (str, the database file),
             ``busyTimeoutMs`` (int, default 5000), ``embedding`` (``local`` | ``http`` |
             ``none``, default ``none``: the embedding provider of WRITE/UPDATE and of the
-            ``vector``/``hybrid`` strategies, :func:`ditto_worker.retrieval.
-            create_embedding_provider`) and ``hybrid`` (``RetrievalConfig`` settings of
+            ``vector``/``hybrid`` strategies, :func:`ditto_worker.runtime.
+            registry.build_embedder`) and ``hybrid`` (``RetrievalConfig`` settings of
             the ``hybrid`` strategy), ``executionRetentionS`` (how long a committed
             execution id is remembered for exactly-once replays, s; default 86400),
             ``indexFields`` (metadata fields indexed with the content for keyword and
@@ -93,11 +93,12 @@ def create_store(
             "memory workers write"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
-    from ditto_worker.retrieval import RetrievalConfig, create_embedding_provider
+    from ditto_worker.memory.search.settings import RetrievalConfig
+    from ditto_worker.runtime.registry import build_embedder
 
     hybrid = RetrievalConfig.parse(settings.get("hybrid"))
     kind = env.get(_ENV_EMBEDDING) or settings.get("embedding") or "none"
-    embedder = create_embedding_provider(str(kind), None, env)
+    embedder = build_embedder(str(kind), None, env)
     retention = settings.get("executionRetentionS", 86400)
     if isinstance(retention, bool) or not isinstance(retention, int | float | str):
         raise ConfigError("executionRetentionS must be a number of seconds")
