@@ -78,7 +78,7 @@ def create_store(
             ``poolMaxSize`` (4 connections per process), ``connectTimeoutS`` (5 s),
             ``poolTimeoutS`` (30 s), ``autoMigrate`` (true), ``embedding`` (``local`` |
             ``http`` | ``none``, default ``none``:
-            :func:`ditto_worker.retrieval.create_embedding_provider`), ``hybrid``
+            :func:`ditto_worker.runtime.registry.build_embedder`), ``hybrid``
             (``RetrievalConfig`` settings of the ``hybrid`` strategy),
             ``executionRetentionS`` (86400), ``indexFields`` (metadata fields indexed
             with the content). A ``url`` key, or any other key, is rejected (MEM-CONF-5).
@@ -106,11 +106,12 @@ def create_store(
     if not url:
         raise ConfigError(f"the mysql store needs {ENV_URL} (a mysql:// URL)")
     database = env.get(ENV_DATABASE) or values["database"]
-    from ditto_worker.retrieval import RetrievalConfig, create_embedding_provider
+    from ditto_worker.memory.search.settings import RetrievalConfig
+    from ditto_worker.runtime.registry import build_embedder
 
     hybrid = RetrievalConfig.parse(values["hybrid"])
     kind = env.get(_ENV_EMBEDDING) or values["embedding"] or "none"
-    embedder = create_embedding_provider(str(kind), None, env)
+    embedder = build_embedder(str(kind), None, env)
     try:
         return MysqlMemoryStore(
             url,

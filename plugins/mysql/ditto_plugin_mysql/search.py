@@ -8,7 +8,7 @@
   ``min(limit, matches)`` results.
 * ``hybrid``: the shared retrieval pipeline over this store's ``keyword`` and ``vector``
   searches (:class:`ditto_worker.memory.native.NativeSearch`), configured by the store's
-  ``hybrid`` settings; score documented in :mod:`ditto_worker.retrieval.fusion`.
+  ``hybrid`` settings; score documented in :mod:`ditto_worker.memory.search.fusion`.
 
 Results are in descending score, creation order breaking ties.
 """

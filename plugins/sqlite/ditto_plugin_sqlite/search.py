@@ -9,7 +9,7 @@
   similarity in [-1, 1], higher is better.
 * ``hybrid``: the shared retrieval pipeline over this store's ``keyword`` and ``vector``
   searches (:class:`ditto_worker.memory.native.NativeSearch`), configured by the store's
-  ``hybrid`` settings; score documented in :mod:`ditto_worker.retrieval.fusion`.
+  ``hybrid`` settings; score documented in :mod:`ditto_worker.memory.search.fusion`.
 
 The strategy dispatch, query checks and result shape are the shared
 :class:`~ditto_worker.memory.native.NativeSearch`; this module supplies the two candidate

@@ -114,7 +114,7 @@ class SqliteMemoryStore(SearchMixin):
           in descending score, the sequence breaking ties. With an embedder also
           ``vector`` (score = cosine similarity in [-1, 1]) and ``hybrid`` (the
           retrieval pipeline over both; score documented in
-          :mod:`ditto_worker.retrieval.fusion`).
+          :mod:`ditto_worker.memory.search.fusion`).
         * With an embedder whose identity differs from the database's, every call fails
           with ``ErrorCode.EMBEDDING_MISMATCH``; without one, a WRITE or content UPDATE to a
           database that keeps vectors does.
