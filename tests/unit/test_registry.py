@@ -58,12 +58,15 @@ def test_the_http_embedder_is_built_from_the_environment_only() -> None:
         build_embedder("http", {"model": "m"}, env)
 
 
-@pytest.mark.parametrize("plugin", ["ditto_plugin_sqlite", "ditto_plugin_qdrant"])
+@pytest.mark.parametrize(
+    "plugin", ["ditto_plugin_sqlite", "ditto_plugin_qdrant", "ditto_plugin_milvus"]
+)
 def test_a_store_plugin_reaches_a_third_party_embedder_by_its_name(
     kit: Any, plugin: str, tmp_path: Path
 ) -> None:
     create_store = importlib.import_module(plugin).create_store
-    store = create_store({"path": str(tmp_path / "store"), "embedding": "fixed"}, {})
+    where = {"uri": str(tmp_path / "m.db")} if "milvus" in plugin else {"path": str(tmp_path / "s")}
+    store = create_store({**where, "embedding": "fixed"}, {})
     try:
         assert isinstance(store._embedder, kit.FixedEmbedder)
     finally:

@@ -78,7 +78,7 @@ def create_store(
             Milvus database, default the server's), ``collection`` (``ditto_memories``),
             ``timeoutS`` (10: longest wait for one gRPC call), ``embedding`` (``local`` |
             ``http`` | ``none``, default ``none``:
-            :func:`ditto_worker.retrieval.create_embedding_provider`), ``embedKinds``
+            :func:`ditto_worker.runtime.registry.build_embedder`), ``embedKinds``
             (``null``: every record with text gets a vector; a list such as
             ``[preference]``: only records whose ``metadata.kind`` is listed), ``hybrid``
             (``RetrievalConfig`` settings), ``vectorIndex`` (``FLAT``: exact, default;
@@ -112,11 +112,12 @@ def create_store(
     index = str(values["vectorIndex"]).upper()
     if index not in ("FLAT", "HNSW"):
         raise ConfigError("plugins.milvus.vectorIndex must be FLAT or HNSW")
-    from ditto_worker.retrieval import RetrievalConfig, create_embedding_provider
+    from ditto_worker.memory.search.settings import RetrievalConfig
+    from ditto_worker.runtime.registry import build_embedder
 
     hybrid = RetrievalConfig.parse(values["hybrid"])
     kind = env.get(f"{_ENV}EMBEDDING") or values["embedding"] or "none"
-    embedder = create_embedding_provider(str(kind), None, env)
+    embedder = build_embedder(str(kind), None, env)
     return MilvusMemoryStore(
         uri=uri,
         token=env.get(f"{_ENV}TOKEN") or None,
