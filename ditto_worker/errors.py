@@ -81,6 +81,14 @@ class ErrorCode(StrEnum):
     """A loop asked for more Graphs than its budget (1024 by default; MEM-GRAPH-4)."""
     GRAPH_CANCELLED = "GRAPH_CANCELLED"
     GRAPH_TIMEOUT = "GRAPH_TIMEOUT"
+    # HTTP gateway (MEM-RUN-5), before a node is reached
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    """No bearer token, or one that is unknown, badly signed or expired (HTTP 401)."""
+    OVERLOADED = "OVERLOADED"
+    """More calls in flight than ``gateway.maxInFlight`` (HTTP 429, ``Retry-After``)."""
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    """A request body over ``gateway.maxBodyBytes`` (HTTP 413), refused before it is read
+    whole."""
 
 
 class DittoError(Exception):

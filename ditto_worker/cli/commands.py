@@ -639,6 +639,41 @@ def eval_locomo(
             typer.echo(f"shared - own {own.conversation:<13} {name:<8} R@10 {delta}")
 
 
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
+    workers: Annotated[
+        int, typer.Option(min=1, help="Server processes (more than 1 needs a broker).")
+    ] = 1,
+    config: ConfigOpt = None,
+    broker: BrokerOpt = None,
+) -> None:
+    """Serve every node over HTTP: POST /v1/nodes/{node} (docs/http.md).
+
+    The trusted scope comes from the bearer token only (gateway.tokens / gateway.jwt in
+    ditto.yaml). With no broker it runs the nodes in this process; with one it enqueues
+    them on the fleet. Needs the gateway extra: pip install 'ditto-worker[gateway]'.
+    """
+    cfg = _config(config, broker)
+    path = (
+        config
+        if config is not None
+        else (Path("ditto.yaml") if Path("ditto.yaml").is_file() else None)
+    )
+    try:
+        from ditto_worker.gateway.serve import serve as run
+    except ImportError as exc:
+        typer.echo(f"serve needs the gateway extra ({exc.name} is missing): "
+                   "pip install 'ditto-worker[gateway]'", err=True)  # fmt: skip
+        raise typer.Exit(2) from None
+    try:
+        run(cfg, path, host=host, port=port, workers=workers)
+    except ConfigError as exc:
+        typer.echo(f"config error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 def main() -> None:
     """Console entry point: warnings and errors on stderr in the format of
     ``DITTO_LOG_FORMAT`` (a worker switches to ``fleet.logFormat`` and its log level)."""

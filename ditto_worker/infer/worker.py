@@ -366,7 +366,7 @@ def create_infer_worker(
     """
     resolved = load_infer_settings(settings, env, dotenv_path)
     handler = InferGenerate(resolved, endpoint_factory)
-    spec = NodeSpec(INFER_GENERATE, handler, output=InferGenerateOutput)
+    spec = NodeSpec(INFER_GENERATE, handler, output=InferGenerateOutput, input=InferGenerateInput)
     return WorkerDefinition.of(
         "INFER", [spec], concurrency=resolved.concurrency, close=handler.close,
         open=handler.open,

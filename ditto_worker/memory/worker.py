@@ -19,10 +19,16 @@ from pydantic import ValidationError
 
 from ditto_worker.contracts import (
     NODE_IDS,
+    MemoryDeleteInput,
     MemoryDeleteOutput,
+    MemoryGetInput,
     MemoryItem,
+    MemoryQueryInput,
     MemoryQueryOutput,
+    MemorySearchInput,
     MemorySearchResult,
+    MemoryUpdateInput,
+    MemoryWriteInput,
     NodeResult,
 )
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
@@ -70,6 +76,16 @@ OUTPUT_TYPES: dict[str, Any] = {
     "MEMORY.DELETE": MemoryDeleteOutput,
 }
 """Node id -> the type of its raw output (MEM-NODE-1)."""
+
+INPUT_TYPES: dict[str, Any] = {
+    "MEMORY.GET": MemoryGetInput,
+    "MEMORY.QUERY": MemoryQueryInput,
+    "MEMORY.SEARCH": MemorySearchInput,
+    "MEMORY.WRITE": MemoryWriteInput,
+    "MEMORY.UPDATE": MemoryUpdateInput,
+    "MEMORY.DELETE": MemoryDeleteInput,
+}
+"""Node id -> the model of its input (MEM-NODE-1; published by the HTTP gateway)."""
 
 MUTATIONS = frozenset({"MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"})
 """Nodes that change the store: acked late and redelivered after a worker crash; the store
@@ -178,7 +194,13 @@ def _specs(memory: Callable[[], Memory], overrides: Sequence[NodeDefinition]) ->
         replaced.add(definition.node)
         handlers[definition.node] = _as_node_result(definition.handler, definition.node)
     return [
-        NodeSpec(node, handlers[node], mutation=node in MUTATIONS, output=OUTPUT_TYPES[node])
+        NodeSpec(
+            node,
+            handlers[node],
+            mutation=node in MUTATIONS,
+            output=OUTPUT_TYPES[node],
+            input=INPUT_TYPES[node],
+        )  # fmt: skip
         for node in NODE_IDS
     ]
 

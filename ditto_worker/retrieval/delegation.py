@@ -25,6 +25,7 @@ from ditto_worker.contracts import (
     MemoryDefaults,
     MemorySearchResult,
     NodeResult,
+    RetrievalSearchInput,
     RetrievalTarget,
 )
 from ditto_worker.errors import ErrorCode, MemoryError
@@ -88,7 +89,8 @@ def retrieval_definition(
 ) -> WorkerDefinition:
     """The RETRIEVAL definition over ``targets()`` (target name -> the SDK over its
     pipeline), called per call (a per-process builder may stand behind it)."""
-    spec = NodeSpec(RETRIEVAL_SEARCH, _search_handler(targets), output=list[MemorySearchResult])
+    spec = NodeSpec(RETRIEVAL_SEARCH, _search_handler(targets), output=list[MemorySearchResult],
+                    input=RetrievalSearchInput)  # fmt: skip
     return WorkerDefinition.of(RETRIEVAL_WORKER_TYPE, [spec], concurrency=concurrency, open=open)
 
 

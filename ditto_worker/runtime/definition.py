@@ -93,12 +93,17 @@ class NodeSpec:
         output: the pydantic-validatable type of the raw output (e.g.
             ``list[MemoryItem]``), which callers use to parse a success's ``output``;
             ``None``: the output stays plain JSON data.
+        input: the pydantic-validatable type of the node input (e.g. ``MemoryGetInput``),
+            which callers outside the handler (the HTTP gateway, issue 26) validate
+            before anything is enqueued and publish as the node's request schema;
+            ``None``: any JSON data (the handler alone validates it).
     """
 
     id: str
     handler: Handler
     mutation: bool = False
     output: Any = None
+    input: Any = None
 
     @property
     def queue(self) -> str:

@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-TRANSPORT = ("celery", "kombu", "redis", "ditto_worker.fleet")
+TRANSPORT = ("celery", "kombu", "redis", "ditto_worker.fleet", "fastapi", "starlette", "uvicorn")
 MODELS = ("torch", "sentence_transformers", "transformers")
 SQL_CLIENTS = ("psycopg", "pymysql", "MySQLdb", "sqlalchemy")
 """SQL drivers and pools: only their own store plugin loads one (the core installs none)."""

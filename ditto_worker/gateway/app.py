@@ -1,0 +1,357 @@
+"""The HTTP gateway: every node of a runtime as ``POST /v1/nodes/{node}`` (issue 26).
+
+Built on FastAPI (Starlette) and served by uvicorn (:mod:`ditto_worker.gateway.serve`).
+The app wraps one :class:`~ditto_worker.runtime.Runtime`: the embedded runtime when no
+broker is configured, else the fleet client, so every worker kind the installation knows
+(entry points included) is reachable the same way.
+
+Per call, in this order, before anything is enqueued: the bearer identity (401), the
+node (404 with the closest ids) and the space it may use (403), the in-flight bound (429),
+the body size (413, refused before it is read whole), JSON and the node's input model
+(422 naming the field). Then the call runs under the identity's scope, the caller's
+``Ditto-Timeout`` (seconds, capped by ``gateway.maxTimeoutS``) and a cancel token that a
+client disconnect fires. The answer is the NodeResult with the status of
+:func:`~ditto_worker.gateway.errors.http_status`.
+
+Routes: ``POST /v1/nodes/{node}`` (one per node, so ``/openapi.json`` carries each node's
+request and response schema), ``GET /v1/nodes``, ``GET /healthz`` (the process is up),
+``GET /readyz`` (the broker and result backend answer, or the embedded runtime is open),
+``GET /metrics`` (Prometheus).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import TypeAdapter, ValidationError
+
+from ditto_worker.contracts import to_wire
+from ditto_worker.errors import ErrorCode
+from ditto_worker.gateway.auth import Authenticator, Identity
+from ditto_worker.gateway.errors import RETRY_AFTER_S, GatewayError, http_status
+from ditto_worker.gateway.metrics import GatewayMetrics
+from ditto_worker.gateway.openapi import merge_components, node_openapi
+from ditto_worker.gateway.settings import GatewaySettings
+from ditto_worker.memory.checks import describe
+from ditto_worker.runtime import CancelToken, NodeSpec, Runtime
+
+__all__ = ["SPACE_HEADER", "TIMEOUT_HEADER", "create_app"]
+
+logger = logging.getLogger(__name__)
+
+TIMEOUT_HEADER = "Ditto-Timeout"
+"""Request header: the caller's deadline for the call, seconds (a decimal number > 0),
+capped by ``gateway.maxTimeoutS``; default ``fleet.callTimeoutS``."""
+
+SPACE_HEADER = "Ditto-Space"
+"""Request header: the space of the call (``memory`` by default, ``task:<id>`` …), one
+the identity's ``spaces`` allow."""
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+"""Request header: the call's operation id (MEM-RUN-7), namespaced per tenant."""
+
+ReadyCheck = Callable[[], Awaitable[bool]]
+
+
+def create_app(
+    runtime: Runtime,
+    settings: GatewaySettings,
+    *,
+    call_timeout_s: float = 30.0,
+    ready: ReadyCheck | None = None,
+    owns_runtime: bool = False,
+) -> FastAPI:
+    """The gateway app over ``runtime``.
+
+    Args:
+        runtime: the runtime whose nodes are served (``create_ditto``).
+        settings: the ``gateway:`` section (identities, bounds).
+        call_timeout_s: the deadline of a call whose request names none, seconds.
+        ready: what ``/readyz`` awaits (True: ready); ``None``: always ready.
+        owns_runtime: close ``runtime`` when the app shuts down (after calls drained).
+
+    Raises:
+        ConfigError: no identity is configured (a gateway nobody can call is a mistake),
+            or the JWT key is missing.
+    """
+    from ditto_worker.errors import ConfigError
+
+    auth = Authenticator(settings)
+    if not auth.configured:
+        raise ConfigError("gateway: no identities; list gateway.tokens or set gateway.jwt")
+    specs = {node: spec for d in runtime.definitions for node, spec in d.nodes.items()}
+    gate = _Gate(runtime, settings, auth, specs, call_timeout_s)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await gate.drain(settings.shutdown_grace_s)
+        if owns_runtime:
+            await asyncio.to_thread(runtime.close)
+
+    app = FastAPI(
+        title="ditto-worker gateway",
+        version="1",
+        description="Every ditto-worker node over HTTP; the trusted scope comes from the "
+        "bearer identity only (SPEC.md MEM-RUN-5).",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    if settings.cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                TIMEOUT_HEADER,
+                SPACE_HEADER,
+                IDEMPOTENCY_HEADER,
+            ],  # fmt: skip
+        )
+    for node in sorted(specs):
+        app.add_api_route(
+            f"/v1/nodes/{node}",
+            gate.endpoint(node),
+            methods=["POST"],
+            name=node,
+            operation_id=node.replace(".", "_").lower(),
+            openapi_extra=node_openapi(node, specs[node]),
+            include_in_schema=True,
+        )
+    app.add_api_route("/v1/nodes/{node}", gate.unknown, methods=["POST"], include_in_schema=False)
+    app.add_api_route("/v1/nodes", gate.list_nodes, methods=["GET"], name="list_nodes")
+    app.add_api_route("/healthz", _healthz, methods=["GET"], name="healthz")
+    app.add_api_route("/readyz", _readyz(ready), methods=["GET"], name="readyz")
+    app.add_api_route("/metrics", gate.metrics.endpoint, methods=["GET"], name="metrics",
+                      include_in_schema=False)  # fmt: skip
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            document = get_openapi(title=app.title, version=app.version,
+                                   description=app.description, routes=app.routes)  # fmt: skip
+            app.openapi_schema = merge_components(document)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+async def _healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+def _readyz(ready: ReadyCheck | None) -> Callable[[], Awaitable[Response]]:
+    async def readyz() -> Response:
+        ok = True if ready is None else await ready()
+        return JSONResponse({"status": "ready" if ok else "unavailable"}, 200 if ok else 503)
+
+    return readyz
+
+
+class _Gate:
+    """The per-call checks and the call itself (state shared by every route)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        settings: GatewaySettings,
+        auth: Authenticator,
+        specs: dict[str, NodeSpec],
+        call_timeout_s: float,
+    ) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.auth = auth
+        self.specs = specs
+        self.call_timeout_s = call_timeout_s
+        self.in_flight = 0
+        self.metrics = GatewayMetrics()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._adapters = {
+            node: TypeAdapter(spec.input) for node, spec in specs.items() if spec.input is not None
+        }
+
+    def endpoint(self, node: str) -> Callable[[Request], Awaitable[Response]]:
+        async def call(request: Request) -> Response:
+            return await self.call(node, request)
+
+        call.__name__ = f"call_{node.replace('.', '_').lower()}"
+        return call
+
+    async def unknown(self, request: Request) -> Response:
+        node = request.path_params.get("node", "")
+        try:
+            self.auth.identify(request.headers.get("authorization"))
+        except GatewayError as exc:
+            return _refusal(node, exc)
+        close = difflib.get_close_matches(node.upper(), list(self.specs), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        return _refusal(node, GatewayError(ErrorCode.UNKNOWN_NODE, f"no node {node[:80]!r}{hint}"))
+
+    async def list_nodes(self, request: Request) -> Response:
+        try:
+            identity = self.auth.identify(request.headers.get("authorization"))
+        except GatewayError as exc:
+            return _refusal("", exc)
+        nodes = [n for n in sorted(self.specs) if identity.grants.allows_node(n)]
+        return JSONResponse({"nodes": nodes})
+
+    async def call(self, node: str, request: Request) -> Response:
+        try:
+            identity, space = self._admit(node, request)
+        except GatewayError as exc:
+            self.metrics.refused(node, exc.code)
+            return _refusal(node, exc)
+        self.in_flight += 1
+        self._idle.clear()
+        try:
+            return await self._run(node, request, identity, space)
+        except GatewayError as exc:
+            self.metrics.refused(node, exc.code)
+            return _refusal(node, exc)
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle.set()
+
+    def _admit(self, node: str, request: Request) -> tuple[Identity, str]:
+        identity = self.auth.identify(request.headers.get("authorization"))
+        if not identity.grants.allows_node(node):
+            raise GatewayError(ErrorCode.PERMISSION_DENIED, f"this token may not call {node}")
+        space = request.headers.get(SPACE_HEADER, "memory")
+        if not identity.grants.allows_space(space):
+            raise GatewayError(
+                ErrorCode.PERMISSION_DENIED, f"this token may not use the space {space[:80]!r}"
+            )
+        if self.in_flight >= self.settings.max_in_flight:
+            raise GatewayError(ErrorCode.OVERLOADED, "too many calls in flight; retry later")
+        return identity, space
+
+    async def _run(self, node: str, request: Request, identity: Identity, space: str) -> Response:
+        body = await self._body(request)
+        input = self._input(node, body)
+        timeout_s = self._timeout(request)
+        options: dict[str, Any] = {}
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        if key is not None:
+            options["operation_id"] = _operation_id(identity, key)
+        scope: dict[str, str] = {"tenant": identity.tenant, "user": identity.user}
+        if space != "memory":
+            scope["space"] = space
+        token = CancelToken()
+        call = asyncio.ensure_future(
+            self.runtime.ainvoke(
+                node, input, timeout=timeout_s, cancel=token, scope=scope, **options
+            )  # fmt: skip
+        )
+        watch = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not call.done():
+                token.cancel()  # the client went away: cancel the call, then let it end
+                self.metrics.disconnected(node)
+            result = await call
+        finally:
+            watch.cancel()
+        wire = to_wire(result)
+        code = result.error.code if result.error is not None else None
+        status = http_status(result.status, code)
+        self.metrics.answered(node, result.status, code)
+        headers = {"Retry-After": RETRY_AFTER_S[status]} if status in RETRY_AFTER_S else None
+        return JSONResponse(wire, status, headers=headers)
+
+    async def _body(self, request: Request) -> bytes:
+        cap = self.settings.max_body_bytes
+        length = request.headers.get("content-length")
+        too_large = GatewayError(ErrorCode.PAYLOAD_TOO_LARGE, f"the body is over {cap} bytes")
+        if length is not None and length.isdigit() and int(length) > cap:
+            raise too_large
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > cap:
+                raise too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _input(self, node: str, body: bytes) -> Any:
+        try:
+            data = json.loads(body) if body else None
+        except (ValueError, UnicodeDecodeError):
+            raise GatewayError(
+                ErrorCode.INVALID_INPUT, "Invalid input: the body is not JSON"
+            ) from None
+        adapter = self._adapters.get(node)
+        if adapter is not None:
+            try:
+                adapter.validate_python(data)
+            except ValidationError as exc:
+                raise GatewayError(
+                    ErrorCode.INVALID_INPUT, f"Invalid input: {describe(exc)}"
+                ) from None
+        return data
+
+    def _timeout(self, request: Request) -> float:
+        raw = request.headers.get(TIMEOUT_HEADER)
+        if raw is None:
+            return min(self.call_timeout_s, self.settings.max_timeout_s)
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            raise GatewayError(
+                ErrorCode.INVALID_INPUT,
+                f"Invalid input: header {TIMEOUT_HEADER}: seconds, a number > 0",
+            )
+        return min(value, self.settings.max_timeout_s)
+
+    async def drain(self, grace_s: float) -> None:
+        """Wait up to ``grace_s`` seconds for the calls in flight to end."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace_s)
+        except TimeoutError:
+            logger.warning("gateway: %d calls still in flight at shutdown", self.in_flight)
+
+
+def _operation_id(identity: Identity, key: str) -> str:
+    """The operation id of an ``Idempotency-Key``: namespaced per tenant, so two tenants'
+    keys never meet (MEM-RUN-7)."""
+    from ditto_worker.memory.scope import encode_key_part
+
+    if not key or len(key) > 200 or not key.isprintable():
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT,
+            f"Invalid input: header {IDEMPOTENCY_HEADER}: 1 to 200 printable characters",
+        )
+    return f"{encode_key_part(identity.tenant)}:{key}"
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client closes the connection (the body was read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def _refusal(node: str, exc: GatewayError) -> Response:
+    return JSONResponse(exc.body(node), exc.status, headers=exc.headers or None)

@@ -1,0 +1,179 @@
+"""The ``gateway:`` section of ``ditto.yaml``: who may call the HTTP gateway, and its bounds.
+
+The gateway (issue 26, SPEC.md MEM-RUN-5) takes the trusted scope from the verified
+identity only. An identity is either a static bearer token, listed by the SHA-256 hex
+digest of the token (the token itself never sits in a file), or a JWT verified against a
+configured key with PyJWT::
+
+    gateway:
+      tokens:
+        - sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+          tenant: t1
+          user: u1
+          nodes: ["MEMORY.GET", "MEMORY.SEARCH"]   # default: every node
+          spaces: ["memory", "task:*"]              # default: ["memory"]
+      jwt:
+        keyEnv: DITTO_GATEWAY_JWT_KEY     # the HMAC secret or PEM public key, from the env
+        algorithms: [RS256]
+        tenantClaim: tenant
+        userClaim: sub
+
+The section is the gateway's own; the runtime config leaves unknown top-level sections
+alone, so one ``ditto.yaml`` serves workers and gateways.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from ditto_worker.errors import ConfigError
+
+__all__ = [
+    "GatewaySettings",
+    "JwtSettings",
+    "StaticToken",
+    "load_gateway_settings",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, alias_generator=to_camel
+    )
+
+
+class _Grants(_Section):
+    nodes: tuple[str, ...] = Field(
+        default=("*",),
+        description="Node ids this identity may call; shell-style patterns (``MEMORY.*``). "
+        "Default: every node. A node not matched is 403.",
+    )
+    spaces: tuple[str, ...] = Field(
+        default=("memory",),
+        description="Spaces this identity may use (``memory``, ``task:*`` for a task "
+        "controller); the call's space is chosen among them with the ``Ditto-Space`` "
+        "header. A space not matched is 403.",
+    )
+
+    def allows_node(self, node: str) -> bool:
+        """True when ``node`` matches one of :attr:`nodes` (case-sensitive)."""
+        return any(fnmatch.fnmatchcase(node, pattern) for pattern in self.nodes)
+
+    def allows_space(self, space: str) -> bool:
+        """True when ``space`` matches one of :attr:`spaces` (case-sensitive)."""
+        return any(fnmatch.fnmatchcase(space, pattern) for pattern in self.spaces)
+
+
+class StaticToken(_Grants):
+    """A static bearer token, bound to one ``(tenant, user)``."""
+
+    sha256: str = Field(
+        description="SHA-256 hex digest of the token (``printf %s TOKEN | sha256sum``)."
+    )
+    tenant: str = Field(min_length=1, max_length=256, description="The bound tenant.")
+    user: str = Field(min_length=1, max_length=256, description="The bound user.")
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        value = value.strip().lower()
+        if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+            raise ValueError("must be 64 hex digits (the SHA-256 digest of the token)")
+        return value
+
+
+class JwtSettings(_Grants):
+    """JWTs verified with PyJWT: signature, ``exp``/``nbf``, audience and issuer."""
+
+    key_env: str = Field(
+        default="DITTO_GATEWAY_JWT_KEY",
+        description="Env var holding the HMAC secret or the PEM public key (secrets only "
+        "from the env).",
+    )
+    jwks_url: str = Field(
+        default="",
+        description="A JWKS URL (PyJWT's PyJWKClient) instead of a key; the token's ``kid`` "
+        "picks the key.",
+    )
+    algorithms: tuple[str, ...] = Field(
+        default=("RS256",), min_length=1, description="Accepted algorithms (never ``none``)."
+    )
+    audience: str | None = Field(default=None, description="Required ``aud``, if set.")
+    issuer: str | None = Field(default=None, description="Required ``iss``, if set.")
+    tenant_claim: str = Field(default="tenant", description="The claim carrying the tenant.")
+    user_claim: str = Field(default="sub", description="The claim carrying the user.")
+    leeway_s: float = Field(default=30.0, ge=0, description="Clock skew allowed, seconds.")
+
+    @field_validator("algorithms")
+    @classmethod
+    def _no_none(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(a.lower() == "none" for a in value):
+            raise ValueError("the 'none' algorithm is never accepted")
+        return value
+
+    def key(self) -> str:
+        """The verification key from :attr:`key_env`.
+
+        Raises:
+            ConfigError: neither the env var nor :attr:`jwks_url` is set.
+        """
+        value = os.environ.get(self.key_env, "")
+        if not value and not self.jwks_url:
+            raise ConfigError(f"gateway.jwt: set the env var {self.key_env} or gateway.jwt.jwksUrl")
+        return value
+
+
+class GatewaySettings(_Section):
+    """``gateway:`` — identities and bounds of ``ditto-worker serve``."""
+
+    tokens: tuple[StaticToken, ...] = Field(default=(), description="Static bearer tokens.")
+    jwt: JwtSettings | None = Field(default=None, description="JWT verification, if used.")
+    max_body_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="Largest request body, bytes; larger is 413 before the body is read whole.",
+    )
+    max_in_flight: int = Field(
+        default=256, ge=1, description="Calls in flight at once; more are 429 with Retry-After."
+    )
+    max_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="Cap on the caller's ``Ditto-Timeout`` header, seconds; the default "
+        "deadline is ``fleet.callTimeoutS``.",
+    )
+    cors_origins: tuple[str, ...] = Field(
+        default=(), description="Origins allowed by CORS; empty: CORS off (the default)."
+    )
+    shutdown_grace_s: float = Field(
+        default=30.0, ge=0, description="How long a stopping server waits for calls in flight."
+    )
+
+
+def load_gateway_settings(path: str | Path | None) -> GatewaySettings:
+    """The ``gateway:`` section of ``path`` (defaults when the file or section is absent).
+
+    Raises:
+        ConfigError: the file cannot be parsed, or the section is invalid (unknown keys,
+            a malformed digest, the ``none`` algorithm …).
+    """
+    raw: Any = {}
+    if path is not None and Path(path).exists():
+        import yaml
+
+        try:
+            raw = (yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}).get("gateway")
+        except (yaml.YAMLError, AttributeError) as exc:
+            raise ConfigError(f"{path}: not a YAML mapping ({type(exc).__name__})") from None
+    try:
+        return GatewaySettings.model_validate(raw or {})
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"gateway.{where}: {first['msg']}") from None
