@@ -664,14 +664,12 @@ def serve(
     try:
         from ditto_worker.gateway.serve import serve as run
     except ImportError as exc:
-        typer.echo(f"serve needs the gateway extra ({exc.name} is missing): "
-                   "pip install 'ditto-worker[gateway]'", err=True)  # fmt: skip
-        raise typer.Exit(2) from None
+        fail("serve", f"needs the gateway extra ({exc.name} is missing): "
+                      "pip install 'ditto-worker[gateway]'")  # fmt: skip
     try:
         run(cfg, path, host=host, port=port, workers=workers)
     except ConfigError as exc:
-        typer.echo(f"config error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail("serve", f"config error: {exc}")
 
 
 def main() -> None:

@@ -423,3 +423,18 @@ def test_a_cancelled_call_ends_the_handler(runtime: Runtime) -> None:
     asyncio.run(run())
     assert time.monotonic() - started < 5
     assert seen[-1] == 499
+
+
+def test_the_space_header_picks_a_space_the_token_allows(client: TestClient) -> None:
+    task = {**auth(T1), "Ditto-Space": "task:42"}
+    seen = client.post("/v1/nodes/PROBE.WHOAMI", headers=task, json={}).json()
+    assert seen["output"]["scope"] == {"tenant": "t1", "user": "u1", "space": "task:42"}
+    checkpoint = {"memories": [{"key": "stage", "content": "stage 2 done"}]}
+    assert client.post("/v1/nodes/MEMORY.WRITE", headers=task, json=checkpoint).status_code == 200
+    in_task = client.post("/v1/nodes/MEMORY.GET", headers=task, json={"keys": ["stage"]}).json()
+    in_memory = client.post("/v1/nodes/MEMORY.GET", headers=auth(T1), json={"keys": ["stage"]})
+    assert [m["content"] for m in in_task["output"]] == ["stage 2 done"]
+    assert in_memory.json()["output"] == []
+    other_task = client.post("/v1/nodes/MEMORY.GET", json={"keys": ["stage"]},
+                             headers={**auth(T1), "Ditto-Space": "task:43"})  # fmt: skip
+    assert other_task.json()["output"] == []
