@@ -186,7 +186,7 @@ class MilvusCollection(NativeSearch):
         self._mismatch: str | None = None
         self._refuse_writes = False
         self._ready_lock = threading.Lock()
-        self._ready = False
+        self._ready = 0  # the connection generation + 1 the collection was opened in
         self._cursor_secret = ""
         self._clock = _Clock()
         exact = embedder is not None and vector_index == "FLAT"
@@ -207,7 +207,7 @@ class MilvusCollection(NativeSearch):
     def close(self) -> None:
         """Close the client (Milvus Lite: stop its server, release the folder); idempotent."""
         self._conn.close()
-        self._ready = False
+        self._ready = 0
 
     def __enter__(self) -> MilvusCollection:
         return self
@@ -252,12 +252,14 @@ class MilvusCollection(NativeSearch):
 
     def _open(self, options: MemoryCallOptions | None) -> None:
         """Create the collection if missing, load it and check its identity (once per
-        store object; retried after a failure)."""
-        if self._ready:
+        store object and connection: again after a lost connection; retried after a
+        failure)."""
+        if self._ready == self._conn.generation + 1:
             return
         with self._ready_lock:
-            if self._ready:
+            if self._ready == self._conn.generation + 1:
                 return
+            generation = self._conn.generation
             properties = self._conn.call(
                 options, lambda client, timeout: self._setup(client, timeout)
             )
@@ -268,7 +270,7 @@ class MilvusCollection(NativeSearch):
             self._mismatch = self._check_properties(recorded)
             secret = recorded.get("cursorSecret") if isinstance(recorded, dict) else None
             self._cursor_secret = str(secret or "")
-            self._ready = True
+            self._ready = generation + 1
 
     def _check_properties(self, recorded: Any) -> str | None:
         if not isinstance(recorded, dict) or recorded.get("format") != _FORMAT:
@@ -338,10 +340,13 @@ class MilvusCollection(NativeSearch):
             out += self._query(options, expression, fields)
         return out
 
-    def _insert(self, rows: Sequence[Row], options: MemoryCallOptions | None, upsert: bool) -> None:
-        method = MilvusClient.upsert if upsert else MilvusClient.insert
+    def _insert(self, rows: Sequence[Row], options: MemoryCallOptions | None) -> None:
+        """Upsert ``rows`` in requests of at most ``max_message_bytes`` (an upsert, not an
+        insert, for new rows too: a request resent by pymilvus is idempotent)."""
         for chunk in chunks(rows, self.max_message_bytes):
-            self._conn.call(options, method, self.collection, chunk, check_cancel=False)
+            self._conn.call(
+                options, MilvusClient.upsert, self.collection, chunk, check_cancel=False
+            )
 
     def _delete_ids(self, ns: str, ids: Sequence[str], options: MemoryCallOptions | None) -> None:
         for start in range(0, len(ids), IDS_PER_REQUEST):

@@ -13,9 +13,14 @@ One code path for both targets of the official client (pymilvus):
 
 Every call passes ``timeout=min(timeoutS, time left before the call's deadline)``; pymilvus
 uses it as the gRPC deadline and as the bound of its own reconnect attempts on an
-unavailable server, so no call waits longer. The client is opened in the process that
-uses it (after a fork it is opened anew, ``dedicated`` so no channel of the parent is
-reused) and re-opened after :meth:`Connection.close`. Driver errors never reach the
+unavailable server, so no call waits longer. Those attempts may resend a request whose
+connection dropped after the server applied it: every mutation is idempotent (WRITE and
+UPDATE upsert rows by their id, DELETE deletes by id), so a resent one changes nothing.
+
+The client is opened in the process that uses it (after a fork it is opened anew,
+``dedicated`` so no channel of the parent is reused), dropped after a lost connection
+(the next call opens a new channel and loads the collection again) and re-opened after
+:meth:`Connection.close`. Driver errors never reach the
 caller: :func:`map_error` gives ``MemoryError`` with a message naming neither the URI nor
 the token, and pymilvus's own error log lines (which quote filter expressions, so
 metadata values) are dropped (:class:`_DropRpcErrors`).
@@ -27,8 +32,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
+import grpc
 from pymilvus import MilvusClient
 from pymilvus.exceptions import ConnectionConfigException, MilvusException
 
@@ -39,7 +45,6 @@ __all__ = ["Connection", "cancelled", "map_error"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-_UNAVAILABLE: Final = ("UNAVAILABLE", "Fail connecting", "connect", "Connection", "closed")
 
 
 class _DropRpcErrors(logging.Filter):
@@ -66,20 +71,25 @@ def _deadline_passed(options: MemoryCallOptions | None) -> bool:
 def map_error(exc: BaseException, options: MemoryCallOptions | None, lite: bool) -> MemoryError:
     """A safe ``MemoryError`` for a client error: no URI, token, expression or server text.
 
-    ``MEMORY_TIMEOUT`` when the call's deadline has passed; ``MEMORY_BACKEND_ERROR`` with a
-    message chosen by the kind of failure otherwise.
+    ``MEMORY_BACKEND_ERROR`` "cannot be reached" for a refused or dropped connection;
+    otherwise ``MEMORY_TIMEOUT`` when the call's deadline has passed, else
+    ``MEMORY_BACKEND_ERROR`` with a message chosen by the kind of failure.
     """
     if isinstance(exc, MemoryError):
         return exc
     logger.warning("milvus memory store error: %s", type(exc).__name__)
-    if _deadline_passed(options):
-        return MemoryError(ErrorCode.MEMORY_TIMEOUT, "the memory call's deadline passed")
     where = "Milvus Lite" if lite else "the Milvus server"
     text = str(getattr(exc, "message", "")) if isinstance(exc, MilvusException) else ""
-    if "Retry timeout" in text or "DEADLINE_EXCEEDED" in text:
-        message = f"{where} did not answer in time"
-    elif any(word in text for word in _UNAVAILABLE):
+    if isinstance(exc, grpc.RpcError):
+        text = str(exc.code())  # StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED …
+    if "UNAVAILABLE" in text or "Fail connecting" in text:
+        # refused or dropped connections: said as such even when pymilvus's reconnect
+        # attempts used up the call's time
         message = f"{where} cannot be reached"
+    elif _deadline_passed(options):
+        return MemoryError(ErrorCode.MEMORY_TIMEOUT, "the memory call's deadline passed")
+    elif "Retry timeout" in text or "DEADLINE_EXCEEDED" in text:
+        message = f"{where} did not answer in time"
     elif lite and isinstance(exc, ConnectionConfigException):
         message = (
             "Milvus Lite could not open its folder: it serves one process per folder, and "
@@ -109,6 +119,8 @@ class Connection:
         self._client: MilvusClient | None = None
         self._pid = -1
         self._lock = threading.Lock()
+        self.generation = 0
+        """Counts the clients dropped after a lost connection (:meth:`_drop`)."""
 
     @property
     def lite(self) -> bool:
@@ -164,7 +176,23 @@ class Connection:
         except MemoryError:
             raise
         except Exception as exc:  # the client raises many types; all are mapped
-            raise map_error(exc, options, self.lite) from exc
+            error = map_error(exc, options, self.lite)
+            if error.safe_message.endswith("cannot be reached"):
+                self._drop()
+            raise error from exc
+
+    def _drop(self) -> None:
+        """Forget the client after a lost connection: the next call opens a new channel
+        (gRPC's own reconnect backoff grows to minutes) and :attr:`generation` tells the
+        store to load its collection again (a restarted Milvus Lite has it released)."""
+        with self._lock:
+            client, self._client = self._client, None
+            self.generation += 1
+        if client is not None and self._pid == os.getpid():
+            try:
+                client.close()
+            except Exception as exc:  # a broken channel: nothing left to close
+                logger.info("milvus client close: %s", type(exc).__name__)
 
     def close(self) -> None:
         """Close the client; the next call reopens. Milvus Lite's in-process server (and

@@ -167,7 +167,7 @@ class MilvusMemoryStore(MilvusReads):
             row[CREATED] = row["upd"] = start + i
             if self._dims is not None and dense[i] is not None:
                 row["dense"], row["dv"] = dense[i], True
-        self._insert(rows, options, upsert=False)
+        self._insert(rows, options)
         if seen:
             self._recheck_keys(ns, seen, ids, options)
         return [
@@ -240,7 +240,7 @@ class MilvusMemoryStore(MilvusReads):
                     vector,
                 )
             )
-        self._insert(rows, options, upsert=True)
+        self._insert(rows, options)
         return items
 
     def _merged(self, entry: MemoryUpdateEntry, row: Row) -> MemoryItem:

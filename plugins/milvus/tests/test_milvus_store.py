@@ -88,19 +88,19 @@ def test_json_over_the_milvus_limit_is_invalid_input(milvus_store: MilvusMemoryS
 def test_batches_are_chunked_under_max_message_bytes(tmp_path: Path) -> None:
     store = _store(tmp_path, max_message_bytes=2048)
     calls: list[int] = []
-    real_insert = MilvusClient.insert
+    real_insert = MilvusClient.upsert
 
     def counting(client: MilvusClient, name: str, rows: Any, **kwargs: Any) -> Any:
         calls.append(len(rows))
         return real_insert(client, name, rows, **kwargs)
 
-    MilvusClient.insert = counting  # type: ignore[method-assign]
+    MilvusClient.upsert = counting  # type: ignore[method-assign]
     try:
         memory = create_memory(store)
         drafts = [{"key": f"k{i}", "content": f"record number {i} " * 20} for i in range(40)]
         written = memory.write({"memories": drafts}).output
     finally:
-        MilvusClient.insert = real_insert  # type: ignore[method-assign]
+        MilvusClient.upsert = real_insert  # type: ignore[method-assign]
         store.close()
     assert len(calls) > 5 and sum(calls) == 40, calls
     with _store(tmp_path) as again:
