@@ -236,11 +236,13 @@ def test_workers_stop_gracefully_before_redis() -> None:
 
 def test_dockerfile_installs_dependencies_before_the_source() -> None:
     lines = (REPO / "Dockerfile").read_text().splitlines()
-    install = next(i for i, line in enumerate(lines) if "pip install -r" in line)
+    install = next(i for i, line in enumerate(lines) if "-r /tmp/requirements.txt" in line)
     source = next(i for i, line in enumerate(lines) if line.startswith("COPY ditto_worker"))
     assert install < source
     copied_before = " ".join(line for line in lines[:install] if line.startswith("COPY"))
     assert "ditto_worker" not in copied_before and "pyproject.toml" in copied_before
+    # the image installs the versions the tests passed with (issue 23 item 1)
+    assert "constraints.txt" in copied_before and "-c constraints.txt" in lines[install]
     out = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "requirements.py"), "ops,infer",
          str(REPO / "pyproject.toml")],
