@@ -1,7 +1,8 @@
 """The ``ditto-worker`` command line (typer): one function per command.
 
 Config comes from ``--config`` or ``./ditto.yaml`` (if present), then ``DITTO_*`` env;
-``--broker`` overrides the broker (and, unless given, the result backend). With no broker
+``--broker`` overrides the broker and, unless it is an ``amqp://`` one (which needs
+``DITTO_RESULT_BACKEND``), the result backend. With no broker
 configured, ``invoke`` and ``demo`` run an in-process worker (MEM-PY-7). The text users see
 in ``--help`` is :data:`HELP` and each command's docstring: plain text, no markup, no rule
 ids (``tests/unit/test_cli_help.py`` keeps it so and checks every command is listed).
@@ -85,8 +86,9 @@ BrokerOpt = Annotated[
     str | None,
     typer.Option(
         "--broker",
-        help="Broker URL (redis://…), also used as the result backend; overrides ditto.yaml "
-        "and DITTO_BROKER_URL.",
+        help="Broker URL (redis://…, amqp://…); overrides ditto.yaml and DITTO_BROKER_URL. "
+        "A Redis broker is also the result backend; an amqp:// one needs "
+        "DITTO_RESULT_BACKEND.",
     ),
 ]
 StoreOpt = Annotated[
@@ -112,7 +114,9 @@ def _config(path: Path | None, broker: str | None) -> RuntimeConfig:
         typer.echo(f"config error: {exc}", err=True)
         raise typer.Exit(2) from exc
     if broker:
-        given = {"broker_url": broker, "result_backend": broker}
+        given = {"broker_url": broker}
+        if broker.split("://", 1)[0].lower() not in ("amqp", "amqps", "pyamqp"):
+            given["result_backend"] = broker  # an amqp:// broker is no result backend
         context = {"sources": {"brokerUrl": "--broker", "resultBackend": "--broker"}}
         try:
             fleet = FleetSettings.model_validate(

@@ -221,3 +221,20 @@ def test_errors_are_one_line_with_one_prefix(
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert DOUBLED.search(lines[0]) is None, lines[0]
     assert lines[0].startswith(("config error: ", f"{args[0]}: ")), lines[0]
+
+
+def test_an_amqp_broker_option_keeps_the_configured_result_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # --broker amqp://… was also taken as the result backend, which amqp cannot be: every
+    # such call was a config error, whatever DITTO_RESULT_BACKEND said
+    monkeypatch.delenv("DITTO_BROKER_URL", raising=False)
+    monkeypatch.delenv("DITTO_RESULT_BACKEND", raising=False)
+    args = ["status", "--broker", "amqp://guest:guest@127.0.0.1:1//"]
+    alone = CliRunner().invoke(app, args)
+    assert alone.exit_code == 2 and len(alone.stderr.splitlines()) == 1, alone.stderr
+    assert "DITTO_RESULT_BACKEND is required with an amqp:// broker" in alone.stderr
+    monkeypatch.setenv("DITTO_RESULT_BACKEND", "redis://127.0.0.1:1/0")
+    paired = CliRunner().invoke(app, args)
+    assert paired.exit_code == 1, paired.stderr  # configured; the broker is just not there
+    assert paired.stderr.startswith("status: the broker (127.0.0.1:1) is unreachable")
