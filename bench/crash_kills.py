@@ -332,7 +332,8 @@ def note(folder: Path, text: str) -> None:
 
 def restart_after_visibility(worker: Worker, broker: redis.Redis, visibility_s: float) -> None:
     """Start a fresh worker once every unacked message's visibility timeout has passed
-    (a starting worker restores those; see the README on the running worker's sweep)."""
+    (a starting worker restores those; docs/fleet.md, "Calls on the fleet", has the running
+    worker's sweep)."""
     unacked = broker.zrange("unacked_index", 0, -1, withscores=True)
     note(worker.folder, f"unacked after the kill: {unacked}")
     scores = [s for _, s in unacked]

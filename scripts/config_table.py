@@ -1,10 +1,11 @@
-"""Print the README's table of every ``ditto.yaml`` key: its environment variable, its
+"""Print the table of every ``ditto.yaml`` key: its environment variable, its
 default and what it means (issue 14 item 6: one env rule, one table).
 
 Usage: ``python scripts/config_table.py`` (from the repo root). The owned sections come from
 the config models (their defaults and field descriptions), the plugin sections from the
 reference ``ditto.yaml`` (their defaults as written; their meaning is in its comments).
-``tests/unit/test_config_env.py`` keeps README.md's table equal to this output.
+``tests/unit/test_config_env.py`` keeps the table of ``docs/configuration.md`` equal to this
+output (between its ``config-table`` markers).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ CONVERSATION_PIPELINE: Final = RetrievalConfig.model_validate(
 )  # fmt: skip
 """Hybrid settings for memories of conversations whose metadata carries ``speaker``,
 ``session`` and ``turn`` (any chat log; nothing LoCoMo-only). Tuned by grid search on
-LoCoMo 30.json and 26.json (each held out in turn; README "Embeddings, vector and hybrid
+LoCoMo 30.json and 26.json (each held out in turn; docs/retrieval.md "Embeddings, vector and hybrid
 search"): 0.83 / 0.81 evidence recall@10 vs keyword 0.68 / 0.57 (turn text alone)."""
 
 STRATEGIES: Final = ("keyword", "vector", "hybrid")

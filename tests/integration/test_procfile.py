@@ -2,7 +2,7 @@
 
 honcho starts every Procfile line — the worker groups, the retrieval, context and infer
 workers, Flower on a free port — exactly as written, against a Redis started apart (as the
-README says: stopping the fleet must not stop its broker); only the environment differs
+docs/fleet.md says: stopping the fleet must not stop its broker); only the environment differs
 (ports, broker URL, fresh credentials, a SQLite file of the test's own, the context cache
 on database 1, the infer worker pointed at a loopback fake endpoint). The demo then runs
 through the fleet with ``--broker``, and Flower's ``/metrics`` (with the credentials; 401
@@ -173,7 +173,7 @@ def fleet(tmp_path: Path, chat: FakeChatServer) -> Iterator[Fleet]:
     log_path = tmp_path / "honcho.log"
     with log_path.open("wb") as log:
         # -d: honcho reads .env from the (empty) tmp folder, never a developer's .env;
-        # cwd: the repo, so workers load its ditto.yaml as in the README
+        # cwd: the repo, so workers load its ditto.yaml as docs/fleet.md says
         proc = subprocess.Popen(
             [sys.executable, "-m", "honcho", "start", "--no-colour",
              "-f", str(REPO / "Procfile"), "-d", str(tmp_path)],

@@ -125,7 +125,7 @@ def test_other_sections_are_left_alone_with_a_warning(caplog: pytest.LogCaptureF
     ]
 
 
-def test_the_reference_file_loads_and_the_readme_table_is_current() -> None:
+def test_the_reference_file_loads_and_the_docs_table_is_current() -> None:
     load_runtime_config_file(REPO / "ditto.yaml", env={})
     spec = importlib.util.spec_from_file_location(
         "config_table", REPO / "scripts" / "config_table.py"
@@ -133,7 +133,7 @@ def test_the_reference_file_loads_and_the_readme_table_is_current() -> None:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    readme = (REPO / "README.md").read_text()
-    start = readme.index("<!-- config-table:start -->\n") + len("<!-- config-table:start -->\n")
-    end = readme.index("<!-- config-table:end -->")
-    assert readme[start:end] == module.table(), "run: python scripts/config_table.py"
+    page = (REPO / "docs" / "configuration.md").read_text()
+    start = page.index("<!-- config-table:start -->\n") + len("<!-- config-table:start -->\n")
+    end = page.index("<!-- config-table:end -->")
+    assert page[start:end] == module.table(), "run: python scripts/config_table.py"

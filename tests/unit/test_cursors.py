@@ -18,7 +18,6 @@ import hashlib
 import hmac
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -231,15 +230,6 @@ def test_secrets_are_random_and_long_enough() -> None:
     assert re.fullmatch(r"[0-9a-f]{64}", new_cursor_secret())
     with pytest.raises(MemoryError):
         encode_cursor(FP, (), 1, "short", namespace=NS)
-
-
-def test_the_docs_page_runs() -> None:
-    # docs/cursors.md: every python block runs as written
-    page = (Path(__file__).parents[2] / "docs" / "cursors.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
-    assert len(blocks) == 2
-    for block in blocks:
-        exec(compile(block, "docs/cursors.md", "exec"), {})
 
 
 def test_all_is_accurate() -> None:

@@ -1,5 +1,5 @@
 """The packaged model file: found through package metadata, joined once, sha256-checked
-before every use; a mismatch is refused (README "INFER worker", provenance)."""
+before every use; a mismatch is refused (docs/runtime.md "INFER worker", provenance)."""
 
 from __future__ import annotations
 

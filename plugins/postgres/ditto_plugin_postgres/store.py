@@ -96,7 +96,8 @@ class PostgresMemoryStore(SearchMixin):
             ``DITTO_WORKER_MEMORY_POSTGRES_URL`` when built by :func:`create_store`
             (MEM-CONF-5). Never logged or shown.
         schema: the schema holding the tables (``[A-Za-z_][A-Za-z0-9_]{0,62}``).
-        pool_min_size / pool_max_size: connections kept / allowed by this process's pool.
+        pool_min_size: connections this process's pool keeps open.
+        pool_max_size: connections this process's pool may open at most.
         connect_timeout_s: seconds to wait for a new connection.
         pool_timeout_s: seconds a call waits for a free pooled connection.
         auto_migrate: run :meth:`migrate` on first use (else require the latest version).

@@ -1,0 +1,96 @@
+"""Every code block of README.md and docs/*.md runs as a test (Sybil; docs/writing-docs.md).
+
+- ```` ```python ```` blocks run one by one, each in a fresh namespace (so each is standalone)
+  and a fresh temporary working directory, with no broker configured: the embedded default.
+- ```` ```sh ```` and ```` ```bash ```` blocks run with ``bash -euo pipefail`` from the
+  repository root, with the stores' default paths pointed into a temporary directory
+  (``.ditto/`` of the checkout is never touched) and no broker configured; each must exit 0.
+  A block repeated verbatim runs once per session.
+- ``<!-- skip: next "reason" -->`` before a block marks one that cannot run here (Docker, a
+  GPU, an external endpoint, a long-running fleet or benchmark); the reason is shown as the
+  test's skip reason. Other fences (``text``, ``yaml``, ``promql``, none) are not run.
+
+docs/SPEC.md is the shared specification, kept equal to its source: not parsed here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sybil import Example, Sybil
+from sybil.parsers.markdown import CodeBlockParser, SkipParser
+
+REPO = Path(__file__).resolve().parent
+SHELL_TIMEOUT_S = 180
+# Settings a developer's shell may carry that would take a block off the embedded default.
+_FOREIGN_ENV = ("DITTO_BROKER_URL", "DITTO_RESULT_BACKEND", "DITTO_WORKER_MEMORY_STORE")
+
+
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name in _FOREIGN_ENV or name.startswith(("DITTO_WORKER_", "OTEL_")):
+            monkeypatch.delenv(name)
+
+
+def _run_python(example: Example) -> None:
+    namespace: dict[str, Any] = example.namespace
+    tmp_path: Path = namespace["tmp_path"]
+    monkeypatch: pytest.MonkeyPatch = namespace["monkeypatch"]
+    _clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    # padded so that a traceback names the line of the Markdown file
+    source = "\n" * example.line + str(example.parsed)
+    code = compile(source, example.path, "exec", dont_inherit=True)
+    exec(code, {"__name__": "__docs_example__"})
+
+
+# A shell block repeated verbatim (the README's commands, again in docs/getting-started.md)
+# runs once per session: source -> where it passed.
+_PASSED_SHELL: dict[str, str] = {}
+
+
+def _run_shell(example: Example) -> None:
+    source = str(example.parsed)
+    if source in _PASSED_SHELL:
+        pytest.skip(f"the same block as {_PASSED_SHELL[source]}, which passed in this run")
+    namespace: dict[str, Any] = example.namespace
+    tmp_path: Path = namespace["tmp_path"]
+    monkeypatch: pytest.MonkeyPatch = namespace["monkeypatch"]
+    _clean_env(monkeypatch)
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["DITTO_WORKER_MEMORY_SQLITE_PATH"] = str(tmp_path / "memory.sqlite")
+    env["DITTO_WORKER_MEMORY_QDRANT_PATH"] = str(tmp_path / "qdrant")
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", source],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=SHELL_TIMEOUT_S,
+    )
+    if done.returncode != 0:
+        raise AssertionError(
+            f"{example.path}:{example.line}: exit {done.returncode}\n"
+            f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+        )
+    _PASSED_SHELL[source] = f"{Path(example.path).relative_to(REPO)}:{example.line}"
+
+
+pytest_collect_file = Sybil(
+    parsers=[
+        CodeBlockParser(language="python", evaluator=_run_python),
+        CodeBlockParser(language="sh", evaluator=_run_shell),
+        CodeBlockParser(language="bash", evaluator=_run_shell),
+        SkipParser(),
+    ],
+    patterns=["README.md", "docs/*.md"],
+    excludes=["*/README.md", "docs/SPEC.md"],  # data/locomo/README.md; the shared spec
+    fixtures=["tmp_path", "monkeypatch"],
+).pytest()
