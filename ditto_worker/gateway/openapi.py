@@ -36,21 +36,34 @@ def _schema(tp: Any, mode: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def node_openapi(node: str, spec: NodeSpec) -> dict[str, Any]:
-    """The ``openapi_extra`` of ``POST /v1/nodes/{node}``: request body, answers, defs."""
+    """The ``openapi_extra`` of ``POST /v1/nodes/{node}``: request body, answers, defs.
+
+    The request body and the answer are named schemas in ``components/schemas``:
+    ``<Kind><Name>Request`` (the input model's schema; ``{}`` = any JSON without one) and
+    ``<Kind><Name>Result`` (the NodeResult around the output), so generated clients get
+    one named type per node.
+    """
+    stem = "".join(part.capitalize() for part in node.replace("_", ".").split("."))
     request, defs = _schema(spec.input, "validation") if spec.input is not None else ({}, {})
     output: Any = spec.output if spec.output is not None else Any
     # validation mode: the contracts' wrap serializer (unset optionals omitted) hides the
     # fields from a serialization schema; the answer is exactly a valid NodeResult
     answer, answer_defs = _schema(NodeResult[output], "validation")
     defs.update(answer_defs)
-    body = {"application/json": {"schema": answer}}
+    defs[f"{stem}Request"] = {**request, "title": f"{stem}Request"}
+    defs[f"{stem}Result"] = {**answer, "title": f"{stem}Result"}
+    body = {"application/json": {"schema": {"$ref": REF.format(model=f"{stem}Result")}}}
     responses = {
         status: {"description": _DESCRIPTIONS.get(status, "A NodeResult."), "content": body}
         for status in ANSWERED_STATUSES
     }
+    request_body = {"$ref": REF.format(model=f"{stem}Request")}
     return {
         "summary": f"Call {node}",
-        "requestBody": {"required": True, "content": {"application/json": {"schema": request}}},
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": request_body}},
+        },
         "responses": responses,
         _DEFS_KEY: defs,
     }
