@@ -356,17 +356,24 @@ def test_settings_refuse_what_would_be_unsafe(runtime: Runtime) -> None:
 
 def test_the_openapi_document_has_each_nodes_schemas(client: TestClient) -> None:
     document = client.get("/openapi.json").json()
+    schemas = document["components"]["schemas"]
+
+    def named(schema: dict[str, Any]) -> dict[str, Any]:
+        return schemas[schema["$ref"].rsplit("/", 1)[-1]] if "$ref" in schema else schema
+
     get = document["paths"]["/v1/nodes/MEMORY.GET"]["post"]
-    request = get["requestBody"]["content"]["application/json"]["schema"]
+    request = named(get["requestBody"]["content"]["application/json"]["schema"])
+    assert request["title"] == "MemoryGetRequest"
     assert set(request["properties"]) >= {"ids", "keys"}
     assert request.get("additionalProperties") is False
-    answer = get["responses"]["200"]["content"]["application/json"]["schema"]
-    if "$ref" in answer:
-        answer = document["components"]["schemas"][answer["$ref"].rsplit("/", 1)[-1]]
+    answer = named(get["responses"]["200"]["content"]["application/json"]["schema"])
+    assert answer["title"] == "MemoryGetResult"
     assert set(answer["properties"]) >= {"executionId", "node", "status", "output", "error"}
     assert {"401", "403", "413", "422", "429", "503", "504"} <= set(get["responses"])
     any_json = document["paths"]["/v1/nodes/PROBE.WHOAMI"]["post"]["requestBody"]
-    assert any_json["content"]["application/json"]["schema"] == {}
+    assert named(any_json["content"]["application/json"]["schema"]) == {
+        "title": "ProbeWhoamiRequest"
+    }
     refs = _refs(document["paths"])
     assert refs and refs <= set(document["components"]["schemas"])
 
