@@ -140,6 +140,11 @@ class FleetSettings(_Section):
         "celery inspect. false: ids, node, status, code, sizes and timings only.",
     )
 
+    transport: str = Field(
+        default="celery",
+        description="How a client with a broker reaches the fleet: an installed "
+        "ditto_worker.transports entry point (celery: Celery on the broker).",
+    )
     sentinel_master_name: str = Field(
         default="",
         description="Redis Sentinel: the monitored master's name, for a sentinel:// broker "

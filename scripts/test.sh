@@ -5,9 +5,10 @@
 # throwaway PostgreSQL with pgvector (scripts/postgres.sh, port DITTO_PG_PORT or 15432)
 # unless DITTO_TEST_POSTGRES_URL is set, and a throwaway MariaDB (scripts/mysql.sh, port
 # DITTO_MYSQL_PORT or 13306; installs mariadb-server with apt if missing) unless
-# DITTO_TEST_MYSQL_URL is set, runs ruff and mypy, builds the docs site strictly (mkdocs.yml:
-# a broken link, anchor or API reference fails), then pytest (which runs every code block
-# of README.md and docs/*.md too), and stops what it started.
+# DITTO_TEST_MYSQL_URL is set, runs ruff, mypy and the import contracts (lint-imports),
+# builds the docs site strictly (mkdocs.yml: a broken link, anchor or API reference
+# fails), then pytest (which runs every code block of README.md and docs/*.md too), and
+# stops what it started.
 # Every install says on one line what it installs and why; what is already there is named
 # on one line and skipped.
 set -euo pipefail
@@ -97,6 +98,8 @@ say "ruff (lint, format) and mypy (strict)"
 python3 -m ruff check .
 python3 -m ruff format --check .
 python3 -m mypy
+say "import contracts (lint-imports: the layers of pyproject.toml [tool.importlinter], every import line)"
+lint-imports --no-cache --no-logo
 say "mkdocs build --strict (the docs site)"
 NO_MKDOCS_2_WARNING=1 python3 -m mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
 export DITTO_REQUIRE_SERVICES=1

@@ -81,7 +81,7 @@ from ditto_worker.runtime.execute import unknown_node
 from ditto_worker.runtime.trace import clean_trace, trace_headers, trace_repr
 from ditto_worker.scope import SCOPE_HEADER, Scope, parse_scope
 
-__all__ = ["DittoClient", "NodeTable"]
+__all__ = ["DittoClient", "NodeTable", "connect"]
 
 log = logging.getLogger(__name__)
 
@@ -712,3 +712,10 @@ def _new_id() -> str:
     import uuid
 
     return str(uuid.uuid4())
+
+
+def connect(config: RuntimeConfig, nodes: NodeTable, scope: Scope | None = None) -> DittoClient:
+    """The ``celery`` entry point of ``ditto_worker.transports``: a :class:`DittoClient` of
+    the broker fleet ``config.fleet`` names, knowing ``nodes``, bound to ``scope``
+    (how ``create_ditto`` reaches the fleet without naming it)."""
+    return DittoClient.from_fleet(config.fleet, nodes=nodes, scope=scope)

@@ -218,4 +218,5 @@ def create_embedding_provider(
     """
     from ditto_worker.runtime.registry import build_embedder
 
-    return build_embedder(kind, settings, env)
+    provider: EmbeddingProvider | None = build_embedder(kind, settings, env)
+    return provider

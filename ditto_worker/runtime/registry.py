@@ -16,6 +16,11 @@
   ``embedding: <name>`` setting is built through :func:`build_embedder`, so plugins reach
   ``local`` and ``http`` (entry points of this package) like a third party's provider,
   never through :mod:`ditto_worker.retrieval`.
+* Transports: group ``ditto_worker.transports``; an entry point names a factory
+  ``(config: RuntimeConfig, nodes: NodeTable, scope: Scope | None) -> client`` with
+  ``invoke`` / ``ainvoke`` / ``close``. ``create_ditto`` with a broker configured connects
+  through the one ``fleet.transport`` names (:func:`connect_transport`; ``celery``: the
+  fleet's ``DittoClient``), so the runtime names no transport.
 """
 
 from __future__ import annotations
@@ -32,17 +37,19 @@ from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition
 
 if TYPE_CHECKING:
     from ditto_worker.config import RuntimeConfig
-    from ditto_worker.memory.ports import EmbeddingProvider
+    from ditto_worker.scope import Scope
 
 __all__ = [
     "EMBEDDER_GROUP",
     "ENTRY_POINT_GROUP",
+    "TRANSPORT_GROUP",
     "WORKER_GROUP",
     "NodeTable",
     "StoreMissingError",
     "available_stores",
     "build_embedder",
     "build_store",
+    "connect_transport",
     "node_table",
     "worker_definitions",
 ]
@@ -54,6 +61,8 @@ WORKER_GROUP = "ditto_worker.workers"
 """Entry point group of worker kinds: ``name = "module:from_config"``."""
 EMBEDDER_GROUP = "ditto_worker.embedders"
 """Entry point group of embedding providers: ``name = "module:factory"``."""
+TRANSPORT_GROUP = "ditto_worker.transports"
+"""Entry point group of client transports: ``name = "module:factory"``."""
 
 WorkerFactory = Callable[["RuntimeConfig"], WorkerDefinition]
 NodeTable = Mapping[str, tuple[WorkerDefinition, NodeSpec]]
@@ -140,7 +149,7 @@ def build_embedder(
     kind: str | None,
     settings: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
-) -> EmbeddingProvider | None:
+) -> Any:
     """The embedding provider a config key names (``plugins.<store>.embedding`` …).
 
     Args:
@@ -153,7 +162,9 @@ def build_embedder(
         env: the environment (default ``os.environ``).
 
     Returns:
-        The provider, or ``None``. Building ``local`` loads the model (about 0.5 s warm).
+        The provider (an ``EmbeddingProvider`` of :mod:`ditto_worker.memory.ports`, which
+        sits above this module: hence ``Any`` here), or ``None``. Building ``local`` loads
+        the model (about 0.5 s warm).
 
     Raises:
         ConfigError: an unknown kind or setting, or a missing ``http`` variable.
@@ -162,8 +173,27 @@ def build_embedder(
     if kind in (None, "", "none"):
         return None
     factory = _named(EMBEDDER_GROUP, str(kind), "embedding provider", "; or none")
-    provider: EmbeddingProvider = factory(dict(settings or {}), os.environ if env is None else env)
-    return provider
+    return factory(dict(settings or {}), os.environ if env is None else env)
+
+
+def connect_transport(config: RuntimeConfig, nodes: NodeTable, scope: Scope | None = None) -> Any:
+    """A client of the fleet through the transport ``config.fleet.transport`` names.
+
+    Args:
+        config: the runtime config (``fleet:`` says where the queues live).
+        nodes: node id -> (definition, spec) of the definitions the caller was given
+            (the client refuses other ids with ``UNKNOWN_NODE`` before sending).
+        scope: the trusted scope of calls that name none.
+
+    Returns:
+        The transport's client: ``invoke`` / ``ainvoke`` / ``close`` as
+        :class:`~ditto_worker.runtime.runtime.Runtime` calls them.
+
+    Raises:
+        ConfigError: no installed transport has that name.
+    """
+    factory = _named(TRANSPORT_GROUP, config.fleet.transport, "transport")
+    return factory(config, nodes, scope)
 
 
 def _load_reference(reference: str, where: str) -> WorkerFactory:

@@ -7,8 +7,9 @@ The seed's ``createDitto({config, workers: [createMemoryWorker(...), createConte
 * no broker configured (``fleet.brokerUrl`` / ``DITTO_BROKER_URL`` empty): the definitions
   run in this process (:class:`~ditto_worker.runtime.embedded.EmbeddedRuntime`), and
   Celery is never imported;
-* a broker configured: the caller is a client only (a
-  :class:`~ditto_worker.fleet.DittoClient`); the definitions it was given say which node
+* a broker configured: the caller is a client only, of the transport ``fleet.transport``
+  names (an entry point of ``ditto_worker.transports``, found the way worker kinds are:
+  ``celery``, the fleet's ``DittoClient``); the definitions it was given say which node
   ids exist (``UNKNOWN_NODE`` before sending) and how to parse their outputs, and workers
   started with ``ditto-worker worker`` run them.
 
@@ -26,7 +27,7 @@ from ditto_worker.errors import ConfigError, MemoryError
 from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.runtime.definition import WorkerDefinition, WorkerSource
 from ditto_worker.runtime.graphs import DEFAULT_LOOP_BUDGET, Graph, GraphResult, LoopResult
-from ditto_worker.runtime.registry import worker_definitions
+from ditto_worker.runtime.registry import connect_transport, node_table, worker_definitions
 from ditto_worker.scope import Scope, parse_scope
 
 if TYPE_CHECKING:
@@ -349,8 +350,5 @@ def create_ditto(
 
         embedded = EmbeddedRuntime(definitions, config, bound)
         return Runtime(definitions, embedded, embedded=True, config=config)
-    from ditto_worker.fleet.client import DittoClient
-    from ditto_worker.runtime.registry import node_table
-
-    client = DittoClient.from_fleet(config.fleet, nodes=node_table(definitions), scope=bound)
+    client = connect_transport(config, node_table(definitions), bound)
     return Runtime(definitions, client, embedded=False, config=config)

@@ -14,12 +14,16 @@ from typing import Any
 
 import pytest
 
+from ditto_worker import create_ditto, create_memory_worker
+from ditto_worker.config import load_runtime_config
 from ditto_worker.errors import ConfigError
 from ditto_worker.runtime.registry import (
     EMBEDDER_GROUP,
+    TRANSPORT_GROUP,
     build_embedder,
     entry_points,
 )
+from ditto_worker.testing import InMemoryMemoryStore
 
 KIT = Path(__file__).resolve().parents[1] / "fixtures" / "house_kit"
 
@@ -31,10 +35,12 @@ def kit(monkeypatch: pytest.MonkeyPatch) -> Any:
     return importlib.import_module("ditto_house_kit")
 
 
-def test_this_package_installs_its_embedders_as_entry_points() -> None:
+def test_this_package_installs_its_embedders_and_transport_as_entry_points() -> None:
     embedders = {ep.name: ep.value for ep in entry_points(group=EMBEDDER_GROUP)}
+    transports = {ep.name: ep.value for ep in entry_points(group=TRANSPORT_GROUP)}
     assert embedders["local"] == "ditto_worker.retrieval.embed:local_provider"
     assert embedders["http"] == "ditto_worker.retrieval.http:http_provider"
+    assert transports["celery"] == "ditto_worker.fleet.client:connect"
 
 
 def test_none_builds_no_embedder() -> None:
@@ -71,3 +77,26 @@ def test_a_store_plugin_reaches_a_third_party_embedder_by_its_name(
         assert isinstance(store._embedder, kit.FixedEmbedder)
     finally:
         store.close()
+
+
+def test_the_runtime_connects_through_the_transport_the_config_names(kit: Any) -> None:
+    config = load_runtime_config(
+        None, env={"DITTO_BROKER_URL": "redis://127.0.0.1:1/0", "DITTO_TRANSPORT": "loopback"}
+    )
+    runtime = create_ditto([create_memory_worker(InMemoryMemoryStore())], config,
+                           scope={"tenant": "t", "user": "u"})  # fmt: skip
+    assert runtime.embedded is False
+    result = runtime.invoke("MEMORY.GET", {"ids": ["a"]})
+    assert result.output == {
+        "via": "loopback", "node": "MEMORY.GET", "input": {"ids": ["a"]},
+        "scope": {"tenant": "t", "user": "u"},
+    }  # fmt: skip
+    runtime.close()
+
+
+def test_an_unknown_transport_names_the_installed_ones() -> None:
+    config = load_runtime_config(
+        None, env={"DITTO_BROKER_URL": "redis://127.0.0.1:1/0", "DITTO_TRANSPORT": "carrier-pigeon"}
+    )
+    with pytest.raises(ConfigError, match=r"unknown transport 'carrier-pigeon'.*celery"):
+        create_ditto([create_memory_worker(InMemoryMemoryStore())], config)
