@@ -101,7 +101,9 @@ python3 -m mypy
 say "import contracts (lint-imports: the layers of pyproject.toml [tool.importlinter], every import line)"
 lint-imports --no-cache --no-logo
 say "mkdocs build --strict (the docs site)"
-NO_MKDOCS_2_WARNING=1 python3 -m mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
+site_dir=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 python3 -m mkdocs build --strict --quiet --site-dir "$site_dir"
+rm -rf "$site_dir"
 export DITTO_REQUIRE_SERVICES=1
 say "pytest (Redis at $DITTO_TEST_REDIS_URL, PostgreSQL at ${DITTO_TEST_POSTGRES_URL##*@}, MySQL at ${DITTO_TEST_MYSQL_URL##*@})"
 python3 -m pytest "$@"
