@@ -1,6 +1,6 @@
 """Store plugins at scale: bulk WRITE rate and QUERY / keyword SEARCH latency.
 
-The same data and the same queries for every store (SQLite, PostgreSQL and Qdrant), through
+The same data and the same queries for every store (SQLite, PostgreSQL, MySQL and Qdrant), through
 the direct SDK (``create_memory``: validation included, no broker):
 
 * data: ``--n`` memories (default 100,000; ``--million`` for 1,000,000), seeded; each a
@@ -37,6 +37,7 @@ scripts/postgres.sh start``); the bench works in a schema of its own, dropped at
     python bench/store_scale.py --stores sqlite --n 20000
     python bench/store_scale.py --tenants 0,100      # unscoped vs one of 100 tenants
     python bench/store_scale.py --stores sqlite,postgres,qdrant --n 20000 --embedder hashing
+    python bench/store_scale.py --stores sqlite,postgres,mysql --n 10000 --embedder hashing
     python bench/store_scale.py --tenants 0,4,100 --pipeline   # issue 19, see below
 
 ``--pipeline`` (issue 19) measures the retrieval pipeline instead
@@ -250,8 +251,8 @@ def embedder_of(kind: str) -> Any:
 
 @contextmanager
 def open_store(name: str, embedder: Any = None) -> Iterator[Any]:
-    """A fresh, empty store ``sqlite`` (temp file), ``postgres`` (own schema) or
-    ``qdrant`` (local mode in a temp folder)."""
+    """A fresh, empty store ``sqlite`` (temp file), ``postgres`` (own schema), ``mysql``
+    (own database) or ``qdrant`` (local mode in a temp folder)."""
     if name == "qdrant":
         from ditto_plugin_qdrant import QdrantMemoryStore
 
@@ -274,6 +275,10 @@ def open_store(name: str, embedder: Any = None) -> Iterator[Any]:
             store.close()
             shutil.rmtree(folder, ignore_errors=True)
         return
+    if name == "mysql":
+        with _mysql_store(embedder) as mysql:
+            yield mysql
+        return
     import psycopg
 
     from ditto_plugin_postgres import PostgresMemoryStore
@@ -291,6 +296,32 @@ def open_store(name: str, embedder: Any = None) -> Iterator[Any]:
         pg.close()
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@contextmanager
+def _mysql_store(embedder: Any = None) -> Iterator[Any]:
+    """A MySQL store in a database of its own (``DITTO_WORKER_MEMORY_MYSQL_URL`` or
+    ``DITTO_TEST_MYSQL_URL``: ``bash scripts/mysql.sh start``), dropped at the end."""
+    import pymysql
+
+    from ditto_plugin_mysql import MysqlMemoryStore
+    from ditto_plugin_mysql.db import parse_url
+
+    url = os.environ.get("DITTO_WORKER_MEMORY_MYSQL_URL") or os.environ.get("DITTO_TEST_MYSQL_URL")
+    if not url:
+        raise SystemExit("mysql: set DITTO_WORKER_MEMORY_MYSQL_URL (scripts/mysql.sh)")
+    database = f"bench_{uuid.uuid4().hex[:12]}"
+    store = MysqlMemoryStore(url, database=database, embedder=embedder)
+    try:
+        yield store
+    finally:
+        store.close()
+        address = parse_url(url)
+        conn = pymysql.connect(host=address.host, port=address.port, user=address.user,
+                               password=address.password, autocommit=True)  # fmt: skip
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
+        conn.close()
 
 
 def run(

@@ -86,6 +86,17 @@ def test_the_scan_spans_chunks_and_filters_before_limit(
     assert len(odd) == 20 and {h.memory.metadata["even"] for h in odd} == {False}
 
 
+def test_a_chunk_cut_short_by_the_server_is_read_row_by_row(
+    store: MysqlMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = _write(store, [{"content": f"entry {i} of the list"} for i in range(30)])
+    whole = _search(store, "entry 12 of the list", "vector", limit=30)
+    monkeypatch.setattr(vectors, "CONCAT_MAX_BYTES", 300)  # every GROUP_CONCAT truncated
+    cut = _search(store, "entry 12 of the list", "vector", limit=30)
+    assert [h.memory.id for h in cut] == [h.memory.id for h in whole]
+    assert cut[0].memory.id == ids[12] and len(cut) == 30
+
+
 def test_identity_mismatch_fails_every_call(mysql_url: str, mysql_database: str) -> None:
     first = MysqlMemoryStore(mysql_url, database=mysql_database, embedder=HashingEmbedder())
     first.write(MemoryWriteInput.model_validate({"memories": [{"content": "kept"}]}))
