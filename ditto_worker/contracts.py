@@ -298,6 +298,13 @@ class MemoryItem(_Wire):
     key: Identifier | None = Field(default=None, description="The record's key, if it has one.")
     content: JsonData = Field(description="Any JSON value, ``null`` included (MEM-DATA-4).")
     metadata: JsonObject | None = Field(default=None, description="Optional JSON object.")
+    operation_id: Annotated[str, Field(min_length=1, max_length=256)] | None = Field(
+        default=None,
+        description="The operation id of the WRITE or UPDATE that produced the record's "
+        "current state, when that call carried one (MEM-RUN-7; omitted otherwise). Set by "
+        "the store, never by an input; a task reads it with GET to tell whether its "
+        "operation already happened.",
+    )
 
 
 class MemorySearchResult(_Wire):
@@ -401,12 +408,27 @@ class MemoryUpdateEntry(_Wire):
     metadata: JsonObject | None = Field(
         default=None, description="Replaces the whole metadata object if present; ``{}`` clears."
     )
+    if_metadata: JsonObject | None = Field(
+        default=None,
+        description="Conditional update (MEM-UPDATE-5): apply the entry only if the stored "
+        "metadata has each of these top-level fields with an equal JSON value (a missing "
+        "field never matches); checked atomically with the write, else CONFLICT and "
+        "nothing of the batch is written. A store that cannot check it atomically answers "
+        "UNSUPPORTED (capability conditional_update). At least one field.",
+    )
 
     @field_validator("metadata", mode="before")
     @classmethod
     def _metadata_object(cls, value: Any) -> Any:
         if value is None:
             raise ValueError("metadata must be an object when present ({} clears it)")
+        return value
+
+    @field_validator("if_metadata", mode="before")
+    @classmethod
+    def _condition_object(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, dict) and not value):
+            raise ValueError("ifMetadata must be an object naming at least one field")
         return value
 
     @property

@@ -55,6 +55,10 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_FILTER = "UNSUPPORTED_FILTER"
     UNSUPPORTED_ORDER_BY = "UNSUPPORTED_ORDER_BY"
     INVALID_CURSOR = "INVALID_CURSOR"
+    UNSUPPORTED = "UNSUPPORTED"
+    """The store does not offer a requested optional feature (an operation id on a store
+    without ``capabilities.operation_ids``, an ``ifMetadata`` condition on one without
+    ``capabilities.conditional_update``); nothing was applied."""
     # Retrieval and embeddings (MEM-RET)
     UNKNOWN_TARGET = "UNKNOWN_TARGET"
     """RETRIEVAL.SEARCH names a target the retrieval worker does not serve."""

@@ -74,6 +74,7 @@ from ditto_worker.fleet.heartbeat import describe_last_seen, heartbeat_key
 from ditto_worker.fleet.redaction import args_repr
 from ditto_worker.fleet.redis_urls import is_redis_url, server_address
 from ditto_worker.fleet.results import ResultListener
+from ditto_worker.operation import OPERATION_HEADER, check_operation_id
 from ditto_worker.runtime.cancel import CancelToken, local_registry
 from ditto_worker.runtime.context import call_deadline
 from ditto_worker.runtime.definition import KindCodes, NodeSpec, WorkerDefinition
@@ -96,6 +97,14 @@ _SEEN_WAIT_S = 1.0  # how long a timed-out call waits to read its queue's heartb
 _OUTAGE_LOG_EVERY_S = 60.0  # an outage is logged once, then at most once a minute
 _UNKNOWN = KindCodes(ErrorCode.MEMORY_CANCELLED, ErrorCode.MEMORY_TIMEOUT,
                      ErrorCode.MEMORY_BACKEND_ERROR)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Route:
+    """The host facts a call's message headers carry: trusted scope and operation id."""
+
+    scope: Scope | None
+    operation_id: str | None
 
 
 @dataclass(frozen=True)
@@ -264,6 +273,7 @@ class DittoClient:
         scope: Scope | Mapping[str, str] | None = None,
         deadline: float | None = None,
         trace: Mapping[str, str] | None = None,
+        operation_id: str | None = None,
     ) -> NodeResult[Any]:
         """Run ``node`` on the fleet and wait for its NodeResult.
 
@@ -282,10 +292,15 @@ class DittoClient:
             trace: tracing ids ``{run_id, graph, graph_node}`` (a Graph run sets them),
                 sent as message headers and as the task's ``argsrepr``, which Flower and
                 the worker log show; ids only (:mod:`ditto_worker.runtime.trace`).
+            operation_id: the caller's operation id (MEM-RUN-7,
+                :mod:`ditto_worker.operation`), sent in the ``ditto_operation`` header: one
+                id per intended effect across attempts (a replay gets a new execution id,
+                the same operation id); MEMORY mutations apply it at most once.
 
         Returns:
             The worker's NodeResult, or one with status ``failed`` (``UNKNOWN_NODE``;
-            ``INVALID_INPUT`` for input that is not JSON; ``PERMISSION_DENIED`` for a
+            ``INVALID_INPUT`` for input that is not JSON or a malformed operation id;
+            ``PERMISSION_DENIED`` for a
             malformed scope or one the worker does not serve; ``FLEET_UNAVAILABLE`` when
             the broker or result backend is unreachable, naming its ``host:port``;
             ``MEMORY_BACKEND_ERROR`` when the client is closed;
@@ -294,7 +309,7 @@ class DittoClient:
             queue was last seen, :mod:`ditto_worker.fleet.heartbeat`) or ``cancelled`` (the
             kind's cancelled code).
         """
-        start = self._start(node, execution_id, cancel, scope, timeout, deadline)
+        start = self._start(node, execution_id, cancel, scope, timeout, deadline, operation_id)
         if isinstance(start, NodeResult):
             return start
         eid, bound, deadline = start
@@ -323,6 +338,7 @@ class DittoClient:
         scope: Scope | Mapping[str, str] | None = None,
         deadline: float | None = None,
         trace: Mapping[str, str] | None = None,
+        operation_id: str | None = None,
     ) -> NodeResult[Any]:
         """``invoke`` for asyncio: same arguments, same NodeResult.
 
@@ -330,7 +346,7 @@ class DittoClient:
             asyncio.CancelledError: when the awaiting task is cancelled; the call is
                 cancelled on the fleet first (revoke + cancel flag), MEM-PY-2.
         """
-        start = self._start(node, execution_id, cancel, scope, timeout, deadline)
+        start = self._start(node, execution_id, cancel, scope, timeout, deadline, operation_id)
         if isinstance(start, NodeResult):
             return start
         eid, bound, deadline = start
@@ -341,7 +357,8 @@ class DittoClient:
                 token = cancel or CancelToken()
                 call = functools.partial(
                     self.invoke, node, input, timeout=deadline - time.time(), cancel=token,
-                    execution_id=eid, scope=bound, trace=trace,
+                    execution_id=eid, scope=bound.scope, trace=trace,
+                    operation_id=bound.operation_id,
                 )  # fmt: skip
                 try:
                     return await asyncio.get_running_loop().run_in_executor(self._senders, call)
@@ -403,9 +420,11 @@ class DittoClient:
         scope: Scope | Mapping[str, str] | None,
         timeout: float | None,
         deadline: float | None = None,
-    ) -> tuple[str, Scope | None, float] | NodeResult[Any]:
-        """``(execution id, scope, deadline)`` of a call, or the NodeResult refusing it
-        before anything is sent (unknown node, already cancelled, malformed scope)."""
+        operation_id: str | None = None,
+    ) -> tuple[str, _Route, float] | NodeResult[Any]:
+        """``(execution id, route, deadline)`` of a call, or the NodeResult refusing it
+        before anything is sent (unknown node, already cancelled, malformed scope or
+        operation id)."""
         listener = self._listener
         eid = execution_id or (listener.new_id() if listener is not None else _new_id())
         if node not in self._nodes:
@@ -414,9 +433,10 @@ class DittoClient:
             return self._cancelled(eid, node, "cancelled before it was sent")
         try:
             bound = self._scope if scope is None else parse_scope(scope)
+            route = _Route(bound, check_operation_id(operation_id))
         except MemoryError as exc:
             return _failure(eid, node, exc.code, exc.safe_message)
-        return eid, bound, call_deadline(self.default_timeout_s, timeout, deadline)
+        return eid, route, call_deadline(self.default_timeout_s, timeout, deadline)
 
     @contextmanager
     def _tracked(self) -> Iterator[bool]:
@@ -434,12 +454,14 @@ class DittoClient:
                 self._idle.notify_all()
 
     def _send(
-        self, node: str, payload: Any, eid: str, deadline: float, scope: Scope | None,
+        self, node: str, payload: Any, eid: str, deadline: float, route: _Route,
         trace: Mapping[str, str] | None = None,
     ) -> None:  # fmt: skip
         headers: dict[str, Any] = {DEADLINE_HEADER: deadline, SENT_HEADER: time.time()}
-        if scope is not None:
-            headers[SCOPE_HEADER] = scope.to_header()
+        if route.scope is not None:
+            headers[SCOPE_HEADER] = route.scope.to_header()
+        if route.operation_id is not None:
+            headers[OPERATION_HEADER] = route.operation_id
         reprs = self._reprs
         if trace:  # run and Graph node ids (never input): headers, and args in Flower/logs
             headers.update(trace_headers(trace))
@@ -517,7 +539,7 @@ class DittoClient:
 
     def _invoke_listening(
         self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
-        scope: Scope | None, trace: Mapping[str, str] | None = None,
+        route: _Route, trace: Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:  # fmt: skip
         """The sync path: publish from this thread, block on the listener's future."""
         listener = self._listener
@@ -534,7 +556,7 @@ class DittoClient:
                 except RedisError as exc:
                     return self._unreachable(eid, node, exc)
             try:
-                self._send(node, payload, eid, deadline, scope, trace)
+                self._send(node, payload, eid, deadline, route, trace)
             except (EncodeError, OperationalError) as exc:
                 return self._send_failure(exc, node, eid)
             waited: list[ThreadFuture[Any]] = [result, stop]
@@ -564,7 +586,7 @@ class DittoClient:
 
     async def _acall(
         self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
-        scope: Scope | None, trace: Mapping[str, str] | None = None,
+        route: _Route, trace: Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:  # fmt: skip
         """The asyncio path: publish on a sender thread, await the listener's future."""
         listener = self._listener
@@ -582,7 +604,7 @@ class DittoClient:
             if setup is not None:
                 await asyncio.wait_for(asyncio.wrap_future(setup), deadline - time.time())
             send = loop.run_in_executor(self._senders, self._send, node, payload, eid, deadline,
-                                        scope, trace)  # fmt: skip
+                                        route, trace)  # fmt: skip
             try:  # a send still queued at the deadline may go out later: it expires unrun
                 await asyncio.wait_for(send, max(0.0, deadline - time.time()))
             except (EncodeError, OperationalError) as exc:
@@ -662,10 +684,10 @@ class DittoClient:
 
     def _invoke_polling(
         self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
-        scope: Scope | None, trace: Mapping[str, str] | None = None,
+        route: _Route, trace: Mapping[str, str] | None = None,
     ) -> NodeResult[Any]:  # fmt: skip
         try:
-            self._send(node, payload, eid, deadline, scope, trace)
+            self._send(node, payload, eid, deadline, route, trace)
         except (EncodeError, OperationalError) as exc:
             return self._send_failure(exc, node, eid)
         result = self.app.AsyncResult(eid)

@@ -43,6 +43,7 @@ from ditto_worker.fleet.heartbeat import QueueHeartbeat, consumed_queues
 from ditto_worker.fleet.redaction import Reply, input_repr, install_redaction
 from ditto_worker.fleet.redis_urls import is_redis_url, sync_client
 from ditto_worker.fleet.shutdown import ignore_group_sigterm
+from ditto_worker.operation import OPERATION_HEADER, check_operation_id
 from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.runtime.context import NodeContext
 from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition, WorkerSource
@@ -246,10 +247,11 @@ class FleetRuntime:
         and trace (MEM-RT-3)."""
 
         def invoke(node: str, input: Any, *, timeout: float | None = None,
-                   execution_id: str | None = None) -> NodeResult[Any]:  # fmt: skip
+                   execution_id: str | None = None,
+                   operation_id: str | None = None) -> NodeResult[Any]:  # fmt: skip
             result: NodeResult[Any] = self._client.get().invoke(
                 node, input, timeout=timeout, deadline=deadline, cancel=cancel, scope=scope,
-                execution_id=execution_id, trace=trace,
+                execution_id=execution_id, trace=trace, operation_id=operation_id,
             )  # fmt: skip
             return result
 
@@ -288,6 +290,7 @@ class FleetRuntime:
         deadline = float(raw_deadline) if isinstance(raw_deadline, int | float) else None
         try:
             scope = parse_scope(_header(request, SCOPE_HEADER))
+            operation_id = check_operation_id(_header(request, OPERATION_HEADER))
         except NodeError as exc:
             return to_wire(NodeResult.failure(eid, node, exc.code, exc.safe_message))
         refused = self._refusal(task, node, eid, input)
@@ -306,6 +309,7 @@ class FleetRuntime:
                 eid, node, token, deadline, scope,
                 invoke=self._sub_invoke(deadline, token, scope, trace),
                 headers=trace, defaults=self._defaults(definition.kind),
+                operation_id=operation_id,
             )  # fmt: skip
             return to_wire(run_node(definition, spec, input, ctx))
 

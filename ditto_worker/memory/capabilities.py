@@ -87,6 +87,15 @@ class StoreCapabilities:
             on its namespace, :mod:`ditto_worker.scope`; keys unique per scope). The SDK
             refuses a scoped call to a store that does not declare it
             (``PERMISSION_DENIED``).
+        operation_ids: WRITE/UPDATE/DELETE with ``options.operation_id`` apply at most once
+            per namespace, keep the id with the records written, and answer the same id
+            with another input ``CONFLICT`` (MEM-RUN-7,
+            :mod:`ditto_worker.memory.operations`). The SDK refuses an operation id to a
+            store that does not declare it (``UNSUPPORTED``, nothing applied).
+        conditional_update: UPDATE entries' ``ifMetadata`` is checked atomically with the
+            write; a failed condition is ``CONFLICT`` with nothing of the batch written
+            (MEM-UPDATE-5). The SDK refuses ``ifMetadata`` to a store that does not
+            declare it (``UNSUPPORTED``, nothing applied).
         extras: informational flags (e.g. ``multi_process``); not tested by the suite.
 
     Raises:
@@ -111,6 +120,8 @@ class StoreCapabilities:
     max_batch_size: int | None = None
     cancel: bool = True
     scope: bool = False
+    operation_ids: bool = False
+    conditional_update: bool = False
     search_options: frozenset[str] = frozenset()
     extras: frozenset[str] = field(default_factory=frozenset)
 

@@ -61,6 +61,7 @@ from ditto_worker.memory.ports import (
     MemorySearchProvider,
     MemoryStore,
 )
+from ditto_worker.operation import check_operation_id
 from ditto_worker.scope import Scope
 
 __all__ = [
@@ -80,6 +81,7 @@ BUILTIN_SEARCH_LIMIT = 10
 
 _BACKEND_ERROR_MESSAGE = "The memory backend failed; see the worker log for details."
 DefaultsArg = MemoryDefaults | Mapping[str, Any] | None
+_MUTATIONS = frozenset({"MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"})
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,9 @@ class Memory:
             search.search if search is not None else native if callable(native) else None
         )
         self._search_options = _declared_options(store if search is None else search)
+        caps = getattr(store, "capabilities", None)
+        self._operation_ids = bool(getattr(caps, "operation_ids", False))
+        self._conditional = bool(getattr(caps, "conditional_update", False))
         self._prepare: dict[str, Callable[[Any, MemoryDefaults | None], _Prepared]] = {
             "MEMORY.GET": self._prepare_get,
             "MEMORY.QUERY": self._prepare_query,
@@ -172,6 +177,7 @@ class Memory:
         deadline: float | None = None,
         scope: Scope | None = None,
         runtime: Any = None,
+        operation_id: str | None = None,
     ) -> NodeResult[Any]:
         """Run one MEMORY node and wrap its raw output once (MEM-NODE-1).
 
@@ -192,6 +198,11 @@ class Memory:
                 the seed's ``runtime`` option): inside a worker, the call's
                 ``NodeContext.invoke``, whose sub-calls inherit deadline, cancellation and
                 scope.
+            operation_id: the caller's operation id (MEM-RUN-7, :mod:`ditto_worker.operation`):
+                a WRITE/UPDATE/DELETE with it is applied at most once per namespace and
+                its records carry it; reads ignore it. A malformed one is
+                ``INVALID_INPUT``; a store without ``capabilities.operation_ids``
+                answers ``UNSUPPORTED`` (nothing applied).
 
         Returns:
             A NodeResult: ``success`` with the contract-model output, or ``failed`` /
@@ -212,6 +223,7 @@ class Memory:
             return stopped
         try:
             prepared = prepare(input, parse_defaults(defaults, "defaults"))
+            check_operation_id(operation_id)
         except MemoryError as exc:
             return _from_error(eid, node, exc)
         if isinstance(prepared, checks.Done):
@@ -219,9 +231,13 @@ class Memory:
         if scope is not None and not self._isolates_scope(node):
             return NodeResult.failure(eid, node, ErrorCode.PERMISSION_DENIED,
                                       "this memory store cannot isolate scopes")  # fmt: skip
+        if operation_id is not None and node in _MUTATIONS and not self._operation_ids:
+            return NodeResult.failure(eid, node, ErrorCode.UNSUPPORTED,
+                                      "this memory store does not keep operation ids")  # fmt: skip
         options = MemoryCallOptions(
-            cancel=cancel, deadline=deadline, execution_id=eid, scope=scope, runtime=runtime
-        )
+            cancel=cancel, deadline=deadline, execution_id=eid, scope=scope, runtime=runtime,
+            operation_id=operation_id if node in _MUTATIONS else None,
+        )  # fmt: skip
         return _run(eid, node, prepared, options)
 
     def get(
@@ -289,6 +305,7 @@ class Memory:
         execution_id: str | None = None,
         deadline: float | None = None,
         scope: Scope | None = None,
+        operation_id: str | None = None,
     ) -> NodeResult[list[MemoryItem]]:
         """MEMORY.WRITE: create records, one item per draft in order (MEM-WRITE)."""
         return self.execute(
@@ -298,6 +315,7 @@ class Memory:
             execution_id=execution_id,
             deadline=deadline,
             scope=scope,
+            operation_id=operation_id,
         )
 
     def update(
@@ -308,6 +326,7 @@ class Memory:
         execution_id: str | None = None,
         deadline: float | None = None,
         scope: Scope | None = None,
+        operation_id: str | None = None,
     ) -> NodeResult[list[MemoryItem]]:
         """MEMORY.UPDATE: partial updates by id, in request order (MEM-UPDATE)."""
         return self.execute(
@@ -317,6 +336,7 @@ class Memory:
             execution_id=execution_id,
             deadline=deadline,
             scope=scope,
+            operation_id=operation_id,
         )
 
     def delete(
@@ -327,6 +347,7 @@ class Memory:
         execution_id: str | None = None,
         deadline: float | None = None,
         scope: Scope | None = None,
+        operation_id: str | None = None,
     ) -> NodeResult[MemoryDeleteOutput]:
         """MEMORY.DELETE: returns the ids deleted by this call (MEM-DELETE)."""
         return self.execute(
@@ -336,6 +357,7 @@ class Memory:
             execution_id=execution_id,
             deadline=deadline,
             scope=scope,
+            operation_id=operation_id,
         )
 
     def _isolates_scope(self, node: str) -> bool:
@@ -393,6 +415,9 @@ class Memory:
         data = checks.prepare_update(checks.parse_input(MemoryUpdateInput, raw))
         if not data.memories:
             return checks.Done([])
+        if not self._conditional and any(e.if_metadata is not None for e in data.memories):
+            raise MemoryError(ErrorCode.UNSUPPORTED,
+                              "this memory store cannot check ifMetadata atomically")  # fmt: skip
         return _Call(
             lambda opts: self.store.update(data, opts),
             lambda out: checks.finish_update(data, out),

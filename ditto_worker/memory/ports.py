@@ -56,6 +56,10 @@ class MemoryCallOptions:
         deadline: absolute wall-clock deadline (``time.time()`` seconds) after which the
             caller has given up, or ``None``.
         execution_id: the call's execution id (the Celery task id on the fleet).
+        operation_id: the caller's operation id of a mutation (MEM-RUN-7,
+            :mod:`ditto_worker.operation`), already validated, or ``None``. A store that
+            declares ``capabilities.operation_ids`` applies the mutation at most once per
+            id and namespace (:mod:`ditto_worker.memory.operations`).
         scope: the trusted tenant scope the store must confine the call to (all six
             operations; :mod:`ditto_worker.scope`), or ``None`` for the unscoped
             namespace. Never taken from the request body.
@@ -71,6 +75,7 @@ class MemoryCallOptions:
     deadline: float | None = None
     execution_id: str | None = None
     scope: Scope | None = None
+    operation_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     runtime: Any = None
 

@@ -177,6 +177,7 @@ def _sdk_handler(memory: Callable[[], Memory], node: str) -> NodeHandler:
             deadline=ctx.deadline,
             scope=ctx.scope,
             runtime=ctx.invoke,
+            operation_id=ctx.operation_id,
         )
 
     handler.__name__ = handler.__qualname__ = f"memory_{node.split('.')[-1].lower()}_handler"

@@ -2,7 +2,7 @@
 
 Built by the runtime for every call, embedded or on the fleet, and handed to the node's
 handler. Nothing in it comes from the request body: the execution id, the deadline, the
-cancel token and the trusted scope are the host's.
+cancel token, the trusted scope and the operation id are the host's.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 __all__ = ["NodeContext", "SubInvoke", "call_deadline"]
 
 SubInvoke = Callable[..., "NodeResult[Any]"]
-"""``invoke(node, input, *, timeout=None) -> NodeResult``: a sub-call that inherits the
-calling node's deadline, cancellation and scope."""
+"""``invoke(node, input, *, timeout=None, execution_id=None, operation_id=None) ->
+NodeResult``: a sub-call that inherits the calling node's deadline, cancellation and scope
+(never its operation id: each effect names its own)."""
 
 
 def call_deadline(default_s: float, timeout: float | None, deadline: float | None) -> float:
@@ -58,10 +59,14 @@ class NodeContext:
         scope: the trusted tenant scope, resolved against the worker's own bound scope,
             or ``None`` (unscoped).
         invoke: ``ctx.invoke(node, input)`` — a sub-call through the same runtime that
-            inherits ``deadline``, ``cancel`` and ``scope`` (the seed's ``ctx.invoke``).
+            inherits ``deadline``, ``cancel`` and ``scope`` (the seed's ``ctx.invoke``);
+            ``operation_id=`` gives the sub-call its own operation id.
         headers: tracing facts from the host (``run_id``, ``graph_node`` …), JSON-safe.
         defaults: the runtime-YAML defaults layer of this kind, if any (MEMORY:
             ``MemoryDefaults``; MEM-CONF-2).
+        operation_id: the caller's operation id (MEM-RUN-7, :mod:`ditto_worker.operation`),
+            or ``None``: one id per intended effect across attempts, which MEMORY
+            mutations apply at most once.
     """
 
     execution_id: str
@@ -72,6 +77,7 @@ class NodeContext:
     invoke: SubInvoke = _no_runtime
     headers: Mapping[str, Any] = field(default_factory=dict)
     defaults: Any = None
+    operation_id: str | None = None
 
     @property
     def remaining_s(self) -> float | None:

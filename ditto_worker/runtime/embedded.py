@@ -36,6 +36,7 @@ from pydantic import BaseModel
 
 from ditto_worker.contracts import NodeResult, NodeStatus, to_wire
 from ditto_worker.errors import ErrorCode, NodeError
+from ditto_worker.operation import check_operation_id
 from ditto_worker.runtime.cancel import CancelRegistry, CancelToken
 from ditto_worker.runtime.context import NodeContext, call_deadline
 from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition
@@ -129,7 +130,7 @@ class EmbeddedRuntime:
     def _prepare(
         self, node: str, input: Any, timeout: float | None, cancel: CancelToken | None,
         execution_id: str | None, scope: Scope | Mapping[str, str] | None,
-        deadline: float | None, trace: Mapping[str, str] | None,
+        deadline: float | None, trace: Mapping[str, str] | None, operation_id: str | None,
     ) -> tuple[WorkerDefinition, NodeSpec, Any, NodeContext] | NodeResult[Any]:  # fmt: skip
         eid = execution_id or str(uuid.uuid4())
         entry = self.table.get(node)
@@ -142,6 +143,7 @@ class EmbeddedRuntime:
                                       "cancelled")  # fmt: skip
         try:
             bound = self._scope if scope is None else parse_scope(scope)
+            check_operation_id(operation_id)
             payload = _as_json(input)
         except NodeError as exc:
             return NodeResult.failure(eid, node, exc.code, exc.safe_message)
@@ -149,7 +151,7 @@ class EmbeddedRuntime:
             return NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, "input is not JSON data")
         until = call_deadline(self.config.fleet.call_timeout_s, timeout, deadline)
         ctx = NodeContext(eid, node, cancel or CancelToken(), until, bound,
-                          headers=clean_trace(trace),
+                          headers=clean_trace(trace), operation_id=operation_id,
                           defaults=self.config.defaults_for(definition.kind))  # fmt: skip
         return definition, spec, payload, ctx
 
@@ -172,10 +174,12 @@ class EmbeddedRuntime:
 
     def _sub_invoke(self, parent: NodeContext) -> Any:
         def invoke(node: str, input: Any, *, timeout: float | None = None,
-                   execution_id: str | None = None) -> NodeResult[Any]:  # fmt: skip
+                   execution_id: str | None = None,
+                   operation_id: str | None = None) -> NodeResult[Any]:  # fmt: skip
             return self.invoke(node, input, timeout=timeout, deadline=parent.deadline,
                                cancel=parent.cancel, execution_id=execution_id,
-                               scope=parent.scope, trace=parent.headers)  # fmt: skip
+                               scope=parent.scope, trace=parent.headers,
+                               operation_id=operation_id)  # fmt: skip
 
         return invoke
 
@@ -190,12 +194,14 @@ class EmbeddedRuntime:
         scope: Scope | Mapping[str, str] | None = None,
         deadline: float | None = None,
         trace: Mapping[str, str] | None = None,
+        operation_id: str | None = None,
     ) -> NodeResult[Any]:
         """Run ``node`` in this process and wait for its NodeResult (arguments and results
         as :meth:`ditto_worker.fleet.DittoClient.invoke`; ``trace`` becomes the handler's
-        ``ctx.headers``)."""
+        ``ctx.headers``, ``operation_id`` its ``ctx.operation_id``: a malformed one is
+        ``INVALID_INPUT``, nothing run)."""
         prepared = self._prepare(node, input, timeout, cancel, execution_id, scope, deadline,
-                                 trace)  # fmt: skip
+                                 trace, operation_id)  # fmt: skip
         if isinstance(prepared, NodeResult):
             return prepared
         definition, spec, payload, ctx = prepared
@@ -232,11 +238,12 @@ class EmbeddedRuntime:
         scope: Scope | Mapping[str, str] | None = None,
         deadline: float | None = None,
         trace: Mapping[str, str] | None = None,
+        operation_id: str | None = None,
     ) -> NodeResult[Any]:
         """``invoke`` for asyncio; cancelling the awaiting task cancels the call and
         re-raises ``asyncio.CancelledError`` (MEM-PY-2)."""
         prepared = self._prepare(node, input, timeout, cancel, execution_id, scope, deadline,
-                                 trace)  # fmt: skip
+                                 trace, operation_id)  # fmt: skip
         if isinstance(prepared, NodeResult):
             return prepared
         definition, spec, payload, ctx = prepared

@@ -62,7 +62,7 @@ STOP_GRACE_S = 2.0
 deadline, seconds (the fleet client reports a cancel as soon as the cancel flag is set)."""
 
 AInvoke = Callable[..., Awaitable[NodeResult[Any]]]
-"""``ainvoke(node, input, *, timeout, cancel, scope, trace) -> NodeResult``."""
+"""``ainvoke(node, input, *, timeout, cancel, scope, trace, operation_id) -> NodeResult``."""
 
 
 def _new_id() -> str:
@@ -126,21 +126,20 @@ class _Run:
                                  f"the bind of node {node.id!r} raised: {detail}")  # fmt: skip
 
     async def _call(self, node: GraphNode, bind: Bind | None) -> _Ended:
+        deps = MappingProxyType({d: self.results[d] for d in node.deps})
         try:
-            if bind is None:
-                value = self.input
-            else:
-                deps = MappingProxyType({d: self.results[d] for d in node.deps})
-                value = bind(self.input, deps)
-                if inspect.isawaitable(value):
-                    value = await value
+            value = self.input if bind is None else bind(self.input, deps)
+            if bind is not None and inspect.isawaitable(value):
+                value = await value
+            operation_id = node.operation(self.input, deps)
         except Exception as exc:
             return _Ended(self._bind_failed(node, exc), False)
         trace = {RUN_ID: self.run_id, GRAPH: self.plan.name, GRAPH_NODE: node.id}
+        timeout = self.runner.call_timeout_s if node.timeout is None else node.timeout
         try:  # the call's deadline: the earlier of the call timeout and the run's deadline
             result = await self.runner.ainvoke(
-                node.node_type, value, timeout=self.runner.call_timeout_s,
-                deadline=self.deadline, cancel=self.token, scope=self.scope, trace=trace,
+                node.node_type, value, timeout=timeout, deadline=self.deadline,
+                cancel=self.token, scope=self.scope, trace=trace, operation_id=operation_id,
             )  # fmt: skip
         except Exception:  # an invoker never raises for a call failure: a bug, kept local
             log.exception("graph %s run %s: the call of node %s raised", self.plan.name,

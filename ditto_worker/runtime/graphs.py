@@ -16,6 +16,12 @@ A :class:`Graph` names node calls and their dependencies; the runtime runs it
   gets the input only; ``None`` passes the run input as is. ``bind`` checks a dep's
   ``status`` before it uses its ``output`` (the seed); raising fails the node with
   ``GRAPH_BIND_FAILED``.
+* A node may carry its own call ``timeout`` (seconds; default ``fleet.callTimeoutS``, still
+  cut to the run's deadline) and an ``operation_id`` (MEM-RUN-7): a string, or
+  ``operation_id(input, results)`` like ``bind`` (a one-parameter one gets the input
+  only) returning one or ``None`` — e.g. ``lambda task: f"{task['id']}:save"``, so a
+  resumed task replays the same effect under the same id (raising fails the node with
+  ``GRAPH_BIND_FAILED``).
 * It is validated as it is built: a duplicate id, a dep that is not (yet) in the Graph, a
   node depending on itself, a malformed node type or deps given as one string raise
   :class:`GraphError`. :meth:`Graph.of` builds one from nodes in any order and also finds
@@ -38,6 +44,7 @@ from pydantic import Field
 
 from ditto_worker.contracts import ErrorInfo, NodeResult, _Wire
 from ditto_worker.errors import DittoError, ErrorCode, NodeError
+from ditto_worker.operation import check_operation_id
 
 __all__ = [
     "DEFAULT_LOOP_BUDGET",
@@ -127,12 +134,19 @@ class GraphNode:
         deps: ids of the nodes that must end before it starts, each once (kept as a tuple).
         bind: ``bind(input, results)`` as given (a one-parameter callable is called with
             the input only), or ``None``: the run input is the node's input.
+        timeout: the call's timeout, seconds > 0 (cut to the run's deadline), or ``None``:
+            the runtime's call timeout (``fleet.callTimeoutS``).
+        operation_id: the call's operation id (MEM-RUN-7, :mod:`ditto_worker.operation`): a
+            string, a callable ``(input, results) -> str | None`` (a one-parameter one
+            gets the input only), or ``None``.
     """
 
     id: str
     node_type: str
     deps: Sequence[str] = ()
     bind: Callable[..., Any] | None = None
+    timeout: float | None = None
+    operation_id: str | Callable[..., str | None] | None = None
 
     def __post_init__(self) -> None:
         _check_name(self.id, "a Graph node id")
@@ -153,11 +167,34 @@ class GraphNode:
         if self.bind is not None and not callable(self.bind):
             raise GraphError(f"node {self.id!r}: bind must be callable or None")
         object.__setattr__(self, "_bound", None if self.bind is None else _two_args(self.bind))
+        self._check_call_options()
+
+    def _check_call_options(self) -> None:
+        timeout = self.timeout
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+        ):
+            raise GraphError(f"node {self.id!r}: timeout must be a number of seconds > 0")
+        op = self.operation_id
+        if op is not None and not callable(op):
+            try:
+                check_operation_id(op)
+            except NodeError as exc:
+                raise GraphError(f"node {self.id!r}: {exc.safe_message}") from None
+        object.__setattr__(self, "_operation", _two_args(op) if callable(op) else None)
 
     def bound(self) -> Bind | None:
         """:attr:`bind` as a two-argument callable (``None`` when there is none)."""
         bound: Bind | None = self.__dict__["_bound"]
         return bound
+
+    def operation(self, input: Any, results: Mapping[str, NodeResult[Any]]) -> str | None:
+        """The call's operation id for this run (a callable ``operation_id`` is called)."""
+        made = self.__dict__["_operation"]
+        if made is None:
+            return self.operation_id if isinstance(self.operation_id, str) else None
+        value: str | None = made(input, results)
+        return value
 
 
 def _topological(name: str, nodes: Sequence[GraphNode]) -> tuple[GraphNode, ...]:
@@ -225,6 +262,9 @@ class Graph:
         node_type: str,
         deps: Sequence[str] = (),
         bind: Callable[..., Any] | None = None,
+        *,
+        timeout: float | None = None,
+        operation_id: str | Callable[..., str | None] | None = None,
     ) -> Graph:
         """A new Graph with one more node (the seed's ``.node(id, type, deps, bind)``).
 
@@ -233,12 +273,16 @@ class Graph:
             node_type: the node id to call (``MEMORY.GET`` …).
             deps: ids of nodes already in this Graph that must end before it starts.
             bind: ``bind(input, results)`` -> the node's input (see the module doc).
+            timeout: this node's call timeout, seconds (default ``fleet.callTimeoutS``).
+            operation_id: this node's operation id, a string or ``(input, results) ->
+                str | None`` (:class:`GraphNode`).
 
         Raises:
             GraphError: a duplicate id, a dep not in the Graph (or the node itself), a
-                malformed node type, deps given as a string, a bind that is not callable.
+                malformed node type, deps given as a string, a bind that is not callable,
+                a timeout that is not > 0, a malformed operation id.
         """
-        new = GraphNode(id, node_type, deps, bind)
+        new = GraphNode(id, node_type, deps, bind, timeout, operation_id)
         if new.id in self._by_id:
             raise GraphError(f"graph {self.name!r}: node id {new.id!r} given twice")
         for dep in new.deps:

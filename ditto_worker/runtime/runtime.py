@@ -54,6 +54,7 @@ class Invoker(Protocol):
         scope: Scope | Mapping[str, str] | None = ...,
         deadline: float | None = ...,
         trace: Mapping[str, str] | None = ...,
+        operation_id: str | None = ...,
     ) -> NodeResult[Any]: ...
 
     async def ainvoke(
@@ -67,6 +68,7 @@ class Invoker(Protocol):
         scope: Scope | Mapping[str, str] | None = ...,
         deadline: float | None = ...,
         trace: Mapping[str, str] | None = ...,
+        operation_id: str | None = ...,
     ) -> NodeResult[Any]: ...
 
     def close(self, timeout_s: float = 30.0) -> None: ...
@@ -128,6 +130,7 @@ class Runtime:
         scope: Scope | Mapping[str, str] | None = None,
         deadline: float | None = None,
         trace: Mapping[str, str] | None = None,
+        operation_id: str | None = None,
     ) -> NodeResult[Any]:
         """Run one node call and wait for its NodeResult.
 
@@ -144,6 +147,10 @@ class Runtime:
             trace: tracing ids ``{run_id, graph, graph_node}`` for the call's
                 ``NodeContext.headers`` and message headers (:mod:`ditto_worker.runtime.trace`;
                 a Graph run sets them); ids only, never content.
+            operation_id: the caller's operation id (MEM-RUN-7, :mod:`ditto_worker.operation`):
+                one id per intended effect across attempts; MEMORY WRITE/UPDATE/DELETE
+                apply it at most once and keep it with their records; the handler sees it
+                as ``ctx.operation_id``. A malformed one is ``INVALID_INPUT``.
 
         Returns:
             The call's NodeResult: ``success``, or ``failed`` / ``cancelled`` / ``timeout``
@@ -153,7 +160,8 @@ class Runtime:
         """
         return self._invoker.invoke(node, input, timeout=timeout, cancel=cancel,
                                     execution_id=execution_id, scope=scope,
-                                    deadline=deadline, trace=trace)  # fmt: skip
+                                    deadline=deadline, trace=trace,
+                                    operation_id=operation_id)  # fmt: skip
 
     async def ainvoke(
         self,
@@ -166,12 +174,14 @@ class Runtime:
         scope: Scope | Mapping[str, str] | None = None,
         deadline: float | None = None,
         trace: Mapping[str, str] | None = None,
+        operation_id: str | None = None,
     ) -> NodeResult[Any]:
         """:meth:`invoke` for asyncio. Cancelling the awaiting task cancels the call and
         re-raises ``asyncio.CancelledError`` (MEM-PY-2)."""
         return await self._invoker.ainvoke(node, input, timeout=timeout, cancel=cancel,
                                            execution_id=execution_id, scope=scope,
-                                           deadline=deadline, trace=trace)  # fmt: skip
+                                           deadline=deadline, trace=trace,
+                                           operation_id=operation_id)  # fmt: skip
 
     # --- Graphs and loops (MEM-GRAPH) -------------------------------------------------------
 

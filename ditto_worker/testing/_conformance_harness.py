@@ -111,13 +111,17 @@ class Harness:
         """The same store and SDK, calling in ``scope``."""
         return replace(self, scope=scope)
 
-    def call(self, node: str, input: Any, cancel: CancelToken | None = None) -> NodeResult[Any]:
-        """Run one node through the SDK (in :attr:`scope`)."""
-        return self.memory.execute(node, input, cancel=cancel, scope=self.scope)
+    def call(
+        self, node: str, input: Any, cancel: CancelToken | None = None,
+        operation_id: str | None = None,
+    ) -> NodeResult[Any]:  # fmt: skip
+        """Run one node through the SDK (in :attr:`scope`; a fresh execution id each time)."""
+        return self.memory.execute(node, input, cancel=cancel, scope=self.scope,
+                                   operation_id=operation_id)  # fmt: skip
 
-    def ok(self, node: str, input: Any) -> Any:
+    def ok(self, node: str, input: Any, operation_id: str | None = None) -> Any:
         """The output of a call that must succeed (fails the test with the error code)."""
-        result = self.call(node, input)
+        result = self.call(node, input, operation_id=operation_id)
         error = result.error
         assert result.status == "success", (
             f"{node} failed: {error.code if error else result.status}: "
@@ -125,9 +129,9 @@ class Harness:
         )
         return result.output
 
-    def code(self, node: str, input: Any) -> str:
+    def code(self, node: str, input: Any, operation_id: str | None = None) -> str:
         """The error code of a call that must fail."""
-        result = self.call(node, input)
+        result = self.call(node, input, operation_id=operation_id)
         assert result.status != "success" and result.error is not None, (
             f"{node} succeeded but must fail explicitly: {input!r:.200}"
         )

@@ -11,7 +11,8 @@ the store, a 10,000-record WRITE, deleting more than 1,000 matches, any JSON con
 Thai/Lao/Khmer/Myanmar, words with combining marks, NFKC/case-folded text, JSON field
 names and keys, with the most selective query terms and per-scope statistics, tenant
 scope on all six operations with colliding-looking scope values, and a user's ``memory``
-and ``task:<taskId>`` spaces kept apart on all six. Plugin-side rules
+and ``task:<taskId>`` spaces kept apart on all six; operation ids applied once
+(MEM-RUN-7) and conditional updates that lose nothing under a race (MEM-UPDATE-5). Plugin-side rules
 covered: MEM-GET-2/3/5, MEM-QUERY-2/3/4/5, MEM-WRITE-2/3, MEM-UPDATE-1/2/4, MEM-DELETE-2/3,
 MEM-SEARCH-2/3 (and MEM-PY-5/6/11/12, MEM-RUN-2).
 
@@ -42,7 +43,7 @@ tests what is declared and checks that what is not declared fails explicitly
 ``SEARCH_UNAVAILABLE``); tests of undeclared features are skipped.
 
 Calls go through :func:`ditto_worker.create_memory`, so plugin outputs are also checked
-by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 50 tests; the two volume
+by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 57 tests; the two volume
 tests write 10,000 and 2,800 records. Add ``pytest.register_assert_rewrite(
 "ditto_worker.testing")`` in a ``conftest.py`` for detailed assertion messages (done
 automatically when ``ditto_worker.testing`` is imported under pytest).
@@ -78,6 +79,15 @@ from ditto_worker.testing._conformance_inputs import (
     test_the_seed_vector_options_metric_cosine,
     test_timestamps_compare_as_instants,
     test_undeclared_search_options_are_refused,
+)
+from ditto_worker.testing._conformance_operations import (
+    test_conditional_update_applies_only_when_metadata_holds,
+    test_conditional_updates_racing_lose_nothing,
+    test_failed_mutation_keeps_no_operation,
+    test_operation_id_applies_update_and_delete_once,
+    test_operation_id_applies_write_once,
+    test_operation_id_with_another_input_is_conflict,
+    test_undeclared_features_are_unsupported,
 )
 from ditto_worker.testing._conformance_query import (
     test_cursor_is_bound_to_its_query,
@@ -129,14 +139,17 @@ __all__ = [
     "test_batch_limit_is_explicit",
     "test_cancelled_call_commits_nothing",
     "test_capabilities_are_declared",
+    "test_conditional_update_applies_only_when_metadata_holds",
+    "test_conditional_updates_racing_lose_nothing",
     "test_content_kinds_round_trip",
-    "test_cursor_is_bound_to_its_query",
     "test_cursor_is_bound_to_its_namespace",
+    "test_cursor_is_bound_to_its_query",
     "test_cursors_cannot_be_forged_or_altered",
     "test_default_order_is_creation_order",
     "test_delete_more_than_a_thousand_matches",
     "test_delete_reports_only_deleted_and_frees_keys",
     "test_exhaustive_search_returns_min_of_limit_and_matches",
+    "test_failed_mutation_keeps_no_operation",
     "test_filter_cannot_widen_scope",
     "test_filter_semantics",
     "test_get_union_each_once",
@@ -144,20 +157,23 @@ __all__ = [
     "test_keyword_chinese_without_spaces",
     "test_keyword_combining_marks_stay_in_words",
     "test_keyword_english",
+    "test_keyword_filter_applies_before_limit",
+    "test_keyword_follows_updates_and_deletes",
     "test_keyword_json_field_names_and_keys",
     "test_keyword_keeps_the_most_selective_terms",
     "test_keyword_one_match_score_is_readable",
+    "test_keyword_query_is_never_syntax",
     "test_keyword_scores_use_only_the_scope_own_records",
     "test_keyword_scripts_without_spaces",
     "test_keyword_unicode_normalisation",
-    "test_keyword_filter_applies_before_limit",
-    "test_keyword_follows_updates_and_deletes",
-    "test_keyword_query_is_never_syntax",
     "test_lone_surrogates_never_reach_the_store",
     "test_not_a_timestamp_is_invalid_input",
     "test_odd_characters_in_keys_and_values",
     "test_odd_metadata_field_names",
     "test_odd_scope_values_never_collide",
+    "test_operation_id_applies_update_and_delete_once",
+    "test_operation_id_applies_write_once",
+    "test_operation_id_with_another_input_is_conflict",
     "test_page_size_and_last_page",
     "test_paging_across_inserts_and_deletes",
     "test_paging_matches_one_page",
@@ -166,12 +182,13 @@ __all__ = [
     "test_search_strategies_are_explicit",
     "test_spaces_confine_all_six_operations",
     "test_ten_thousand_record_write",
+    "test_the_seed_vector_options_metric_cosine",
     "test_timestamps_compare_as_instants",
     "test_typed_sort_order",
+    "test_undeclared_features_are_unsupported",
     "test_undeclared_filters_fail",
     "test_undeclared_order_by_fails",
     "test_undeclared_scope_is_refused",
-    "test_the_seed_vector_options_metric_cosine",
     "test_undeclared_search_options_are_refused",
     "test_update_missing_id_is_not_found",
     "test_update_presence_semantics",

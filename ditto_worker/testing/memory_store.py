@@ -28,6 +28,7 @@ from ditto_worker.contracts import (
     MemorySearchResult,
     MemoryUpdateInput,
     MemoryWriteInput,
+    to_wire,
 )
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
@@ -45,6 +46,13 @@ from ditto_worker.memory.filters import (
     query_fingerprint,
     sort_key,
     timestamp_now,
+)
+from ditto_worker.memory.operations import (
+    Operation,
+    check_replay,
+    condition_failed,
+    metadata_holds,
+    operation_of,
 )
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.text import (
@@ -89,6 +97,7 @@ class _Record:
     updated_at: str
     terms: Counter[str] = field(default_factory=Counter)
     length: int = 0
+    operation_id: str | None = None
 
     def index(self) -> None:
         """Recount the record's keyword terms (:func:`ditto_worker.memory.text.index_terms`)."""
@@ -110,6 +119,7 @@ class _Record:
             key=self.key,
             content=_copy(self.content, "content"),
             metadata=_copy(self.metadata, "metadata"),
+            operation_id=self.operation_id,
         )
 
 
@@ -134,6 +144,12 @@ class InMemoryMemoryStore:
 
     Scope (:mod:`ditto_worker.scope`): every operation sees only the records of
     ``options.scope``'s namespace; keys are unique per namespace.
+
+    Operation ids and conditional updates (:mod:`ditto_worker.memory.operations`): a
+    mutation with ``options.operation_id`` applies once per namespace (a ledger in this
+    instance, kept as long as the instance); ``ifMetadata`` is checked under the store's
+    lock with the write. Execution ids are not deduplicated here (the SQL and Qdrant stores
+    do).
     """
 
     capabilities: ClassVar[StoreCapabilities] = StoreCapabilities(
@@ -146,6 +162,8 @@ class InMemoryMemoryStore:
         batch_atomic=True,
         cancel=True,
         scope=True,
+        operation_ids=True,
+        conditional_update=True,
     )
     search_strategies: ClassVar[tuple[str, ...]] = capabilities.search_strategies
 
@@ -157,6 +175,7 @@ class InMemoryMemoryStore:
         self._seq = 0
         self._latest: str | None = None
         self._cursor_secret = new_cursor_secret()  # this instance's cursors only
+        self._operations: dict[tuple[str, str], tuple[str, str, Any]] = {}
 
     def __len__(self) -> int:
         return len(self._records)
@@ -223,7 +242,11 @@ class InMemoryMemoryStore:
             for i, d in enumerate(input.memories)
         ]
         ns = namespace_of(options)
+        op = operation_of(options, "MEMORY.WRITE", input)
         with self._lock:
+            replay = self._replay(ns, op)
+            if replay is not None:
+                return [MemoryItem.model_validate(item) for item in replay]
             seen: set[str] = set()
             for index, (key, _, _) in enumerate(drafts):
                 if key is not None and (key in seen or (ns, key) in self._by_key):
@@ -232,13 +255,33 @@ class InMemoryMemoryStore:
                     seen.add(key)
             now = self._latest = timestamp_now(self._latest)
             created = [
-                self._insert(ns, key, content, metadata, now) for key, content, metadata in drafts
+                self._insert(ns, key, content, metadata, now, op)
+                for key, content, metadata in drafts
             ]
-            return [record.item() for record in created]
+            items = [record.item() for record in created]
+            self._remember(ns, op, [to_wire(item) for item in items])
+            return items
 
-    def _insert(self, ns: str, key: str | None, content: Any, metadata: Any, now: str) -> _Record:
+    def _replay(self, ns: str, op: Operation | None) -> Any | None:
+        """The committed output of ``op`` in ``ns`` (``CONFLICT`` for another input)."""
+        found = None if op is None else self._operations.get((ns, op.id))
+        if op is None or found is None:
+            return None
+        check_replay(op, found[0], found[1])
+        return _copy(found[2], "output")
+
+    def _remember(self, ns: str, op: Operation | None, output: Any) -> None:
+        """Keep ``output`` (wire JSON) as the committed result of ``op`` in ``ns``."""
+        if op is not None:
+            self._operations[ns, op.id] = (op.node, op.digest, _copy(output, "output"))
+
+    def _insert(
+        self, ns: str, key: str | None, content: Any, metadata: Any, now: str,
+        op: Operation | None,
+    ) -> _Record:  # fmt: skip
         self._seq += 1
-        record = _Record(self._seq, ns, uuid.uuid4().hex, key, content, metadata, now, now)
+        record = _Record(self._seq, ns, uuid.uuid4().hex, key, content, metadata, now, now,
+                         operation_id=None if op is None else op.id)  # fmt: skip
         record.index()
         self._records[record.seq] = record
         self._by_id[record.id] = record.seq
@@ -262,13 +305,20 @@ class InMemoryMemoryStore:
             for i, e in enumerate(input.memories)
         ]
         ns = namespace_of(options)
+        op = operation_of(options, "MEMORY.UPDATE", input)
         with self._lock:
-            for index, change in enumerate(changes):
+            replay = self._replay(ns, op)
+            if replay is not None:
+                return [MemoryItem.model_validate(item) for item in replay]
+            for index, (change, entry) in enumerate(zip(changes, input.memories, strict=True)):
                 seq = self._by_id.get(change[0])
                 if seq is None or self._records[seq].namespace != ns:
                     raise MemoryError(
                         ErrorCode.NOT_FOUND, f"memories[{index}]: no memory with this id"
                     )
+                held = self._records[seq].metadata
+                if entry.if_metadata is not None and not metadata_holds(held, entry.if_metadata):
+                    raise condition_failed(index)
             now = timestamp_now()
             updated = []
             for memory_id, has_content, content, has_metadata, metadata in changes:
@@ -279,7 +329,9 @@ class InMemoryMemoryStore:
                 if has_metadata:
                     record.metadata = metadata
                 record.updated_at = now
+                record.operation_id = None if op is None else op.id
                 updated.append(record.item())
+            self._remember(ns, op, [to_wire(item) for item in updated])
             return updated
 
     def delete(
@@ -289,7 +341,11 @@ class InMemoryMemoryStore:
         _check_cancel(options)
         deleted: list[str] = []
         ns = namespace_of(options)
+        op = operation_of(options, "MEMORY.DELETE", input)
         with self._lock:
+            replay = self._replay(ns, op)
+            if replay is not None:
+                return MemoryDeleteOutput.model_validate(replay)
             for memory_id in dict.fromkeys(input.ids):
                 seq = self._by_id.get(memory_id)
                 if seq is None or self._records[seq].namespace != ns:
@@ -299,7 +355,9 @@ class InMemoryMemoryStore:
                 if record.key is not None:
                     del self._by_key[ns, record.key]
                 deleted.append(memory_id)
-        return MemoryDeleteOutput(deleted=deleted)
+            output = MemoryDeleteOutput(deleted=deleted)
+            self._remember(ns, op, to_wire(output))
+            return output
 
     def search(
         self, input: MemorySearchInput, options: MemoryCallOptions | None = None

@@ -39,6 +39,7 @@ class Call:
     headers: dict[str, Any] = field(default_factory=dict)
     deadline: float | None = None
     cancelled: bool = False
+    operation_id: str | None = None
 
 
 class Echo:
@@ -67,7 +68,7 @@ class Echo:
     def sleep(self, input: Any, ctx: NodeContext) -> dict[str, Any]:
         input = input if isinstance(input, dict) else {}
         call = Call(str(input.get("tag", "")), time.monotonic(), headers=dict(ctx.headers),
-                    deadline=ctx.deadline)  # fmt: skip
+                    deadline=ctx.deadline, operation_id=ctx.operation_id)  # fmt: skip
         with self._lock:
             self.calls.append(call)
         self.entered.release()

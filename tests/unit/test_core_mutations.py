@@ -16,6 +16,7 @@ from ditto_worker import (
     create_memory,
     to_wire,
 )
+from ditto_worker.memory.capabilities import StoreCapabilities
 from tests.unit._spies import Spy as BaseSpy
 from tests.unit._spies import code, err, out
 
@@ -266,3 +267,58 @@ def test_deleted_records_do_not_come_back() -> None:
     memory.delete({"ids": [gone.id]})
     assert [i.id for i in out(memory.get({"ids": [kept.id, gone.id]}))] == [kept.id]
     assert [i.id for i in out(memory.query({})).items] == [kept.id]
+
+
+# --- operation ids (MEM-RUN-7) and conditional updates (MEM-UPDATE-5) ------------------
+
+
+class DeclaringSpy(Spy):
+    """A spy that declares operation ids and conditional updates."""
+
+    capabilities = StoreCapabilities(operation_ids=True, conditional_update=True)
+
+
+WRITE = {"memories": [{"content": "x"}]}
+CONDITIONAL = {"memories": [{"id": "a", "content": 1, "ifMetadata": {"v": 1}}]}
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 257, "a\tb", "\ud800", 5, ["op"]])
+def test_a_malformed_operation_id_is_invalid_input_before_the_plugin(bad: Any) -> None:
+    spy = DeclaringSpy()
+    result = create_memory(spy).write(WRITE, operation_id=bad)
+    assert code(result) == "INVALID_INPUT" and "operationId" in err(result).message
+    assert spy.calls == []
+
+
+def test_operation_id_reaches_a_declaring_store_for_mutations_only() -> None:
+    spy = DeclaringSpy()
+    memory = create_memory(spy)
+    assert memory.write(WRITE, operation_id="op-1").status == "success"
+    memory.execute("MEMORY.DELETE", {"ids": ["a"]}, operation_id="op-2")
+    memory.execute("MEMORY.QUERY", {}, operation_id="op-3")  # reads ignore it
+    assert [(op, o.operation_id) for op, _, o in spy.calls if o is not None] == [
+        ("write", "op-1"), ("delete", "op-2"), ("query", None)]  # fmt: skip
+
+
+def test_undeclared_operation_ids_and_conditions_are_unsupported() -> None:
+    spy = Spy()
+    memory = create_memory(spy)
+    assert code(memory.write(WRITE, operation_id="op")) == "UNSUPPORTED"
+    assert code(memory.update(CONDITIONAL)) == "UNSUPPORTED"
+    assert code(memory.delete({"ids": ["a"]}, operation_id="op")) == "UNSUPPORTED"
+    assert spy.calls == []
+    assert memory.write(WRITE).status == "success"  # without them, as before
+
+
+@pytest.mark.parametrize(
+    ("entry", "where"),
+    [({"id": "a", "content": 1, "ifMetadata": {}}, "memories[0].ifMetadata"),
+     ({"id": "a", "content": 1, "ifMetadata": [1]}, "memories[0].ifMetadata"),
+     ({"id": "a", "content": 1, "ifMetadata": None}, "memories[0].ifMetadata"),
+     ({"id": "a", "ifMetadata": {"v": 1}}, "memories[0]")],
+)  # fmt: skip
+def test_a_malformed_condition_is_invalid_input(entry: Any, where: str) -> None:
+    spy = DeclaringSpy()
+    result = create_memory(spy).update({"memories": [entry]})
+    assert code(result) == "INVALID_INPUT" and where in err(result).message
+    assert spy.calls == []

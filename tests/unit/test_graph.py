@@ -335,6 +335,60 @@ def test_run_deadline_bounds_every_node(runtime: Runtime, echo: Echo) -> None:
     assert deadline is not None and before < deadline <= before + 0.5 + 1.0  # not 30 s
 
 
+def test_a_node_carries_its_own_timeout_and_operation_id(runtime: Runtime, echo: Echo) -> None:
+    # issue 25: GraphRunner._call passes the node's timeout and operation id
+    plan = (
+        graph("g")
+        .node("a", SLEEP, [], const({"tag": "a"}), timeout=2, operation_id="op-a")
+        .node("b", SLEEP, ["a"], const({"tag": "b"}),
+              operation_id=lambda task, results: f"{task}:{results['a'].status}")
+        .node("c", SLEEP, [], const({"tag": "c"}), operation_id=lambda task: None)
+    )  # fmt: skip
+    before = time.time()
+    result = runtime.run(plan, "t1")
+    assert result.status == "success", result.results
+    calls = echo.by_tag()
+    assert [calls[t].operation_id for t in "abc"] == ["op-a", "t1:success", None]
+    assert calls["a"].deadline is not None and calls["a"].deadline <= before + 2 + 0.5
+    assert calls["c"].deadline is not None and calls["c"].deadline > before + 20  # 30 s default
+
+
+def test_a_failing_operation_id_fails_the_node_as_a_bind(runtime: Runtime, echo: Echo) -> None:
+    plan = graph("g").node("a", SLEEP, [], const({"tag": "a"}), operation_id=lambda _: 1 / 0)
+    result = runtime.run(plan, None)
+    failed = result.results["a"]
+    assert failed.error is not None and failed.error.code == ErrorCode.GRAPH_BIND_FAILED
+    assert echo.calls == []
+
+
+@pytest.mark.parametrize(
+    "options", [{"timeout": 0}, {"timeout": -1}, {"timeout": "5"}, {"timeout": True},
+                {"operation_id": ""}, {"operation_id": "a\nb"}, {"operation_id": 5}],
+)  # fmt: skip
+def test_node_call_options_are_checked_when_built(options: dict[str, Any]) -> None:
+    with pytest.raises(GraphError):
+        graph("g").node("a", SLEEP, **options)
+
+
+def test_a_write_node_replayed_under_its_operation_id_writes_once() -> None:
+    # a resumed plan runs its write Graph again: the same operation id applies nothing twice
+    store = InMemoryMemoryStore()
+    plan = graph("save").node(
+        "write", "MEMORY.WRITE", [], lambda task: {"memories": [{"content": task["note"]}]},
+        operation_id=lambda task: f"{task['id']}:save",
+    )  # fmt: skip
+    with create_ditto([create_memory_worker(store)], load_runtime_config(None, env={})) as rt:
+        first = rt.run(plan, {"id": "task-7", "note": "hello"})
+        again = rt.run(plan, {"id": "task-7", "note": "hello"})
+        other = rt.run(plan, {"id": "task-7", "note": "changed"})
+        items = rt.invoke("MEMORY.QUERY", {}).output.items
+    assert first.results["write"].output == again.results["write"].output
+    assert first.results["write"].execution_id != again.results["write"].execution_id
+    assert other.results["write"].error is not None
+    assert other.results["write"].error.code == ErrorCode.CONFLICT
+    assert [(i.content, i.operation_id) for i in items] == [("hello", "task-7:save")]
+
+
 # --- loops (MEM-GRAPH-4) -------------------------------------------------------------------------
 
 

@@ -72,6 +72,20 @@ def test_sub_calls_inherit_scope_and_deadline(runtime: Runtime) -> None:
     assert shorter.output["sub"]["output"]["deadline"] < shorter.output["self"]["deadline"] - 3
 
 
+def test_operation_id_reaches_the_handler_and_is_never_inherited(runtime: Runtime) -> None:
+    # MEM-RUN-7: the caller sets it; a sub-call names its own (an effect of its own)
+    call = {"node": "ECHO.WHOAMI"}
+    result = runtime.invoke("ECHO.CALL", call, operation_id="op-1", timeout=5)
+    assert result.output["self"]["operationId"] == "op-1"
+    assert result.output["sub"]["output"]["operationId"] is None
+    own = runtime.invoke("ECHO.CALL", {**call, "operationId": "op-2"}, operation_id="op-1")
+    assert own.output["sub"]["output"]["operationId"] == "op-2"
+    for bad in ("", "x" * 257, "a\nb", 7):
+        refused = runtime.invoke("ECHO.WHOAMI", {}, operation_id=bad)  # type: ignore[arg-type]
+        assert refused.error is not None and refused.error.code == "INVALID_INPUT", bad
+        assert "operationId" in refused.error.message
+
+
 def test_cancelling_a_call_cancels_its_sub_call(runtime: Runtime) -> None:
     # MEM-RT-3: cancellation reaches the sub-call; both end at once, not at 30 s
     token = CancelToken()

@@ -50,6 +50,7 @@ from typing import Any, Final
 from ditto_plugin_sqlite.executions import DDL as EXECUTIONS_DDL
 from ditto_plugin_sqlite.fts import DDL as FTS_DDL
 from ditto_plugin_sqlite.fts import rebuild as rebuild_fts
+from ditto_plugin_sqlite.operations import DDL as OPERATIONS_DDL
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.text import keyword_text
@@ -65,9 +66,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 """4: tenant namespaces; 5: the keyword index of Python terms with per-scope statistics
-(rebuilt in place from the stored records on first open, :func:`_rebuild_keywords`)."""
+(rebuilt in place from the stored records on first open, :func:`_rebuild_keywords`);
+6: operation ids (``memories.operation_id`` and the ``operations`` ledger)."""
 _MEMORIES: Final = """CREATE TABLE IF NOT EXISTS memories (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
         namespace TEXT NOT NULL DEFAULT '',
@@ -76,7 +78,8 @@ _MEMORIES: Final = """CREATE TABLE IF NOT EXISTS memories (
         content TEXT NOT NULL,
         metadata TEXT,
         created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL
+        updated_at TEXT NOT NULL,
+        operation_id TEXT
     )"""
 _DDL: Final = (
     _MEMORIES,
@@ -87,6 +90,7 @@ _DDL: Final = (
     "CREATE TABLE IF NOT EXISTS memory_vectors (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS store_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     *EXECUTIONS_DDL,
+    *OPERATIONS_DDL,
 )
 _ERRORS: list[type[Exception]] = [sqlite3.Error]
 
@@ -276,6 +280,8 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
             _add_namespaces(conn)
         if 0 < version < 5:
             _rebuild_keywords(conn)
+        if 0 < version < 6 and "operation_id" not in _columns(conn, "memories"):
+            conn.execute("ALTER TABLE memories ADD COLUMN operation_id TEXT")
         if version < SCHEMA_VERSION:
             for statement in _DDL:
                 conn.execute(statement)

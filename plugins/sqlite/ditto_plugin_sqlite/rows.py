@@ -16,8 +16,8 @@ __all__ = ["CHUNK", "COLUMNS", "Row", "check_keys", "chunks", "dump", "marks", "
 CHUNK: Final = 500
 """Most values bound in one ``IN (...)`` list."""
 
-COLUMNS: Final = "m.seq, m.id, m.key, m.content, m.metadata"
-"""The select list every reader uses; a row starts with these five values."""
+COLUMNS: Final = "m.seq, m.id, m.key, m.content, m.metadata, m.operation_id"
+"""The select list every reader uses; a row starts with these six values."""
 Row = tuple[Any, ...]
 
 
@@ -28,6 +28,7 @@ def row_item(row: Row) -> MemoryItem:
         key=row[2],
         content=json.loads(row[3]),
         metadata=None if row[4] is None else json.loads(row[4]),
+        operation_id=row[5],
     )
 
 

@@ -47,6 +47,8 @@ KEYWORD_CAPABILITIES: Final = StoreCapabilities(
     batch_atomic=True,
     cancel=True,
     scope=True,
+    operation_ids=True,
+    conditional_update=True,
     extras=_EXTRAS,
 )
 """What a store without an embedding provider declares."""
@@ -62,6 +64,8 @@ VECTOR_CAPABILITIES: Final = StoreCapabilities(
     batch_atomic=True,
     cancel=True,
     scope=True,
+    operation_ids=True,
+    conditional_update=True,
     search_options=VECTOR_OPTIONS,
     extras=_EXTRAS | {"embed_on_write"},
 )
@@ -110,7 +114,7 @@ class SearchMixin(NativeSearch):
     ) -> list[Hit]:
         with self._tx(options, write=False) as conn:
             rows = conn.execute(*statement).fetchall()
-        return [(row_item(row), float(row[5])) for row in rows]
+        return [(row_item(row), float(row[6])) for row in rows]
 
     def _keyword_hits(
         self, query: str, input: MemorySearchInput, limit: int, options: MemoryCallOptions | None
@@ -121,7 +125,7 @@ class SearchMixin(NativeSearch):
             if plan is None:
                 return []
             rows = conn.execute(*_keyword_sql(plan, where, limit)).fetchall()
-        return [(row_item(row), float(row[5])) for row in rows]
+        return [(row_item(row), float(row[6])) for row in rows]
 
     def _vector_hits(
         self,

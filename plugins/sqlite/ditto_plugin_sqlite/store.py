@@ -26,6 +26,7 @@ from ditto_plugin_sqlite.db import open_connection, transaction, usable
 from ditto_plugin_sqlite.executions import DEFAULT_RETENTION_S, claim_replay, record
 from ditto_plugin_sqlite.fts import index_record, unindex_records
 from ditto_plugin_sqlite.fts import rebuild as rebuild_keywords
+from ditto_plugin_sqlite.operations import record_operation, replay_operation
 from ditto_plugin_sqlite.rows import CHUNK as _CHUNK
 from ditto_plugin_sqlite.rows import COLUMNS as _COLUMNS
 from ditto_plugin_sqlite.rows import Row as _Row
@@ -72,6 +73,7 @@ from ditto_worker.memory.indexing import (
     encode_fields,
     fields_mismatch,
 )
+from ditto_worker.memory.operations import condition_failed, metadata_holds, operation_of
 from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.text import embedding_text, keyword_text
@@ -392,8 +394,8 @@ class SqliteMemoryStore(SearchMixin):
         where = in_namespace(compile_filter(node), ns)
         after = keyset_condition(terms, cursor) if cursor is not None else Sql("1")
         sql = (
-            f"SELECT * FROM (SELECT m.seq AS seq, m.id, m.key, m.content, m.metadata"
-            f"{columns.text} FROM memories AS m WHERE {where.text}) "
+            f"SELECT * FROM (SELECT m.seq AS seq, m.id, m.key, m.content, m.metadata,"
+            f" m.operation_id{columns.text} FROM memories AS m WHERE {where.text}) "
             f"WHERE {after.text} ORDER BY {order_clause(terms)} LIMIT ?"
         )
         params = [*columns.params, *where.params, *after.params, limit + 1]
@@ -403,7 +405,7 @@ class SqliteMemoryStore(SearchMixin):
         next_cursor = None
         if len(rows) > limit:
             last = page[-1]
-            values = tuple((last[5 + 2 * i], last[6 + 2 * i]) for i in range(len(terms)))
+            values = tuple((last[6 + 2 * i], last[7 + 2 * i]) for i in range(len(terms)))
             next_cursor = encode_cursor(
                 fingerprint, values, last[0], self._cursor_secret(), namespace=ns
             )
@@ -431,8 +433,10 @@ class SqliteMemoryStore(SearchMixin):
         blobs = self._embed([(d.content, d.metadata) for d in drafts])
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
+        op = operation_of(options, "MEMORY.WRITE", input)
+        op_id = None if op is None else op.id
         with self._tx(options, write=True) as conn:
-            replay = claim_replay(conn, eid, "MEMORY.WRITE", ns)
+            replay = replay_operation(conn, op, ns) or claim_replay(conn, eid, "MEMORY.WRITE", ns)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(item) for item in replay]
             _check_keys(conn, drafts, ns)
@@ -442,18 +446,19 @@ class SqliteMemoryStore(SearchMixin):
             for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True):
                 cur = conn.execute(
                     "INSERT INTO memories (namespace, id, key, content, metadata, created_at,"
-                    " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (ns, memory_id, draft.key, content, metadata, now, now),
+                    " updated_at, operation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (ns, memory_id, draft.key, content, metadata, now, now, op_id),
                 )
                 seqs.append(int(cur.lastrowid or 0))
                 self._index(conn, seqs[-1], ns, draft.key, draft.content, draft.metadata)
             self._store_vectors(conn, seqs, blobs)
             items = [
-                _item((0, memory_id, draft.key, content, metadata))
+                _item((0, memory_id, draft.key, content, metadata, op_id))
                 for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True)
             ]
             output = [to_wire(i) for i in items]
             record(conn, eid, "MEMORY.WRITE", output, self._retention_s, ns)
+            record_operation(conn, op, output, ns)
         return items
 
     def update(
@@ -468,8 +473,9 @@ class SqliteMemoryStore(SearchMixin):
         """
         entries = input.memories
         changes: list[tuple[list[str], list[Any]]] = []
+        op = operation_of(options, "MEMORY.UPDATE", input)
         for i, entry in enumerate(entries):
-            sets, params = ["updated_at = ?"], []
+            sets, params = ["updated_at = ?", "operation_id = ?"], [None if op is None else op.id]
             if entry.has_content:
                 sets.append("content = ?")
                 params.append(_dump(entry.content, f"memories[{i}].content"))
@@ -484,17 +490,22 @@ class SqliteMemoryStore(SearchMixin):
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
         with self._tx(options, write=True) as conn:
-            replay = claim_replay(conn, eid, "MEMORY.UPDATE", ns)
+            replay = replay_operation(conn, op, ns) or claim_replay(conn, eid, "MEMORY.UPDATE", ns)
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(item) for item in replay]
             now = timestamp_now()
             for i, (entry, (sets, params)) in enumerate(zip(entries, changes, strict=True)):
                 found = conn.execute(
-                    "SELECT seq, key FROM memories WHERE namespace = ? AND id = ?", (ns, entry.id)
+                    "SELECT seq, key, metadata FROM memories WHERE namespace = ? AND id = ?",
+                    (ns, entry.id),
                 )
                 seq_row = found.fetchone()
                 if seq_row is None:
                     raise MemoryError(ErrorCode.NOT_FOUND, f"memories[{i}]: no memory with this id")
+                # checked under BEGIN IMMEDIATE: no writer can change the row until COMMIT
+                held = entry.if_metadata
+                if held is not None and not metadata_holds(_metadata(seq_row[2]), held):
+                    raise condition_failed(i)
                 sql = f"UPDATE memories SET {', '.join(sets)} WHERE seq = ?"
                 conn.execute(sql, [now, *params, seq_row[0]])
                 select = f"SELECT {_COLUMNS} FROM memories AS m WHERE m.seq = ?"
@@ -511,6 +522,7 @@ class SqliteMemoryStore(SearchMixin):
             items = [_item(row) for row in rows]
             output = [to_wire(i) for i in items]
             record(conn, eid, "MEMORY.UPDATE", output, self._retention_s, ns)
+            record_operation(conn, op, output, ns)
         return items
 
     def delete(
@@ -522,8 +534,9 @@ class SqliteMemoryStore(SearchMixin):
         found: dict[str, int] = {}
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
+        op = operation_of(options, "MEMORY.DELETE", input)
         with self._tx(options, write=True) as conn:
-            replay = claim_replay(conn, eid, "MEMORY.DELETE", ns)
+            replay = replay_operation(conn, op, ns) or claim_replay(conn, eid, "MEMORY.DELETE", ns)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             for chunk in _chunks(ids):
@@ -537,4 +550,5 @@ class SqliteMemoryStore(SearchMixin):
                 conn.execute(f"DELETE FROM memories WHERE seq IN ({_marks(chunk)})", chunk)
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])
             record(conn, eid, "MEMORY.DELETE", to_wire(output), self._retention_s, ns)
+            record_operation(conn, op, to_wire(output), ns)
         return output

@@ -62,10 +62,16 @@ def test_a_version_4_file_gets_the_new_index_in_place(tmp_path: Path) -> None:
         assert ids("तिमाही") == ["id-2"]
         assert ids("ภาษาไทย") == [] and ids("ภาษาไทย", ALICE) == ["id-3"]
         assert ids("walk", ALICE) == ["id-4"]
+        # schema 6 (issue 25): the old records gain an empty operation id, new writes keep one
+        assert memory.get({"ids": ["id-4"]}, scope=ALICE).output[0].operation_id is None
+        note = {"memories": [{"content": "new"}]}
+        written = memory.write(note, scope=ALICE, operation_id="op-1").output
+        assert written == memory.write(note, scope=ALICE, operation_id="op-1").output
+        assert written[0].operation_id == "op-1"
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     stats = conn.execute("SELECT namespace, records FROM keyword_scopes ORDER BY id").fetchall()
-    assert stats == [("", 2), (ALICE.namespace, 2)]
+    assert stats == [("", 2), (ALICE.namespace, 3)]
     conn.close()
 
 
