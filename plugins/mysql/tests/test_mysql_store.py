@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pymysql
@@ -15,7 +16,7 @@ from ditto_plugin_mysql import LATEST_VERSION, MysqlMemoryStore, create_store
 from ditto_plugin_mysql.db import parse_url, transaction
 from ditto_plugin_mysql.sql import compile_filter, sort_columns
 from ditto_worker import create_memory
-from ditto_worker.config import load_runtime_config
+from ditto_worker.config import load_runtime_config, load_runtime_config_file
 from ditto_worker.contracts import MemoryDraft, MemoryQueryInput, MemoryWriteInput
 from ditto_worker.errors import ConfigError, MemoryError
 from ditto_worker.memory.filters import parse_filter, parse_order_by
@@ -89,6 +90,12 @@ def test_entry_point_builds_the_store(mysql_database: str) -> None:
     config = load_runtime_config({"plugins": {"mysql": {"database": mysql_database}}}, env={})
     store = build_store(config, "mysql", env={ENV: "mysql://u@127.0.0.1:1/db"})
     assert isinstance(store, MysqlMemoryStore) and store.database == mysql_database
+
+
+def test_reference_ditto_yaml_builds_the_store() -> None:
+    config = load_runtime_config_file(Path(__file__).resolve().parents[3] / "ditto.yaml", env={})
+    store = build_store(config, "mysql", env={ENV: "mysql://u@127.0.0.1:1/from_url"})
+    assert isinstance(store, MysqlMemoryStore) and store.database == "from_url"
 
 
 def test_url_forms() -> None:
