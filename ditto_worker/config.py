@@ -359,6 +359,9 @@ class GraphSettings(_Section):
 
 
 OWNED_WORKER_SECTIONS = ("memory", "retrieval", "context", "infer")
+APP_SECTIONS = ("gateway",)
+"""Top-level sections ditto-worker's apps read and validate themselves (``gateway``:
+:mod:`ditto_worker.gateway.settings`); the runtime config leaves them alone, silently."""
 """``workers.<name>`` sections this project's config validates strictly."""
 
 
@@ -513,12 +516,12 @@ def _check_sections(raw: Mapping[str, Any], source: str | None) -> None:
     to other programs sharing the file (MEM-PY-7): a warning."""
     where = source or "ditto.yaml"
     for key in raw:
-        guess = _near_miss(str(key), OWNED_SECTIONS)
+        guess = _near_miss(str(key), (*OWNED_SECTIONS, *APP_SECTIONS))
         if guess:
             raise ConfigError(
                 f"{where}: unknown section {str(key)[:40]!r}; did you mean {guess!r}?"
             )
-        if key not in OWNED_SECTIONS:
+        if key not in OWNED_SECTIONS and key not in APP_SECTIONS:
             logger.warning("%s: section %r is not ditto-worker's; left alone", where,
                            str(key)[:40])  # fmt: skip
     workers = raw.get("workers")

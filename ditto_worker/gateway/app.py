@@ -80,14 +80,18 @@ def create_app(
         owns_runtime: close ``runtime`` when the app shuts down (after calls drained).
 
     Raises:
-        ConfigError: no identity is configured (a gateway nobody can call is a mistake),
-            or the JWT key is missing.
-    """
-    from ditto_worker.errors import ConfigError
+        ConfigError: the JWT key is missing.
 
+    With no identity configured the app still starts (so a Procfile or compose file that
+    runs it beside the workers keeps running) but fails closed: every node call is 401,
+    and one warning says so.
+    """
     auth = Authenticator(settings)
     if not auth.configured:
-        raise ConfigError("gateway: no identities; list gateway.tokens or set gateway.jwt")
+        logger.warning(
+            "gateway: no identities configured (gateway.tokens or gateway.jwt in "
+            "ditto.yaml): every node call is refused with 401"
+        )
     specs = {node: spec for d in runtime.definitions for node, spec in d.nodes.items()}
     gate = _Gate(runtime, settings, auth, specs, call_timeout_s)
 

@@ -95,6 +95,7 @@ class Fleet:
     credentials: str
     proc: subprocess.Popen[bytes]
     log_path: Path
+    gateway_port: int
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
@@ -155,6 +156,7 @@ def fleet(tmp_path: Path, chat: FakeChatServer) -> Iterator[Fleet]:
         pytest.skip("no redis-server on PATH")
     redis = RedisServer().start()
     flower_port = next(p for p in iter(free_port, None) if p != redis.port)
+    gateway_port = next(p for p in iter(free_port, None) if p not in (redis.port, flower_port))
     credentials = f"ops:{secrets.token_urlsafe(12)}"
     broker_url = f"{redis.url}/0"
     env = {
@@ -165,6 +167,7 @@ def fleet(tmp_path: Path, chat: FakeChatServer) -> Iterator[Fleet]:
         "DITTO_RESULT_BACKEND": "",
         "DITTO_WORKER_MEMORY_SQLITE_PATH": str(tmp_path / "fleet.sqlite"),
         "FLOWER_PORT": str(flower_port),
+        "GATEWAY_PORT": str(gateway_port),
         "FLOWER_BASIC_AUTH": credentials,
         # as `scripts/llm.sh start` would; unset, the infer line starts the local model
         "DITTO_WORKER_INFER_BASE_URL": chat.base_url,
@@ -183,7 +186,8 @@ def fleet(tmp_path: Path, chat: FakeChatServer) -> Iterator[Fleet]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-        fleet = Fleet(broker_url, f"http://127.0.0.1:{flower_port}", credentials, proc, log_path)
+        fleet = Fleet(broker_url, f"http://127.0.0.1:{flower_port}", credentials, proc, log_path,
+                      gateway_port)  # fmt: skip
         try:
             fleet.wait_for(
                 f"Flower to see {', '.join(WORKERS)} online",
@@ -209,6 +213,17 @@ def test_honcho_fleet_runs_the_demo_and_flower_counts_every_node(fleet: Fleet) -
         assert http_get(url + path)[0] == 401, path
         assert http_get(url + path, "ops:wrong")[0] == 401, path
     assert http_get(url + "/healthcheck") == (200, "OK")  # liveness only, no data
+    # the gateway line: up and ready over the fleet's broker, failing closed without tokens
+    gateway = f"http://127.0.0.1:{fleet.gateway_port}"
+
+    def ready() -> bool | None:
+        try:
+            return http_get(gateway + "/readyz")[0] == 200 or None
+        except OSError:
+            return None
+
+    fleet.wait_for("the gateway line to be ready", ready, 30.0)
+    assert http_get(gateway + "/v1/nodes")[0] == 401
 
     demo = subprocess.run(
         [sys.executable, "-m", "ditto_worker", "demo", "--broker", fleet.broker_url,

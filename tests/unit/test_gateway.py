@@ -345,9 +345,14 @@ def _hs256_signed_with(claims: dict[str, Any], key: bytes) -> str:
     return (head + b"." + body + b"." + sig).decode()
 
 
-def test_settings_refuse_what_would_be_unsafe(runtime: Runtime) -> None:
-    with pytest.raises(ConfigError, match="no identities"):
-        create_app(runtime, GatewaySettings())
+def test_settings_refuse_what_would_be_unsafe(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING"), TestClient(create_app(runtime, GatewaySettings())) as c:
+        # no identities: it fails closed (every call 401), and says so once
+        assert c.post("/v1/nodes/PROBE.WHOAMI", headers=auth(T1), json={}).status_code == 401
+        assert c.get("/healthz").status_code == 200
+    assert "every node call is refused" in caplog.text
     with pytest.raises(Exception, match="none"):
         GatewaySettings.model_validate({"jwt": {"algorithms": ["none"]}})
     with pytest.raises(Exception, match="64 hex"):
@@ -445,3 +450,15 @@ def test_the_space_header_picks_a_space_the_token_allows(client: TestClient) -> 
     other_task = client.post("/v1/nodes/MEMORY.GET", json={"keys": ["stage"]},
                              headers={**auth(T1), "Ditto-Space": "task:43"})  # fmt: skip
     assert other_task.json()["output"] == []
+
+
+def test_the_runtime_config_leaves_the_gateway_section_to_the_gateway(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from ditto_worker.config import load_runtime_config
+
+    with caplog.at_level("WARNING"):
+        load_runtime_config({"gateway": {"tokens": []}}, env={})
+    assert "gateway" not in caplog.text
+    with pytest.raises(ConfigError, match="did you mean 'gateway'"):
+        load_runtime_config({"gatewy": {}}, env={})

@@ -31,7 +31,7 @@ from honcho.environ import parse_procfile
 from ditto_worker.config import load_runtime_config_file
 
 REPO = Path(__file__).resolve().parents[2]
-HOST_OPTIONS = {"--bind", "--address"}
+HOST_OPTIONS = {"--bind", "--address", "--host"}
 WORKER_GROUPS = ["reads", "writes", "search"]
 WORKERS = [*WORKER_GROUPS, "retrieval", "context", "infer"]
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::[-?]([^}]*))?\}")
@@ -78,7 +78,7 @@ def compose_argv(service: dict[str, Any]) -> list[str]:
 
 def test_procfile_runs_the_workers_and_flower_but_not_redis() -> None:
     # Redis is started apart: honcho stops every process at once (issue 14 item 1)
-    assert list(procfile()) == [*WORKERS, "flower"]
+    assert list(procfile()) == [*WORKERS, "flower", "gateway"]
     assert "redis-server" not in (REPO / "Procfile").read_text().split("#")[-1]
     for kind in ["retrieval", "context", "infer"]:
         argv = shlex.split(procfile()[kind])
@@ -100,9 +100,10 @@ def test_worker_lines_are_the_groups_of_ditto_yaml() -> None:
 def test_procfile_binds_loopback_only() -> None:
     lines = {name: shlex.split(cmd) for name, cmd in procfile().items()}
     assert lines["flower"][lines["flower"].index("--address") + 1] == "127.0.0.1"
+    assert lines["gateway"][lines["gateway"].index("--host") + 1] == "127.0.0.1"
 
 
-@pytest.mark.parametrize("name", [*WORKERS, "flower"])
+@pytest.mark.parametrize("name", [*WORKERS, "flower", "gateway"])
 def test_compose_command_matches_the_procfile_line(name: str) -> None:
     service = compose()["services"][name]
     procfile_argv = normalized(shlex.split(procfile()[name]))
