@@ -12,6 +12,7 @@ code                                                   HTTP   notes
 ``INVALID_INPUT`` ``INVALID_CURSOR`` ``UNKNOWN_TARGET``  422    the field at fault named
 ``UNSUPPORTED_FILTER`` ``UNSUPPORTED_ORDER_BY``
 ``UNSUPPORTED_STRATEGY`` ``EMBEDDING_MISMATCH``
+``UNSUPPORTED`` (a capability the store lacks)
 ``UNAUTHENTICATED``                                    401    ``WWW-Authenticate: Bearer``
 ``PERMISSION_DENIED``                                  403
 ``UNKNOWN_NODE`` ``NOT_FOUND``                          404    closest node ids named
@@ -49,6 +50,7 @@ STATUS_OF_CODE: dict[str, int] = {
     ErrorCode.UNSUPPORTED_ORDER_BY: 422,
     ErrorCode.UNSUPPORTED_STRATEGY: 422,
     ErrorCode.EMBEDDING_MISMATCH: 422,
+    ErrorCode.UNSUPPORTED: 422,
     ErrorCode.UNAUTHENTICATED: 401,
     ErrorCode.PERMISSION_DENIED: 403,
     ErrorCode.UNKNOWN_NODE: 404,
