@@ -337,16 +337,18 @@ class _Gate:
 
 
 def _operation_id(identity: Identity, key: str) -> str:
-    """The operation id of an ``Idempotency-Key``: namespaced per tenant, so two tenants'
-    keys never meet (MEM-RUN-7)."""
-    from ditto_worker.memory.scope import encode_key_part
+    """The operation id of an ``Idempotency-Key``: namespaced per tenant (a digest of the
+    tenant, then the key), so two tenants' keys never meet even where a store's ledger is
+    not per namespace (MEM-RUN-7); at most 217 characters, under the 256 allowed."""
+    import hashlib
 
     if not key or len(key) > 200 or not key.isprintable():
         raise GatewayError(
             ErrorCode.INVALID_INPUT,
             f"Invalid input: header {IDEMPOTENCY_HEADER}: 1 to 200 printable characters",
         )
-    return f"{encode_key_part(identity.tenant)}:{key}"
+    tenant = hashlib.sha256(identity.tenant.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{tenant}:{key}"
 
 
 async def _disconnected(request: Request) -> None:

@@ -165,6 +165,13 @@ def test_curl_calls_every_memory_node(served: GatewayServer) -> None:
     assert status == 200 and other["output"] == []
     status, none = curl(served, "MEMORY.GET", {"keys": ["lang"]}, token="wrong")
     assert status == 401 and none["error"]["code"] == "UNAUTHENTICATED"
+    # tokens and bodies never reach the logs (the access log has the path and status)
+    logs = served.log_path.read_text() + "".join(
+        p.read_text() for p in served.folder.glob("worker*.log")
+    )
+    assert "POST /v1/nodes/MEMORY.WRITE" in served.log_path.read_text()
+    for secret in (T1, T2, "Reply in German", "Reply in French", "keep it short"):
+        assert secret not in logs
 
 
 def test_the_trusted_scope_is_the_tokens_whatever_the_request_says(served: GatewayServer) -> None:

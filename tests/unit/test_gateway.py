@@ -462,3 +462,25 @@ def test_the_runtime_config_leaves_the_gateway_section_to_the_gateway(
     assert "gateway" not in caplog.text
     with pytest.raises(ConfigError, match="did you mean 'gateway'"):
         load_runtime_config({"gatewy": {}}, env={})
+
+
+def test_an_idempotency_key_is_the_operation_id(client: TestClient) -> None:
+    # MEM-RUN-7: a replay applies nothing twice; another input under the key is CONFLICT
+    once = {**auth(T1), "Idempotency-Key": "write-lang-1"}
+    body = {"memories": [{"key": "lang", "content": "Reply in German"}]}
+    first = client.post("/v1/nodes/MEMORY.WRITE", headers=once, json=body)
+    replay = client.post("/v1/nodes/MEMORY.WRITE", headers=once, json=body)
+    assert first.status_code == replay.status_code == 200, replay.text
+    assert first.json()["output"][0]["id"] == replay.json()["output"][0]["id"]
+    listed = client.post("/v1/nodes/MEMORY.QUERY", headers=auth(T1), json={}).json()
+    assert [m["key"] for m in listed["output"]["items"]] == ["lang"]
+    other = {"memories": [{"key": "tone", "content": "short"}]}
+    clash = client.post("/v1/nodes/MEMORY.WRITE", headers=once, json=other)
+    assert clash.status_code == 409 and clash.json()["error"]["code"] == "CONFLICT"
+    # the same key from another tenant is another operation
+    theirs = client.post("/v1/nodes/MEMORY.WRITE", json=other,
+                         headers={**auth(T2), "Idempotency-Key": "write-lang-1"})  # fmt: skip
+    assert theirs.status_code == 200
+    bad = client.post("/v1/nodes/MEMORY.WRITE", json=body,
+                      headers={**auth(T1), "Idempotency-Key": "x" * 201})  # fmt: skip
+    assert bad.status_code == 422 and "Idempotency-Key" in bad.json()["error"]["message"]
