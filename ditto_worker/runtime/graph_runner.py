@@ -52,6 +52,7 @@ from ditto_worker.runtime.graphs import (
     LoopResult,
 )
 from ditto_worker.runtime.trace import GRAPH, GRAPH_NODE, RUN_ID
+from ditto_worker.scope import missing_scope, parse_scope
 
 __all__ = ["STOP_GRACE_S", "GraphRunner", "Plan"]
 
@@ -135,11 +136,16 @@ class _Run:
         except Exception as exc:
             return _Ended(self._bind_failed(node, exc), False)
         trace = {RUN_ID: self.run_id, GRAPH: self.plan.name, GRAPH_NODE: node.id}
+        try:
+            scope = self._scope_of(node)
+        except NodeError as exc:
+            return _Ended(NodeResult.failure(_new_id(), node.node_type, exc.code,
+                                             exc.safe_message), False)  # fmt: skip
         timeout = self.runner.call_timeout_s if node.timeout is None else node.timeout
         try:  # the call's deadline: the earlier of the call timeout and the run's deadline
             result = await self.runner.ainvoke(
                 node.node_type, value, timeout=timeout, deadline=self.deadline,
-                cancel=self.token, scope=self.scope, trace=trace, operation_id=operation_id,
+                cancel=self.token, scope=scope, trace=trace, operation_id=operation_id,
             )  # fmt: skip
         except Exception:  # an invoker never raises for a call failure: a bug, kept local
             log.exception("graph %s run %s: the call of node %s raised", self.plan.name,
@@ -148,6 +154,21 @@ class _Run:
                                         self.runner.codes(node.node_type).failed,
                                         "the call failed; see the caller's log")  # fmt: skip
         return _Ended(result, True)
+
+    def _scope_of(self, node: GraphNode) -> Any:
+        """The run's scope, in the node's ``space`` when it names one.
+
+        Raises:
+            NodeError: ``PERMISSION_DENIED`` when the node names a space and the run has
+                no scope (a space is only ever one of the trusted tenant and user).
+        """
+        if node.space is None:
+            return self.scope
+        bound = parse_scope(self.scope)
+        if bound is None:
+            raise NodeError(ErrorCode.PERMISSION_DENIED,
+                            missing_scope(f"node {node.id!r} names a space"))  # fmt: skip
+        return bound.in_space(node.space)
 
     def _start(self, node: GraphNode) -> None:
         if self.stop is not None:

@@ -22,6 +22,11 @@ A :class:`Graph` names node calls and their dependencies; the runtime runs it
   only) returning one or ``None`` — e.g. ``lambda task: f"{task['id']}:save"``, so a
   resumed task replays the same effect under the same id (raising fails the node with
   ``GRAPH_BIND_FAILED``).
+* A node may name the **space** its call runs in (``space="task:<taskId>"`` or
+  ``"memory"``): the run's trusted tenant and user in that space
+  (:meth:`~ditto_worker.scope.Scope.in_space`; SPEC.md MEM-TASK-2). The host's plan
+  chooses it, never a node input; a run without a scope fails such a node with
+  ``PERMISSION_DENIED``. Default: the run's scope as it is.
 * It is validated as it is built: a duplicate id, a dep that is not (yet) in the Graph, a
   node depending on itself, a malformed node type or deps given as one string raise
   :class:`GraphError`. :meth:`Graph.of` builds one from nodes in any order and also finds
@@ -45,6 +50,7 @@ from pydantic import Field
 from ditto_worker.contracts import ErrorInfo, NodeResult, _Wire
 from ditto_worker.errors import DittoError, ErrorCode, NodeError
 from ditto_worker.operation import check_operation_id
+from ditto_worker.scope import Scope
 
 __all__ = [
     "DEFAULT_LOOP_BUDGET",
@@ -110,6 +116,13 @@ def _check_name(value: Any, what: str) -> str:
     return value
 
 
+def _check_space(node_id: str, space: Any) -> None:
+    try:
+        Scope("t", "u", space)
+    except NodeError as exc:
+        raise GraphError(f"node {node_id!r}: {exc.safe_message}") from None
+
+
 def _two_args(bind: Callable[..., Any]) -> Bind:
     """``bind`` as ``bind(input, results)``: a one-parameter callable gets the input only."""
     try:
@@ -139,6 +152,8 @@ class GraphNode:
         operation_id: the call's operation id (MEM-RUN-7, :mod:`ditto_worker.operation`): a
             string, a callable ``(input, results) -> str | None`` (a one-parameter one
             gets the input only), or ``None``.
+        space: the space of the node's call (``memory`` or ``task:<taskId>``, checked as
+            :attr:`ditto_worker.scope.Scope.space`), or ``None``: the run's scope as is.
     """
 
     id: str
@@ -147,6 +162,7 @@ class GraphNode:
     bind: Callable[..., Any] | None = None
     timeout: float | None = None
     operation_id: str | Callable[..., str | None] | None = None
+    space: str | None = None
 
     def __post_init__(self) -> None:
         _check_name(self.id, "a Graph node id")
@@ -182,6 +198,8 @@ class GraphNode:
             except NodeError as exc:
                 raise GraphError(f"node {self.id!r}: {exc.safe_message}") from None
         object.__setattr__(self, "_operation", _two_args(op) if callable(op) else None)
+        if self.space is not None:
+            _check_space(self.id, self.space)
 
     def bound(self) -> Bind | None:
         """:attr:`bind` as a two-argument callable (``None`` when there is none)."""
@@ -265,6 +283,7 @@ class Graph:
         *,
         timeout: float | None = None,
         operation_id: str | Callable[..., str | None] | None = None,
+        space: str | None = None,
     ) -> Graph:
         """A new Graph with one more node (the seed's ``.node(id, type, deps, bind)``).
 
@@ -276,13 +295,15 @@ class Graph:
             timeout: this node's call timeout, seconds (default ``fleet.callTimeoutS``).
             operation_id: this node's operation id, a string or ``(input, results) ->
                 str | None`` (:class:`GraphNode`).
+            space: the space this node's call runs in (``memory`` / ``task:<taskId>``);
+                default the run's scope as is (see the module doc).
 
         Raises:
             GraphError: a duplicate id, a dep not in the Graph (or the node itself), a
                 malformed node type, deps given as a string, a bind that is not callable,
                 a timeout that is not > 0, a malformed operation id.
         """
-        new = GraphNode(id, node_type, deps, bind, timeout, operation_id)
+        new = GraphNode(id, node_type, deps, bind, timeout, operation_id, space)
         if new.id in self._by_id:
             raise GraphError(f"graph {self.name!r}: node id {new.id!r} given twice")
         for dep in new.deps:

@@ -77,6 +77,7 @@ DRIVERS = SQL_CLIENTS + MILVUS
         ("ditto_worker.runtime", TRANSPORT + MODELS + DRIVERS),
         ("ditto_worker.retrieval", TRANSPORT + MODELS + DRIVERS),
         ("ditto_worker.testing", TRANSPORT + MODELS + DRIVERS),
+        ("ditto_worker.memory_tasks", TRANSPORT + MODELS + DRIVERS),
         ("ditto_plugin_sqlite", TRANSPORT + MODELS + DRIVERS),
         (
             "ditto_plugin_postgres",

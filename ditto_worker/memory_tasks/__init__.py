@@ -1,0 +1,56 @@
+"""The four worked memory tasks: ``search``, ``write``, ``update``, ``task-state``.
+
+The user's second document (``memory-capabilities``; SPEC.md MEM-TASK): each task is
+``run_<task>(runtime, {request, model}, options)``, one ``runtime.loop()`` whose plan
+yields stage Graphs of public worker nodes only (MEMORY.*, CONTEXT.*, INFER.GENERATE),
+producing ``artifacts/<taskId>.json``. The tenant, user and storage permission are the
+controller's (:class:`TaskOptions`), never the request file's or the model's;
+:func:`open_memory_storage` builds the MEMORY worker over SQLite, PostgreSQL or Qdrant.
+
+Importing this package connects to nothing, starts no model and prints nothing
+(MEM-RT-5). The name is ``memory_tasks``, not ``tasks``: Celery users read a ``tasks``
+module as Celery task definitions. User guide: ``docs/memory-tasks.md``.
+"""
+
+from __future__ import annotations
+
+from ditto_worker.memory_tasks.artifact import (
+    ARTIFACT_SCHEMA_PATH,
+    artifact_schema,
+    check_artifact,
+    publish_artifact,
+)
+from ditto_worker.memory_tasks.contracts import (
+    BACKENDS,
+    TASK_KINDS,
+    ConversationTurn,
+    ModelOptions,
+    ProjectStage,
+    TaskInputs,
+    TaskOptions,
+    TaskOutcome,
+    TaskRequest,
+    parse_request,
+)
+from ditto_worker.memory_tasks.storage import MemoryStorage, open_memory_storage
+from ditto_worker.memory_tasks.task_state import run_task_state
+
+__all__ = [
+    "ARTIFACT_SCHEMA_PATH",
+    "BACKENDS",
+    "TASK_KINDS",
+    "ConversationTurn",
+    "MemoryStorage",
+    "ModelOptions",
+    "ProjectStage",
+    "TaskInputs",
+    "TaskOptions",
+    "TaskOutcome",
+    "TaskRequest",
+    "artifact_schema",
+    "check_artifact",
+    "open_memory_storage",
+    "parse_request",
+    "publish_artifact",
+    "run_task_state",
+]

@@ -1,0 +1,181 @@
+"""The frame every task runs in: one ``runtime.loop`` over restore -> stages -> report ->
+publish (SPEC.md MEM-TASK-1/4, MEM-GRAPH-4).
+
+``run_task`` calls ``runtime.loop()`` exactly once. Its plan:
+
+1. restores the task's checkpoints (one MEMORY.GET in ``task:<taskId>``);
+2. if the report is already committed, only publishes it again: a publish retry repeats
+   no inference and no mutation;
+3. else runs the task's own stages (each commits ``progress:<stage>``; a stage whose
+   checkpoint was restored is skipped), builds the artifact, checks it against its
+   schema, commits it as the ``report`` checkpoint, then publishes
+   ``artifacts/<taskId>.json`` atomically.
+
+The loop runs in the controller's trusted scope ``(tenant, user)``; checkpoint nodes
+name the task's space, memory nodes run in ``memory``. Nothing of the scope comes from
+the request or the model.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ditto_worker.errors import ErrorCode, NodeError
+from ditto_worker.memory_tasks.artifact import check_artifact, publish_artifact
+from ditto_worker.memory_tasks.contracts import (
+    TaskInputs,
+    TaskKind,
+    TaskOptions,
+    TaskOutcome,
+    TaskRequest,
+)
+from ditto_worker.memory_tasks.steps import (
+    CANDIDATE_KEY,
+    REPORT_KEY,
+    Plan,
+    TaskRun,
+    progress_key,
+    restore,
+    save,
+)
+from ditto_worker.scope import Scope
+
+__all__ = ["Body", "StopAfterCheckpoint", "base_artifact", "run_task", "stop_if_asked"]
+
+Body = Callable[[TaskRun], Plan]
+"""A task's own stages: ``body(run)`` yields stage Graphs and returns the artifact."""
+
+
+class StopAfterCheckpoint(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by the plan after its first checkpoint when the controller asked to stop
+    there (``TaskOptions.stop_after_checkpoint``); the task directory stays resumable."""
+
+
+def base_artifact(run: TaskRun) -> dict[str, Any]:
+    """The fields every artifact has, before the task fills in its own."""
+    return {
+        "schemaVersion": 1,
+        "taskId": run.request.task_id,
+        "kind": run.request.kind,
+        "backend": run.request.backend,
+        "project": run.request.project,
+        "message": None,
+        "memories": [],
+        "applied": {"language": "en"},
+        "languageCheck": None,
+        "progress": list(run.stages),
+        "admission": None,
+        "mutation": None,
+        "context": None,
+    }
+
+
+def _task_plan(run: TaskRun, stages: list[str], body: Body) -> Plan:
+    keys = [progress_key(s) for s in stages] + [CANDIDATE_KEY, REPORT_KEY]
+    yield from restore(run, keys)
+    report = run.checkpoints.get(REPORT_KEY)
+    if report is None:
+        artifact = yield from body(run)
+        artifact["progress"] = list(run.stages)
+        check_artifact(artifact)
+        report = yield from save(run, REPORT_KEY, artifact, kind="report")
+        run.say("report: committed")
+    else:
+        run.say("report: already committed; publishing it again without inference")
+    path = publish_artifact(run.options.artifacts_dir, run.request.task_id, report)
+    run.say(f"artifact: {path}")
+    return {"artifact": report, "path": str(path)}
+
+
+def _counting(run: TaskRun, gen: Plan, counter: list[int]) -> Plan:
+    """``gen`` as is, counting the Graphs it yields (exceptions and close passed on)."""
+    try:
+        step = next(gen)
+        while True:
+            counter[0] += 1
+            try:
+                result = yield step
+            except GeneratorExit:
+                gen.close()
+                raise
+            except BaseException as exc:  # budget exhausted, GraphError: the plan's to handle
+                step = gen.throw(exc)
+                continue
+            step = gen.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+def _invalid(kind: TaskKind, inputs: Any, exc: NodeError) -> TaskOutcome:
+    raw = inputs.get("request") if isinstance(inputs, Mapping) else None
+    task_id = raw.get("taskId") if isinstance(raw, Mapping) else None
+    return TaskOutcome(
+        task_id=task_id if isinstance(task_id, str) else "", kind=kind, status="failed",
+        graphs=0, error={"code": exc.code, "message": exc.safe_message},
+    )  # fmt: skip
+
+
+def run_task(
+    runtime: Any,
+    kind: TaskKind,
+    inputs: TaskInputs | Mapping[str, Any],
+    options: TaskOptions,
+    body: Body,
+    stages: Callable[[TaskRequest], list[str]],
+) -> TaskOutcome:
+    """Run one task (see the module docstring); ``runtime.loop()`` is called once.
+
+    Args:
+        runtime: a :class:`~ditto_worker.runtime.Runtime` serving MEMORY (+ INFER,
+            CONTEXT as the task needs).
+        kind: the task kind; the request must be of it.
+        inputs: ``{request, model}``.
+        options: the controller's options (tenant, user, permission, artifacts folder).
+        body: the task's stages.
+        stages: ``stages(request)`` -> the names of the progress checkpoints the task may
+            have committed.
+
+    Returns:
+        A :class:`TaskOutcome`; a failure carries its code (``INVALID_INPUT`` for a bad
+        request — nothing was called —, ``PERMISSION_DENIED``, a node's code,
+        ``GRAPH_BUDGET_EXHAUSTED`` …).
+    """
+    try:
+        parsed = TaskInputs.of(inputs)
+        if parsed.request.kind != kind:
+            raise NodeError(ErrorCode.INVALID_INPUT, f"Invalid input: request.kind is "
+                            f"{parsed.request.kind!r}, this task is {kind!r}")  # fmt: skip
+        scope = Scope(options.tenant, options.user)
+    except NodeError as exc:
+        return _invalid(kind, inputs, exc)
+    request = parsed.request
+    counter = [0]
+
+    def outcome(status: Any, **fields: Any) -> TaskOutcome:
+        return TaskOutcome(task_id=request.task_id, kind=kind, status=status,
+                           graphs=counter[0], **fields)  # fmt: skip
+
+    run = TaskRun(request, parsed.model, options)
+    try:
+        result = runtime.loop(
+            lambda _: _counting(run, _task_plan(run, stages(request), body), counter), None,
+            scope=scope, timeout=options.timeout_s, cancel=options.cancel,
+            run_id=f"task-{request.task_id}-{uuid.uuid4().hex[:8]}",
+        )  # fmt: skip
+    except StopAfterCheckpoint:
+        return outcome("checkpointed")
+    if result.status != "success":
+        error = result.error
+        fields = {} if error is None else {"error": {"code": error.code, "message": error.message}}
+        return outcome(result.status, **fields)
+    return outcome("success", artifact=result.output["artifact"],
+                   artifact_path=result.output["path"])  # fmt: skip
+
+
+def stop_if_asked(run: TaskRun) -> None:
+    """Raise :class:`StopAfterCheckpoint` when the controller asked to stop after the
+    first checkpoint (``TaskOptions.stop_after_checkpoint``)."""
+    if run.options.stop_after_checkpoint:
+        raise StopAfterCheckpoint()

@@ -1,0 +1,95 @@
+"""The ``task-state`` task: infer progress stage by stage, persist it, restore it, continue.
+
+The seed's table (memory-capabilities): "task-state.ts — Infer progress, persist it,
+restore with MEMORY.GET — Continue from committed progress without repeating completed
+stages" (SPEC.md MEM-TASK-1/2/4).
+
+For each stage of the request's project, in order: INFER.GENERATE writes one progress
+note (JSON ``{"note": …}``, the stage's status and the notes before it as input), then
+the note is committed as the checkpoint ``progress:<n>-<stage>`` in the task space
+``task:<taskId>`` (MEMORY.WRITE; ``metadata.kind=checkpoint``: never embedded, never
+recalled). A resumed task restores the committed notes with MEMORY.GET and infers only
+the stages after them. The message is the notes in stage order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ditto_worker.errors import ErrorCode, NodeError
+from ditto_worker.memory_tasks.contracts import ProjectStage, TaskInputs, TaskOptions, TaskOutcome
+from ditto_worker.memory_tasks.runner import base_artifact, run_task, stop_if_asked
+from ditto_worker.memory_tasks.steps import Plan, TaskRun, ask, complete
+
+__all__ = ["NOTE_SCHEMA", "run_task_state", "stage_names"]
+
+NOTE_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {"note": {"type": "string", "minLength": 1, "maxLength": 300}},
+    "required": ["note"],
+    "additionalProperties": False,
+}
+"""The reply of one stage's INFER call."""
+
+_SYSTEM = (
+    'You write project progress notes. Reply with JSON {"note": ...}: one short '
+    "English sentence about the given stage."
+)
+
+
+def stage_names(stages: list[ProjectStage]) -> list[str]:
+    """The checkpoint stage names ``<n>-<stage name>`` (numbered: names may repeat)."""
+    return [f"{n}-{stage.name}" for n, stage in enumerate(stages, start=1)]
+
+
+def _messages(run: TaskRun, stage: ProjectStage, notes: list[str]) -> list[dict[str, str]]:
+    earlier = " ".join(notes[-2:]) or "none"
+    user = (
+        f"Project {run.request.project}. Stage {stage.name}: {stage.status}. "
+        f"Earlier notes: {earlier}"
+    )
+    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+
+
+def _note(reply: Any) -> str:
+    note = reply.get("note") if isinstance(reply, Mapping) else None
+    if not isinstance(note, str) or not note.strip():
+        raise NodeError(ErrorCode.INFER_INVALID_OUTPUT, "the model's progress note is empty")
+    return note.strip()
+
+
+def _body(run: TaskRun) -> Plan:
+    notes: list[str] = []
+    stages = run.request.stages
+    for name, stage in zip(stage_names(stages), stages, strict=True):
+        done = run.done(name)
+        if isinstance(done, Mapping) and isinstance(done.get("note"), str):
+            notes.append(done["note"])
+            continue
+        reply = yield from ask(run, "infer-progress", _messages(run, stage, notes), NOTE_SCHEMA)
+        note = _note(reply)
+        yield from complete(run, name, {"note": note})
+        notes.append(note)
+        stop_if_asked(run)
+    artifact = base_artifact(run)
+    artifact["message"] = " ".join(notes)
+    return artifact
+
+
+def run_task_state(
+    runtime: Any, inputs: TaskInputs | Mapping[str, Any], options: TaskOptions
+) -> TaskOutcome:
+    """Run the ``task-state`` task (see the module docstring).
+
+    Args:
+        runtime: a runtime serving MEMORY (over the task's storage) and INFER.GENERATE.
+        inputs: ``{request, model}``; ``request.kind`` must be ``task-state``.
+        options: the controller's tenant, user, artifacts folder, deadline, cancellation;
+            ``stop_after_checkpoint`` ends the task after its first new checkpoint.
+
+    Returns:
+        The :class:`TaskOutcome`; on success ``artifact_path`` is
+        ``<artifacts_dir>/<taskId>.json``.
+    """
+    return run_task(runtime, "task-state", inputs, options, _body, lambda r: stage_names(r.stages))

@@ -1,0 +1,95 @@
+"""Helpers for the worked-task tests: a scripted model on the fake chat endpoint and a
+runtime over a task's storage. Imported as ``tests.unit._task_kit``.
+
+The model is the loopback fake of ``tests.unit._fake_chat``: each INFER call gets the next
+reply of a list (or of a function of the request), so tests can feed wrong, invented or
+hostile proposals and check that code refuses them (the issue's premise: assume the
+model is wrong).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ditto_worker import create_context_worker, create_ditto, create_infer_worker
+from ditto_worker.memory_tasks import MemoryStorage, TaskOptions, open_memory_storage
+from ditto_worker.runtime import Runtime
+from tests.unit._fake_chat import FakeChatServer, FakeConn, chunk, usage
+
+Reply = Any
+"""A reply: a dict/list (sent as its JSON) or a str (sent as is)."""
+
+
+class ScriptedModel:
+    """An OpenAI-compatible fake whose replies come from ``replies`` in order (the last
+    one repeats), or from ``replies(body)`` when it is callable."""
+
+    def __init__(self, replies: list[Reply] | Callable[[Any], Reply]) -> None:
+        self.replies = replies
+        self.bodies: list[Any] = []
+        self._lock = threading.Lock()
+        self.server = FakeChatServer(self._script)
+
+    def _next(self, body: Any) -> Reply:
+        with self._lock:
+            self.bodies.append(body)
+            if callable(self.replies):
+                return self.replies(body)
+            index = min(len(self.bodies), len(self.replies)) - 1
+            return self.replies[index]
+
+    def _script(self, conn: FakeConn) -> None:
+        reply = self._next(conn.seen.body)
+        text = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
+        conn.start()
+        conn.event(chunk(text))
+        conn.event(chunk(finish="stop"))
+        conn.event(usage(5, 5))
+        conn.event("[DONE]")
+        conn.end()
+
+    @property
+    def calls(self) -> int:
+        """INFER requests the endpoint has received."""
+        return len(self.bodies)
+
+    def __enter__(self) -> ScriptedModel:
+        self.server.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.__exit__(*exc)
+
+
+@contextlib.contextmanager
+def task_runtime(
+    directory: Path, model: ScriptedModel, backend: str = "sqlite", **storage: Any
+) -> Iterator[tuple[Runtime, MemoryStorage]]:
+    """An embedded runtime: MEMORY over ``open_memory_storage(backend, directory)``,
+    CONTEXT in process, INFER on the scripted model."""
+    store = open_memory_storage(backend, directory, **storage)
+    infer = create_infer_worker(
+        {"baseUrl": model.server.base_url, "model": "fake"}, env={}, dotenv_path=None
+    )
+    runtime = create_ditto(workers=[*store.workers, create_context_worker(), infer])
+    try:
+        yield runtime, store
+    finally:
+        runtime.close()
+        store.close()
+
+
+def options(directory: Path, **given: Any) -> TaskOptions:
+    """The controller's options of a test task: tenant ``acme``, user ``alice``."""
+    fields: dict[str, Any] = {
+        "tenant": "acme",
+        "user": "alice",
+        "artifacts_dir": directory / "artifacts",
+    }
+    fields.update(given)
+    return TaskOptions(**fields)
