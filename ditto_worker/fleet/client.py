@@ -75,7 +75,7 @@ from ditto_worker.fleet.redaction import args_repr
 from ditto_worker.fleet.redis_urls import is_redis_url, server_address
 from ditto_worker.fleet.results import ResultListener
 from ditto_worker.operation import OPERATION_HEADER, check_operation_id
-from ditto_worker.runtime.cancel import CancelToken, local_registry
+from ditto_worker.runtime.cancel import CancelToken, local_registry, stop_outcome
 from ditto_worker.runtime.context import call_deadline
 from ditto_worker.runtime.definition import KindCodes, NodeSpec, WorkerDefinition
 from ditto_worker.runtime.execute import unknown_node
@@ -318,11 +318,13 @@ class DittoClient:
                 return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the client is closed")
             traced = clean_trace(trace)
             if self._listener is None:
-                return self._invoke_polling(node, _jsonable(input), eid, deadline, cancel, bound,
-                                            traced)  # fmt: skip
-            try:
-                return self._invoke_listening(node, _jsonable(input), eid, deadline, cancel,
+                polled = self._invoke_polling(node, _jsonable(input), eid, deadline, cancel,
                                               bound, traced)  # fmt: skip
+                return self._settle(polled, cancel, deadline)
+            try:
+                heard = self._invoke_listening(node, _jsonable(input), eid, deadline, cancel,
+                                               bound, traced)  # fmt: skip
+                return self._settle(heard, cancel, deadline)
             except Exception:
                 log.exception("unexpected error in %s", node)
                 return _failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the call failed")
@@ -366,8 +368,9 @@ class DittoClient:
                     token.cancel()
                     raise
             try:
-                return await self._acall(node, _jsonable(input), eid, deadline, cancel, bound,
-                                         clean_trace(trace))  # fmt: skip
+                heard = await self._acall(node, _jsonable(input), eid, deadline, cancel, bound,
+                                          clean_trace(trace))  # fmt: skip
+                return self._settle(heard, cancel, deadline)
             except asyncio.CancelledError:
                 # the awaiting task is cancelled at once; raise the call's cancel flag before
                 # re-raising, so a caller that exits right away still leaves it cancelled
@@ -412,6 +415,23 @@ class DittoClient:
     ) -> NodeResult[Any]:
         return _failure(eid, node, self._codes(node).cancelled, message, "cancelled")
 
+    def _settle(
+        self, result: NodeResult[Any], cancel: CancelToken | None, deadline: float
+    ) -> NodeResult[Any]:
+        """MEM-RUN-6 on the caller's side: a call that ended ``cancelled`` or ``timeout``
+        (the worker's answer, or the client's own at the deadline) ends as the caller's
+        token says (:meth:`~ditto_worker.runtime.cancel.CancelToken.outcome`) — a cancel
+        this caller requested before the deadline is ``cancelled`` even when it reached
+        the worker after it, and a deadline that passed before any cancel is ``timeout``."""
+        if result.status not in ("cancelled", "timeout"):
+            return result
+        reason = stop_outcome(cancel, deadline)
+        if reason is None or reason == result.status:
+            return result
+        if reason == "cancelled":
+            return self._cancelled(result.execution_id, result.node)
+        return self._timed_out(result.execution_id, result.node)
+
     def _start(
         self,
         node: str,
@@ -429,14 +449,17 @@ class DittoClient:
         eid = execution_id or (listener.new_id() if listener is not None else _new_id())
         if node not in self._nodes:
             return unknown_node(eid, node, self._nodes)
+        until = call_deadline(self.default_timeout_s, timeout, deadline)
         if cancel is not None and cancel.cancelled:
+            if cancel.outcome(until) == "timeout":
+                return self._timed_out(eid, node, "the call timed out before it was sent")
             return self._cancelled(eid, node, "cancelled before it was sent")
         try:
             bound = self._scope if scope is None else parse_scope(scope)
             route = _Route(bound, check_operation_id(operation_id))
         except MemoryError as exc:
             return _failure(eid, node, exc.code, exc.safe_message)
-        return eid, route, call_deadline(self.default_timeout_s, timeout, deadline)
+        return eid, route, until
 
     @contextmanager
     def _tracked(self) -> Iterator[bool]:
@@ -694,7 +717,7 @@ class DittoClient:
         while True:
             remaining = deadline - time.time()
             if remaining <= 0 or (cancel is not None and cancel.cancelled):
-                local_registry().cancel(eid)
+                local_registry().cancel(eid, reason="timeout" if remaining <= 0 else "cancelled")
                 self._revoke_later(eid)
                 if remaining <= 0:
                     return self._timed_out(eid, node)

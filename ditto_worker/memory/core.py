@@ -8,28 +8,29 @@ never raises. Knows nothing of Celery or any driver (STYLE.md "core").
 One call, in order (SPEC.md MEM-ERR, MEM-PY-2):
 
 1. unknown node -> ``failed``/``UNKNOWN_NODE``;
-2. cancel token already set -> ``cancelled``/``MEMORY_CANCELLED`` (plugin not called);
-3. deadline (absolute ``time.time()`` s) already passed -> ``timeout``/``MEMORY_TIMEOUT``;
-4. SEARCH without a provider -> ``failed``/``SEARCH_UNAVAILABLE`` (MEM-SEARCH-4);
-5. input validation and pre-plugin rules -> ``failed``/``INVALID_INPUT`` (MEM-ERR-1;
+2. cancel token already set -> ``cancelled``/``MEMORY_CANCELLED``, deadline (absolute
+   ``time.time()`` s) already passed -> ``timeout``/``MEMORY_TIMEOUT`` (plugin not
+   called); the token decides which (MEM-RUN-6: a deadline that passed before any
+   explicit cancel is a timeout, :meth:`~ditto_worker.runtime.cancel.CancelToken.outcome`);
+3. SEARCH without a provider -> ``failed``/``SEARCH_UNAVAILABLE`` (MEM-SEARCH-4);
+4. input validation and pre-plugin rules -> ``failed``/``INVALID_INPUT`` (MEM-ERR-1;
    a SEARCH ``options`` key the provider does not declare included);
    empty batches are answered locally (MEM-GET-4, MEM-WRITE-1, MEM-UPDATE-4,
    MEM-DELETE-1);
-6. a call with a trusted ``scope`` to a plugin that does not declare scope isolation ->
+5. a call with a trusted ``scope`` to a plugin that does not declare scope isolation ->
    ``failed``/``PERMISSION_DENIED`` (:mod:`ditto_worker.scope`); the plugin runs with
    ``MemoryCallOptions(cancel, deadline, execution_id, scope)``;
-7. if the token was cancelled (or the deadline passed) while the plugin ran, the call is
-   ``cancelled`` (or ``timeout``) whatever the plugin did; a completed write is *not*
-   rolled back (MEM-RUN-2, MEM-ERR-5);
-8. ``MemoryError`` -> its code and safe message; any other exception ->
+6. if the token was cancelled (or the deadline passed) while the plugin ran, the call is
+   ``cancelled`` or ``timeout`` (as in 2) whatever the plugin did; a completed write is
+   *not* rolled back (MEM-RUN-2, MEM-ERR-5);
+7. ``MemoryError`` -> its code and safe message; any other exception ->
    ``MEMORY_BACKEND_ERROR`` with a generic message, the exception logged (MEM-ERR-4);
-9. the output is checked (MEM-ERR-2) -> ``INVALID_BACKEND_OUTPUT`` on a violation.
+8. the output is checked (MEM-ERR-2) -> ``INVALID_BACKEND_OUTPUT`` on a violation.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ from ditto_worker.memory.ports import (
     MemoryStore,
 )
 from ditto_worker.operation import check_operation_id
+from ditto_worker.runtime.cancel import stop_outcome
 from ditto_worker.scope import Scope
 
 __all__ = [
@@ -498,14 +500,15 @@ def _run(eid: str, node: str, call: _Call, options: MemoryCallOptions) -> NodeRe
 def _stopped(
     eid: str, node: str, cancel: CancelToken | None, deadline: float | None
 ) -> NodeResult[Any] | None:
-    """A timeout/cancelled result when the deadline passed or the token is set (MEM-PY-2).
-
-    The deadline is checked first: when it passes, the host cancels the token too."""
-    if deadline is not None and time.time() >= deadline:
+    """A timeout/cancelled result when the deadline passed or the token is set (MEM-PY-2);
+    the token says which (MEM-RUN-6: when the deadline passes the host cancels the token
+    too, with reason ``timeout``)."""
+    reason = stop_outcome(cancel, deadline)
+    if reason == "timeout":
         return NodeResult.failure(
             eid, node, ErrorCode.MEMORY_TIMEOUT, "The call's deadline passed.", "timeout"
         )
-    if cancel is not None and cancel.cancelled:
+    if reason == "cancelled":
         return NodeResult.failure(
             eid, node, ErrorCode.MEMORY_CANCELLED, "The call was cancelled.", "cancelled"
         )

@@ -4,6 +4,12 @@
   ``AbortSignal``): the runtime creates one per call and hands it to the handler
   (``NodeContext.cancel``); plugins register a driver-level interrupt with
   :meth:`CancelToken.on_cancel` (``sqlite3.Connection.interrupt``, psycopg's ``cancel``).
+  A token records why it was cancelled — ``"timeout"`` (the deadline ticker) or
+  ``"cancelled"`` (an explicit cancel) — and when; the first reason wins.
+  :meth:`CancelToken.outcome` is the one place that turns a token and a deadline into a
+  status (MEM-RUN-6): a call whose deadline passed before any explicit cancel ends
+  ``timeout``; a cancel requested before the deadline ends ``cancelled``. Every place
+  that maps a stopped call to a status asks it.
 * :class:`CancelRegistry` — the calls a process is running, by execution id, with their
   tokens and deadlines: a cancel by id reaches the running call (or flags it so it never
   starts), and :meth:`CancelRegistry.expire_deadlines` stops calls whose caller gave up.
@@ -20,38 +26,94 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["CancelRegistry", "CancelToken", "local_registry"]
+__all__ = ["CancelReason", "CancelRegistry", "CancelToken", "local_registry", "stop_outcome"]
+
+CancelReason = Literal["cancelled", "timeout"]
+"""Why a token was cancelled, named by the status it gives: ``"cancelled"`` (an explicit
+cancel: the caller's token, a cancel by execution id, a revoke) or ``"timeout"`` (the
+call's deadline passed: the deadline ticker, a runtime giving up at the deadline)."""
 
 
 class CancelToken:
     """A thread-safe, one-way cancel signal (the seed's ``AbortSignal``; MEM-PY-2).
 
-    ``cancel()`` sets the flag and runs every registered callback once (in the
-    cancelling thread). Plugins register a driver-level interrupt with
+    ``cancel()`` sets the flag, records the reason and the time (``time.time()``) — the
+    first cancel wins, later ones change nothing — and runs every registered callback
+    once (in the cancelling thread). Plugins register a driver-level interrupt with
     :meth:`on_cancel` (e.g. ``sqlite3.Connection.interrupt``); a callback registered
-    after cancellation runs at once.
+    after cancellation runs at once. :meth:`link` passes a cancel on to another token
+    with its reason and time (a call's token follows its caller's).
     """
 
     def __init__(self) -> None:
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
+        self._reason: CancelReason | None = None
+        self._at: float | None = None
 
     @property
     def cancelled(self) -> bool:
-        """True once :meth:`cancel` was called."""
+        """True once :meth:`cancel` was called (for either reason)."""
         return self._event.is_set()
 
-    def cancel(self) -> None:
-        """Signal cancellation; idempotent."""
+    @property
+    def reason(self) -> CancelReason | None:
+        """``"cancelled"`` / ``"timeout"``: the reason of the first cancel; ``None`` before."""
+        return self._reason
+
+    @property
+    def cancelled_at(self) -> float | None:
+        """When the first cancel was requested (``time.time()`` seconds), or ``None``."""
+        return self._at
+
+    def cancel(self, reason: CancelReason = "cancelled", at: float | None = None) -> None:
+        """Signal cancellation; idempotent (the first call's reason and time stay).
+
+        Args:
+            reason: ``"cancelled"`` for an explicit cancel (the default), ``"timeout"``
+                when the call's deadline passed (the deadline ticker).
+            at: when the cancel was requested (``time.time()`` seconds); default now. A
+                linked token passes on its own time.
+        """
         with self._lock:
             if self._event.is_set():
                 return
+            self._reason, self._at = reason, time.time() if at is None else at
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback()
+
+    def link(self, child: CancelToken) -> Callable[[], None]:
+        """Cancel ``child`` when this token is cancelled, with this token's reason and
+        time (at once if it already is); returns a function that unlinks them."""
+        return self.on_cancel(lambda: child.cancel(self._reason or "cancelled", self._at))
+
+    def outcome(self, deadline: float | None, now: float | None = None) -> CancelReason | None:
+        """The status of a call with this token and ``deadline`` that stopped, by SPEC.md
+        MEM-RUN-6; ``None`` while it may still run (not cancelled, deadline not passed).
+
+        * cancelled by its deadline (reason ``"timeout"``) -> ``"timeout"``;
+        * an explicit cancel requested before ``deadline`` -> ``"cancelled"``; one
+          requested at or after it -> ``"timeout"`` (the deadline passed first);
+        * not cancelled: ``"timeout"`` once ``deadline`` has passed (``now``, default
+          ``time.time()``), else ``None``.
+
+        Args:
+            deadline: the call's absolute deadline (``time.time()`` seconds) or ``None``.
+            now: the time to judge an uncancelled token at.
+        """
+        with self._lock:
+            reason, at = self._reason, self._at
+        if reason is None:
+            now = time.time() if now is None else now
+            return "timeout" if deadline is not None and now >= deadline else None
+        if reason == "cancelled" and deadline is not None and at is not None and at >= deadline:
+            return "timeout"
+        return reason
 
     def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Register ``callback``; returns a function that unregisters it."""
@@ -70,6 +132,14 @@ class CancelToken:
         with self._lock:
             if callback in self._callbacks:
                 self._callbacks.remove(callback)
+
+
+def stop_outcome(token: CancelToken | None, deadline: float | None) -> CancelReason | None:
+    """:meth:`CancelToken.outcome` for a call that may have no token (``None``: only the
+    deadline decides)."""
+    if token is not None:
+        return token.outcome(deadline)
+    return "timeout" if deadline is not None and time.time() >= deadline else None
 
 
 @dataclass
@@ -104,8 +174,14 @@ class CancelRegistry:
             with self._lock:
                 self._running.pop(execution_id, None)
 
-    def cancel(self, execution_id: str, ttl_s: float = 3600.0) -> bool:
+    def cancel(
+        self, execution_id: str, ttl_s: float = 3600.0, reason: CancelReason = "cancelled"
+    ) -> bool:
         """Cancel a running call, or flag it for ``ttl_s`` seconds if not running yet.
+
+        ``reason`` is ``"timeout"`` when the caller gives up at the call's deadline (its
+        token then ends the call ``timeout``); a flag before the start is always an
+        explicit cancel.
 
         Returns:
             True when a running call's token was cancelled.
@@ -117,16 +193,17 @@ class CancelRegistry:
                 self._flagged = {k: v for k, v in self._flagged.items() if v > now}
                 self._flagged[execution_id] = now + ttl_s
                 return False
-        entry.token.cancel()
+        entry.token.cancel(reason)
         return True
 
     def expire_deadlines(self, now: float | None = None) -> int:
-        """Cancel every running call whose deadline has passed; returns how many."""
+        """Cancel every running call whose deadline has passed, with reason ``"timeout"``
+        (MEM-RUN-6: a deadline is never a cancel); returns how many."""
         now = time.time() if now is None else now
         with self._lock:
             late = [r.token for r in self._running.values() if r.deadline and r.deadline <= now]
         for token in late:
-            token.cancel()
+            token.cancel("timeout")
         return len(late)
 
     def __len__(self) -> int:

@@ -10,9 +10,11 @@ NodeResults as on the fleet:
   input that is not JSON data is ``INVALID_INPUT`` here too and a handler never shares the
   caller's objects;
 * a call's token is cancelled when the caller cancels, and when its deadline passes (a
-  ticker thread runs while calls are in flight), so handlers that pass the token to their
-  driver stop; the caller gets its NodeResult by the deadline (plus
-  :data:`REPORT_SLACK_S`) even from a handler that ignores the token;
+  ticker thread runs while calls are in flight; reason ``"timeout"``), so handlers that
+  pass the token to their driver stop; the caller gets its NodeResult by the deadline
+  (plus :data:`REPORT_SLACK_S`) even from a handler that ignores the token. Which of
+  ``cancelled`` / ``timeout`` a stopped call ends with is the token's to say
+  (:meth:`~ditto_worker.runtime.cancel.CancelToken.outcome`, MEM-RUN-6);
 * ``ctx.invoke`` runs a sub-call through this runtime, inheriting the deadline, the
   cancellation and the scope (MEM-RT-3). A sub-call into a definition whose pool is full of
   callers waiting for it would wait until their deadline; give such definitions the
@@ -34,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from ditto_worker.contracts import NodeResult, NodeStatus, to_wire
+from ditto_worker.contracts import NodeResult, to_wire
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.operation import check_operation_id
-from ditto_worker.runtime.cancel import CancelRegistry, CancelToken
+from ditto_worker.runtime.cancel import CancelReason, CancelRegistry, CancelToken
 from ditto_worker.runtime.context import NodeContext, call_deadline
 from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition
 from ditto_worker.runtime.execute import run_node, unknown_node
@@ -137,10 +139,10 @@ class EmbeddedRuntime:
         if entry is None:
             return unknown_node(eid, node, self.table)
         definition, spec = entry
-        codes = definition.kind_codes
+        until = call_deadline(self.config.fleet.call_timeout_s, timeout, deadline)
         if cancel is not None and cancel.cancelled:
-            return NodeResult.failure(eid, node, codes.cancelled, "cancelled before it was sent",
-                                      "cancelled")  # fmt: skip
+            stopped = cancel.outcome(until) or "cancelled"
+            return self._late(eid, node, definition, stopped, "before it was sent")
         try:
             bound = self._scope if scope is None else parse_scope(scope)
             check_operation_id(operation_id)
@@ -149,7 +151,6 @@ class EmbeddedRuntime:
             return NodeResult.failure(eid, node, exc.code, exc.safe_message)
         except (TypeError, ValueError):
             return NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, "input is not JSON data")
-        until = call_deadline(self.config.fleet.call_timeout_s, timeout, deadline)
         ctx = NodeContext(eid, node, cancel or CancelToken(), until, bound,
                           headers=clean_trace(trace), operation_id=operation_id,
                           defaults=self.config.defaults_for(definition.kind))  # fmt: skip
@@ -159,7 +160,7 @@ class EmbeddedRuntime:
         self, definition: WorkerDefinition, spec: NodeSpec, payload: Any, caller: NodeContext
     ) -> NodeResult[Any]:
         with self._registry.running(caller.execution_id, caller.deadline) as token:
-            unlink = caller.cancel.on_cancel(token.cancel)
+            unlink = caller.cancel.link(token)
             try:
                 ctx = replace(caller, cancel=token)
                 ctx = replace(ctx, invoke=self._sub_invoke(ctx))
@@ -167,10 +168,21 @@ class EmbeddedRuntime:
             finally:
                 unlink()
 
-    def _late(self, ctx: NodeContext, codes_status: tuple[str, NodeStatus]) -> NodeResult[Any]:
-        code, status = codes_status
+    @staticmethod
+    def _late(
+        eid: str, node: str, definition: WorkerDefinition, status: CancelReason, when: str
+    ) -> NodeResult[Any]:
+        codes = definition.kind_codes
+        code = codes.cancelled if status == "cancelled" else codes.timeout
         message = "the call was cancelled" if status == "cancelled" else "the call timed out"
-        return NodeResult.failure(ctx.execution_id, ctx.node, code, message, status)
+        return NodeResult.failure(eid, node, code, f"{message} {when}", status)
+
+    def _gave_up(self, ctx: NodeContext, definition: WorkerDefinition) -> NodeResult[Any]:
+        """The call did not report by its deadline (plus slack): stop it, and answer what
+        its caller's token says (MEM-RUN-6; ``timeout`` unless a cancel came first)."""
+        self._registry.cancel(ctx.execution_id, reason="timeout")
+        status = ctx.cancel.outcome(ctx.deadline) or "timeout"
+        return self._late(ctx.execution_id, ctx.node, definition, status, "before it reported")
 
     def _sub_invoke(self, parent: NodeContext) -> Any:
         def invoke(node: str, input: Any, *, timeout: float | None = None,
@@ -217,15 +229,11 @@ class EmbeddedRuntime:
     def _wait(
         self, future: Future[NodeResult[Any]], definition: WorkerDefinition, ctx: NodeContext
     ) -> NodeResult[Any]:
-        codes = definition.kind_codes
         assert ctx.deadline is not None
         try:
             return future.result(timeout=max(0.0, ctx.deadline - time.time()) + REPORT_SLACK_S)
         except FutureTimeout:
-            self._registry.cancel(ctx.execution_id)
-            if ctx.cancel.cancelled:
-                return self._late(ctx, (codes.cancelled, "cancelled"))
-            return self._late(ctx, (codes.timeout, "timeout"))
+            return self._gave_up(ctx, definition)
 
     async def ainvoke(
         self,
@@ -257,10 +265,8 @@ class EmbeddedRuntime:
             try:
                 return await asyncio.wait_for(asyncio.wrap_future(future), wait_s)
             except TimeoutError:
-                self._registry.cancel(ctx.execution_id)
-                codes = definition.kind_codes
-                return self._late(ctx, (codes.timeout, "timeout"))
-            except asyncio.CancelledError:
+                return self._gave_up(ctx, definition)
+            except asyncio.CancelledError:  # an explicit cancel of the awaiting task
                 ctx.cancel.cancel()
                 self._registry.cancel(ctx.execution_id)
                 raise

@@ -5,9 +5,10 @@ calls it in a pool thread, a Celery task calls it in a worker process. In order:
 
 1. the trusted scope is resolved against the definition's own binding
    (:func:`ditto_worker.scope.resolve_scope`) -> ``PERMISSION_DENIED``;
-2. a call cancelled before it started is ``cancelled`` (the kind's cancelled code), one
-   whose deadline has passed is ``timeout`` (the kind's timeout code) — the handler is
-   not called;
+2. a call stopped before it started is ``cancelled`` / ``timeout`` (the kind's codes) as
+   its token decides (:meth:`~ditto_worker.runtime.cancel.CancelToken.outcome`, MEM-RUN-6:
+   a deadline that passed before any explicit cancel is a timeout) — the handler is not
+   called;
 3. the handler runs: a returned :class:`~ditto_worker.contracts.NodeResult` is the answer
    as it stands (the MEMORY SDK and ``.define`` overrides own every NodeResult rule);
    a raw output is checked against ``NodeSpec.output`` (``INVALID_BACKEND_OUTPUT``) and
@@ -19,7 +20,12 @@ calls it in a pool thread, a Celery task calls it in a worker process. In order:
    model text are personal data);
 5. a raw-output handler that returns after its call was cancelled or its deadline passed
    answers ``cancelled`` / ``timeout`` whatever it returned (MEM-RUN-2: the work it did
-   is not rolled back).
+   is not rolled back);
+6. whatever said ``cancelled`` or ``timeout`` — a returned NodeResult, a NodeError with
+   the kind's code — the token decides which (MEM-RUN-6): a handler's cancel path that
+   saw its token cancelled by the deadline ticker answers ``timeout`` with the kind's
+   timeout code, and a cancel requested before the deadline stays ``cancelled`` even when
+   the handler noticed it late.
 
 Never raises for a call failure.
 """
@@ -38,6 +44,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from ditto_worker.contracts import NodeResult, NodeStatus
 from ditto_worker.errors import ErrorCode, NodeError
+from ditto_worker.runtime.cancel import CancelReason
 from ditto_worker.runtime.context import NodeContext
 from ditto_worker.runtime.definition import KindCodes, NodeSpec, WorkerDefinition
 from ditto_worker.scope import resolve_scope
@@ -52,19 +59,32 @@ def _adapter(output: Any) -> TypeAdapter[Any]:
     return TypeAdapter(output)
 
 
+_STOPPED_MESSAGES = {
+    "timeout": "the call's deadline passed {when}",
+    "cancelled": "the call was cancelled {when}",
+}
+
+
+def _stop(ctx: NodeContext, codes: KindCodes, reason: CancelReason, when: str) -> NodeResult[Any]:
+    code = codes.timeout if reason == "timeout" else codes.cancelled
+    message = _STOPPED_MESSAGES[reason].format(when=when)
+    return NodeResult.failure(ctx.execution_id, ctx.node, code, message, reason)
+
+
 def _stopped(ctx: NodeContext, codes: KindCodes, when: str) -> NodeResult[Any] | None:
-    # the deadline first: when it passes the runtime cancels the token too
-    if ctx.expired:
-        return NodeResult.failure(
-            ctx.execution_id, ctx.node, codes.timeout, f"the call's deadline passed {when}",
-            "timeout",
-        )  # fmt: skip
-    if ctx.cancel.cancelled:
-        return NodeResult.failure(
-            ctx.execution_id, ctx.node, codes.cancelled, f"the call was cancelled {when}",
-            "cancelled",
-        )  # fmt: skip
-    return None
+    reason = ctx.cancel.outcome(ctx.deadline)
+    return None if reason is None else _stop(ctx, codes, reason, when)
+
+
+def _settled(result: NodeResult[Any], ctx: NodeContext, codes: KindCodes) -> NodeResult[Any]:
+    """``result``, unless it says ``cancelled``/``timeout`` and the token says the other
+    (MEM-RUN-6): then the token's status with the kind's code."""
+    if result.status not in ("cancelled", "timeout"):
+        return result
+    reason = ctx.cancel.outcome(ctx.deadline)
+    if reason is None or reason == result.status:
+        return result
+    return _stop(ctx, codes, reason, "while it ran")
 
 
 def _from_error(exc: NodeError, ctx: NodeContext, codes: KindCodes) -> NodeResult[Any]:
@@ -75,7 +95,8 @@ def _from_error(exc: NodeError, ctx: NodeContext, codes: KindCodes) -> NodeResul
         if exc.code == codes.timeout
         else "failed"
     )
-    return NodeResult.failure(ctx.execution_id, ctx.node, exc.code, exc.safe_message, status)
+    result = NodeResult.failure(ctx.execution_id, ctx.node, exc.code, exc.safe_message, status)
+    return _settled(result, ctx, codes)
 
 
 def _wrap(raw: Any, spec: NodeSpec, ctx: NodeContext) -> NodeResult[Any]:
@@ -132,7 +153,7 @@ def run_node(
             "the node handler failed; see the worker log for details",
         )  # fmt: skip
     if isinstance(raw, NodeResult):
-        return raw
+        return _settled(raw, ctx, codes)
     return _stopped(ctx, codes, "while it ran") or _wrap(raw, spec, ctx)
 
 

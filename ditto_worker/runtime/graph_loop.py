@@ -78,7 +78,7 @@ async def run_loop(
         raise GraphError("budget must be an integer >= 1")
     driver = _Driver.of(plan, input)
     token = CancelToken()
-    unlink = cancel.on_cancel(token.cancel) if cancel is not None else (lambda: None)
+    unlink = cancel.link(token) if cancel is not None else (lambda: None)
     deadline = None if timeout is None else time.time() + timeout
     loop = _Loop(runner, driver, budget, token, deadline, scope, run_id)
     try:
@@ -156,11 +156,7 @@ class _Loop:
         )  # fmt: skip
 
     def _stopped(self) -> GraphStatus | None:
-        if self.token.cancelled:
-            return "cancelled"
-        if self.deadline is not None and time.time() >= self.deadline:
-            return "timeout"
-        return None
+        return self.token.outcome(self.deadline)  # MEM-RUN-6: a deadline is never a cancel
 
     def _failed(self, exc: NodeError) -> LoopResult:
         return self._end("failed", error=ErrorInfo(code=exc.code, message=exc.safe_message))

@@ -211,7 +211,7 @@ class _Run:
                 loop.call_soon_threadsafe(self._wake)
 
         unlink_wake = self.token.on_cancel(on_cancel)
-        unlink_user = cancel.on_cancel(self.token.cancel) if cancel is not None else _noop
+        unlink_user = cancel.link(self.token) if cancel is not None else _noop
         timer = None
         if self.deadline is not None:
             timer = loop.call_at(loop.time() + self.deadline - time.time(), self._wake)
@@ -234,11 +234,8 @@ class _Run:
         return self._result()
 
     def _check_stop(self) -> None:
-        if self.stop is None:
-            if self.token.cancelled:
-                self.stop = "cancelled"
-            elif self.deadline is not None and time.time() >= self.deadline:
-                self.stop = "timeout"
+        if self.stop is None:  # the token decides cancelled vs timeout (MEM-RUN-6)
+            self.stop = self.token.outcome(self.deadline)
 
     async def _step(self) -> None:
         self._check_stop()
@@ -257,14 +254,15 @@ class _Run:
             self.stop = "cancelled"
         if self.stop == "cancelled":
             self.token.cancel()
-        # past the deadline the calls end by themselves: each has the run's deadline or less
+        # past the deadline the calls end by themselves: each has the run's deadline or less;
+        # those that do not are stopped with the run's reason (a timeout is never a cancel)
         while self.running:
             _, pending = await asyncio.wait(set(self.running), timeout=STOP_GRACE_S)
             for task in [t for t in self.running if t.done()]:
                 self._end(self.running.pop(task), task.result())
             if not pending:
                 continue
-            self.token.cancel()
+            self.token.cancel("timeout" if self.stop == "timeout" else "cancelled")
             for task in pending:
                 task.cancel()
             await asyncio.wait(pending, timeout=STOP_GRACE_S)
@@ -276,6 +274,16 @@ class _Run:
                     node, code, "the call did not report after its run stopped", self.stop
                 )
                 self._end(node, _Ended(result, True))
+
+    def _first_failure(self) -> ErrorInfo:
+        """The failed Graph's error: the first node to end without success (in the order
+        nodes ended; ``self.results`` is filled in that order) and its code."""
+        node_id, failed = next((n, r) for n, r in self.results.items() if r.status != "success")
+        code = failed.error.code if failed.error is not None else failed.status
+        detail = f": {failed.error.message}" if failed.error is not None else ""
+        verb = "failed" if failed.status == "failed" else f"ended {failed.status}"
+        message = f"node {node_id!r} ({failed.node}) {verb} first with {code}{detail}"
+        return ErrorInfo(code=code, message=message)
 
     def _result(self) -> GraphResult:
         results = {n.id: self.results[n.id] for n in self.plan.nodes}
@@ -289,6 +297,7 @@ class _Run:
             status = "success"
         else:
             status = "failed"
+            error = self._first_failure()
         return GraphResult.model_construct(
             run_id=self.run_id, graph=self.plan.name, status=status, results=results,
             deps=self.plan.deps, error=error,

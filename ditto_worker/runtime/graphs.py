@@ -382,7 +382,10 @@ class GraphResult(_Wire):
     )
     error: ErrorInfo | None = Field(
         default=None,
-        description="GRAPH_CANCELLED / GRAPH_TIMEOUT when the run was cancelled / timed out.",
+        description="GRAPH_CANCELLED / GRAPH_TIMEOUT when the run was cancelled / timed out; "
+        "when it failed, the first node to end without success: its code (e.g. "
+        "MEMORY_BACKEND_ERROR, GRAPH_BIND_FAILED) and a message naming the node id, its node "
+        "type and its error message. None on success.",
     )
 
     @property

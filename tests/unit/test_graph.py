@@ -231,6 +231,45 @@ def test_a_failed_node_is_seen_by_its_dependents_bind(runtime: Runtime, echo: Ec
     assert result.results["next"].output["tag"] == "saw-failed-ECHO_BROKEN"
 
 
+def test_a_failed_graphs_error_names_the_first_failed_node_and_its_code(
+    runtime: Runtime,
+) -> None:
+    # issue 23 item 5: "first" is the first node to end without success, not the first in
+    # node order: "slow" is declared first but fails only after "then" (which depends on
+    # "early") has started
+    plan = (
+        graph("g")
+        .node("slow", SLEEP, [], const({"tag": "slow", "wait": "then", "fail": "ECHO_SLOW"}))
+        .node("fine", SLEEP, [], const({"tag": "fine"}))
+        .node("early", SLEEP, [], const({"tag": "early", "fail": "ECHO_BROKEN"}))
+        .node("then", SLEEP, ["early"], const({"tag": "then", "set": "then", "fail": "ECHO_X"}))
+    )
+    result = runtime.run(plan, None)
+    assert result.status == "failed"
+    assert result.failed_nodes == ["slow", "early", "then"]
+    assert result.error is not None
+    assert result.error.code == "ECHO_BROKEN"
+    assert result.error.message == (
+        "node 'early' (ECHO.SLEEP) failed first with ECHO_BROKEN: asked to fail"
+    )
+    assert to_wire(result)["error"] == {"code": "ECHO_BROKEN", "message": result.error.message}
+
+
+def test_a_failed_graphs_error_names_a_bind_failure(runtime: Runtime) -> None:
+    def broken(_input: Any, _results: Any) -> Any:
+        raise KeyError("x")
+
+    result = runtime.run(graph("g").node("a", SLEEP, [], broken), None)
+    assert result.status == "failed" and result.error is not None
+    assert result.error.code == ErrorCode.GRAPH_BIND_FAILED
+    assert result.error.message.startswith("node 'a' (ECHO.SLEEP) failed first with ")
+
+
+def test_a_successful_graph_has_no_error(runtime: Runtime) -> None:
+    result = runtime.run(graph("g").node("a", SLEEP, [], const({"tag": "a"})), None)
+    assert (result.status, result.error) == ("success", None)
+
+
 def test_an_async_bind_is_awaited(runtime: Runtime) -> None:
     async def bind(input: Any, _results: Any) -> Any:
         await asyncio.sleep(0)
