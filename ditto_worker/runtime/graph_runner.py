@@ -222,6 +222,8 @@ class _Run:
                     self._start(node)
             while self.running:
                 await self._step()
+            if any(r.status != "success" for r in self.results.values()):
+                self._check_stop()  # the last calls ended as the run stopped: it did
         except asyncio.CancelledError:
             self.token.cancel()
             await self._drain()

@@ -4,8 +4,8 @@ The token records why it was cancelled and when (:class:`CancelToken`), and ever
 that turns a stopped call into a status asks it (:meth:`CancelToken.outcome`): the
 envelope around every handler (``run_node``), the embedded runtime, the MEMORY SDK, Graph
 runs and loops. Each test here is deterministic; the race between deadlines, handlers and
-cancels at volume is tests/unit/test_deadline_stress.py (embedded) and
-tests/integration/test_deadline_stress_fleet.py (a real worker).
+cancels at volume is tests/integration/test_deadline_stress.py (embedded and a real
+worker).
 """
 
 from __future__ import annotations

@@ -1,0 +1,177 @@
+"""A deadline is a timeout, never a cancel: the race at volume (SPEC.md MEM-RUN-6; issue 23).
+
+Deadlines race handler completion and explicit cancels in ``DITTO_STRESS_CASES`` cases
+(default 1,000) per kind — MEMORY, RETRIEVAL, CONTEXT, INFER and ECHO (a kind found by
+entry point only) — as single calls, Graph nodes and loops, embedded and on a real
+``ditto-worker worker`` process on the shared Redis. Every outcome is checked against
+the rule (tests/integration/_deadline_kit.py says how, and what makes each kind slow) and
+the counts are printed. Before the fix, a deadline ended ``cancelled`` whenever the
+handler's cancel path saw the ticker's cancel first.
+
+Isolation on the shared Redis without flushing anything: the broker's keys carry a
+``global_keyprefix`` of this run (kombu), results and cancel flags are keyed by execution
+ids, the context keys by a tenant of this run; the run deletes its own keys at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+
+from ditto_worker import create_ditto
+from ditto_worker.config import load_runtime_config
+from ditto_worker.fleet.cancellation import cancel_key
+from ditto_worker.fleet.results import RESULT_KEY_PREFIX
+from tests.integration._deadline_kit import (
+    KINDS,
+    PLUGIN_PATHS,
+    Case,
+    DelayProxy,
+    Outcome,
+    Stress,
+    cases,
+    chat_script,
+    new_scope,
+    report,
+    stress_config,
+    tally,
+    violations,
+)
+from tests.integration._procs import WorkerProc
+from tests.unit._fake_chat import FakeChatServer
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+STRESS_DB = 7  # this module's own database of the shared Redis (never flushed)
+CASES_PER_KIND = int(os.environ.get("DITTO_STRESS_CASES", "1000"))
+THREADS = 24  # cases in flight at once
+CONCURRENCY = 32  # per kind (embedded pools; the worker's thread pool serves all kinds)
+SEED = 23
+
+
+@dataclass
+class Services:
+    redis_url: str  # the shared Redis, this module's database
+    context_url: str  # the same database behind the delaying proxy
+    chat_url: str
+
+
+@pytest.fixture(scope="module")
+def services(redis_server_url: str) -> Iterator[Services]:
+    parts = urlsplit(redis_server_url)
+    proxy = DelayProxy((parts.hostname or "127.0.0.1", parts.port or 6379), max_delay_s=0.015)
+    with FakeChatServer(chat_script) as chat:
+        try:
+            yield Services(f"{redis_server_url}/{STRESS_DB}", f"{proxy.url}/{STRESS_DB}",
+                           chat.base_url)  # fmt: skip
+        finally:
+            proxy.close()
+
+
+@pytest.fixture
+def plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ECHO kind and the ``slow`` store, found by entry point in this process."""
+    for path in PLUGIN_PATHS:
+        monkeypatch.syspath_prepend(path)
+
+
+def _all_cases(timeout_s: float) -> list[Case]:
+    mixed = [c for kind in KINDS for c in cases(kind, CASES_PER_KIND, timeout_s, SEED)]
+    random.Random(SEED).shuffle(mixed)  # kinds and modes interleaved, all at once
+    return mixed
+
+
+def _check(outcomes: list[Outcome], title: str, capsys: pytest.CaptureFixture[str]) -> None:
+    counts = tally(outcomes)
+    with capsys.disabled():
+        print("\n" + report(counts, title))
+    broken = [v for outcome in outcomes for v in violations(outcome)]
+    assert not broken, f"{len(broken)} outcomes break MEM-RUN-6, e.g.:\n" + "\n".join(broken[:20])
+    for kind in KINDS:
+        calls = {s: counts[(kind, "call", s)] for s in ("success", "cancelled", "timeout")}
+        assert sum(calls.values()) >= CASES_PER_KIND, (kind, calls)
+        # the race really ran: each kind ended each way
+        assert all(n > 0 for n in calls.values()), (kind, calls)
+
+
+def _drop_keys(url: str, outcomes: list[Outcome], tenant: str, prefix: str | None) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        patterns = [f"{tenant}:*"] + ([f"{prefix}*"] if prefix else [])
+        keys = [k for pattern in patterns for k in client.scan_iter(pattern, count=1000)]
+        ids = {eid for outcome in outcomes for eid in outcome.execution_ids}
+        keys += [f"{RESULT_KEY_PREFIX}{eid}" for eid in ids] + [cancel_key(eid) for eid in ids]
+        for start in range(0, len(keys), 500):
+            client.delete(*keys[start : start + 500])
+    finally:
+        client.close()
+
+
+def test_embedded_every_outcome_follows_the_rule(
+    services: Services, plugins: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    timeout_s = 0.05
+    config = stress_config({}, services.context_url, services.chat_url, CONCURRENCY)
+    runtime = create_ditto(config=load_runtime_config(config, env={}))
+    scope = new_scope()
+    stress = Stress(runtime, timeout_s, scope)
+    outcomes: list[Outcome] = []
+    try:
+        assert runtime.embedded
+        outcomes = stress.run_all(_all_cases(timeout_s), THREADS)
+    finally:
+        stress.close()
+        runtime.close()
+        _drop_keys(services.redis_url, outcomes, scope["tenant"], None)
+    _check(outcomes, f"embedded, {timeout_s * 1000:.0f} ms deadlines", capsys)
+
+
+def test_fleet_every_outcome_follows_the_rule(
+    services: Services, plugins: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    timeout_s = 0.1
+    prefix = f"ditto-stress-{uuid.uuid4().hex[:12]}:"
+    fleet = {"brokerUrl": services.redis_url, "resultBackend": services.redis_url,
+             "brokerTransportOptions": {"global_keyprefix": prefix}}  # fmt: skip
+    config = stress_config(fleet, services.context_url, services.chat_url, CONCURRENCY)
+    (tmp_path / "ditto.yaml").write_text(json.dumps(config))
+    path = os.pathsep.join([*PLUGIN_PATHS, str(REPO), os.environ.get("PYTHONPATH", "")])
+    worker = WorkerProc(tmp_path, ["--nodes", ",".join(k.lower() for k in KINDS), "--pool",
+                                   "threads", "--concurrency", str(CONCURRENCY + 8),
+                                   "--hostname", f"stress-{os.getpid()}@localhost"],
+                        {"PYTHONPATH": path})  # fmt: skip
+    scope = new_scope()
+    outcomes: list[Outcome] = []
+    runtime = None
+    stress = None
+    try:
+        worker.wait_ready()
+        runtime = create_ditto(config=load_runtime_config(config, env={}))
+        assert not runtime.embedded
+        for kind in KINDS:  # every queue is served before the race starts
+            warm = Stress(runtime, 10.0, scope)
+            try:
+                first = warm.run(Case(kind, "call", 0, 0, None))
+            finally:
+                warm.close()
+            assert first.ends[0][1] == "success", (kind, first.ends, worker.log()[-3000:])
+        stress = Stress(runtime, timeout_s, scope)
+        outcomes = stress.run_all(_all_cases(timeout_s), THREADS)
+    finally:
+        if stress is not None:
+            stress.close()
+        if runtime is not None:
+            runtime.close()
+        worker.stop()
+        _drop_keys(services.redis_url, outcomes, scope["tenant"], prefix)
+    _check(outcomes, f"fleet (one worker, threads), {timeout_s * 1000:.0f} ms deadlines", capsys)
