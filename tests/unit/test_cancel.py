@@ -10,9 +10,11 @@ worker).
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -226,3 +228,12 @@ def test_a_loop_past_its_deadline_is_a_timeout(runtime: Runtime) -> None:
     result = runtime.loop(plan, None, timeout=0.05)
     assert (result.status, result.error and result.error.code) == ("timeout", "GRAPH_TIMEOUT")
     assert result.graphs[-1].results["a"].status == "timeout"
+
+
+def test_the_docs_page_runs_as_written() -> None:
+    # docs/deadlines.md: every python block runs as written
+    page = (Path(__file__).parents[2] / "docs" / "deadlines.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        exec(compile(block, "docs/deadlines.md", "exec"), {})
