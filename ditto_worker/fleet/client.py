@@ -617,8 +617,9 @@ class DittoClient:
         loop = asyncio.get_running_loop()
         cancelled = asyncio.Event()
 
-        def on_cancel() -> None:
-            loop.call_soon_threadsafe(cancelled.set)
+        def on_cancel() -> None:  # any thread; the call may have ended and its loop closed
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(cancelled.set)
 
         unregister = cancel.on_cancel(on_cancel) if cancel else None
         result, setup = listener.expect(eid)

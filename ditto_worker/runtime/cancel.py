@@ -21,6 +21,7 @@ No I/O, no Celery.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +30,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = ["CancelReason", "CancelRegistry", "CancelToken", "local_registry", "stop_outcome"]
+
+logger = logging.getLogger(__name__)
 
 CancelReason = Literal["cancelled", "timeout"]
 """Why a token was cancelled, named by the status it gives: ``"cancelled"`` (an explicit
@@ -41,7 +44,8 @@ class CancelToken:
 
     ``cancel()`` sets the flag, records the reason and the time (``time.time()``) — the
     first cancel wins, later ones change nothing — and runs every registered callback
-    once (in the cancelling thread). Plugins register a driver-level interrupt with
+    once (in the cancelling thread; one that raises is logged and the others still run,
+    so ``cancel()`` never raises). Plugins register a driver-level interrupt with
     :meth:`on_cancel` (e.g. ``sqlite3.Connection.interrupt``); a callback registered
     after cancellation runs at once. :meth:`link` passes a cancel on to another token
     with its reason and time (a call's token follows its caller's).
@@ -85,7 +89,10 @@ class CancelToken:
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
-            callback()
+            try:
+                callback()
+            except Exception:  # one failing callback must not keep the others from running
+                logger.exception("a cancel callback raised")
 
     def link(self, child: CancelToken) -> Callable[[], None]:
         """Cancel ``child`` when this token is cancelled, with this token's reason and

@@ -231,13 +231,13 @@ class Case:
 
 def cases(kind: str, count: int, timeout_s: float, seed: int) -> list[Case]:
     """``count`` cases of ``kind``: 70 % single calls, 20 % Graph runs, 10 % loops; the
-    handler takes 0..2x the timeout; half get an explicit cancel at 0..2x the timeout."""
+    handler takes 0..1.5x the timeout; half get an explicit cancel at 0..1.5x the timeout."""
     rng = random.Random(f"{seed}-{kind}")
     modes = ["call"] * 7 + ["graph"] * 2 + ["loop"]
     out = []
     for serial in range(count):
-        cancel = rng.uniform(0, 2 * timeout_s) if rng.random() < 0.5 else None
-        wait_ms = int(rng.uniform(0, 2000 * timeout_s))
+        cancel = rng.uniform(0, 1.5 * timeout_s) if rng.random() < 0.5 else None
+        wait_ms = int(rng.uniform(0, 1500 * timeout_s))
         out.append(Case(kind, modes[serial % len(modes)], serial, wait_ms, cancel))
     return out
 

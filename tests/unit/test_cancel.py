@@ -90,6 +90,21 @@ def test_an_unlinked_child_is_not_cancelled() -> None:
     assert not child.cancelled
 
 
+def test_a_callback_that_raises_does_not_stop_the_others_nor_the_cancel(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    token, seen = CancelToken(), []
+
+    def broken() -> None:
+        raise RuntimeError("Event loop is closed")
+
+    token.on_cancel(broken)
+    token.on_cancel(lambda: seen.append("after"))
+    token.cancel()  # a caller's cancel never raises for someone else's callback
+    assert seen == ["after"] and token.reason == "cancelled"
+    assert "a cancel callback raised" in caplog.text
+
+
 def test_the_registry_expires_deadlines_as_timeouts_and_cancels_by_id_as_cancels() -> None:
     registry = CancelRegistry()
     with (
