@@ -8,10 +8,12 @@ store's ledger.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from ditto_plugin_sqlite import SqliteMemoryStore
@@ -19,15 +21,27 @@ from ditto_worker import Scope, create_memory, create_memory_worker
 from ditto_worker.config import FleetSettings
 from ditto_worker.fleet.client import DittoClient
 from ditto_worker.testing import InMemoryMemoryStore
+from tests.conftest import postgres_url
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Any]:
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
     if request.param == "memory":
-        return InMemoryMemoryStore
-    return lambda: SqliteMemoryStore(tmp_path / "m.sqlite")
+        yield InMemoryMemoryStore
+    elif request.param == "sqlite":
+        yield lambda: SqliteMemoryStore(tmp_path / "m.sqlite")
+    else:
+        from ditto_plugin_postgres import PostgresMemoryStore
+
+        url, schema = postgres_url(), f"t_{uuid.uuid4().hex}"
+        stores: list[Any] = []
+        yield lambda: stores.append(PostgresMemoryStore(url, schema=schema)) or stores[-1]
+        for store in stores:
+            store.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def test_a_replay_after_expiry_or_revoke_applies_nothing_twice(

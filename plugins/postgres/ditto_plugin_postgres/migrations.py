@@ -32,6 +32,10 @@ Version 3 (``executions``): ``executions(namespace text NOT NULL DEFAULT '', exe
 text, node text, output json, created_at timestamptz)``, primary key ``(namespace,
 execution_id)``, indexed by ``created_at``: the execution ids of committed mutations and
 their outputs (exactly-once WRITE/UPDATE/DELETE, :mod:`ditto_plugin_postgres.executions`).
+
+Version 6 (``operation ids``, issue 25): ``memories.operation_id`` and the ledger
+``operations(namespace, operation_id, node, digest, output, created_at)``
+(:mod:`ditto_plugin_postgres.operations`).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import psycopg
 from ditto_plugin_postgres.executions import MIGRATION as _EXECUTIONS
 from ditto_plugin_postgres.keywords import MIGRATION as _KEYWORDS
 from ditto_plugin_postgres.keywords import rebuild as rebuild_keywords
+from ditto_plugin_postgres.operations import MIGRATION as _OPERATIONS
 from ditto_worker.errors import ErrorCode, MemoryError
 
 __all__ = [
@@ -107,6 +112,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[Step, ...]], ...]] = (
         ),
     ),
     (5, "keyword terms", (*_KEYWORDS, rebuild_keywords)),
+    (6, "operation ids", _OPERATIONS),
 )
 """``(version, name, statements)`` in order; ``{s}`` is the quoted schema name."""
 

@@ -51,18 +51,20 @@ def _has_nul(value: Any) -> bool:
 
 
 def item(row: Row) -> MemoryItem:
-    """The MemoryItem of a row ``(seq, id, key, content text, metadata text, …)``."""
+    """The MemoryItem of a row ``(seq, id, key, content text, metadata text,
+    operation_id, …)``."""
     return MemoryItem(
         id=row[1],
         key=row[2],
         content=json.loads(row[3]),
         metadata=None if row[4] is None else json.loads(row[4]),
+        operation_id=row[5],
     )
 
 
 def sort_value(row: Row, index: int) -> tuple[int, int | float | str]:
     """The cursor sort value ``(rank, value)`` of term ``index`` from its ``r/n/t`` columns."""
-    rank, number, text = row[5 + 3 * index : 8 + 3 * index]
+    rank, number, text = row[6 + 3 * index : 9 + 3 * index]
     if rank in (1, 5):
         return (int(rank), decimal_value(number))
     if rank == 2:

@@ -52,7 +52,7 @@ them all exactly instead of scanning the HNSW index (issue 19: at 100 tenants th
 scan visits ``hnsw.max_scan_tuples`` mostly other tenants' vectors, then falls back to
 the exact scan anyway)."""
 
-COLUMNS: Final = "m.seq, m.id, m.key, m.content::text, m.metadata::text"
+COLUMNS: Final = "m.seq, m.id, m.key, m.content::text, m.metadata::text, m.operation_id"
 _EXTRAS: Final = frozenset({"multi_process", "driver_cancel", "deadline"})
 
 KEYWORD_CAPABILITIES: Final = StoreCapabilities(
@@ -65,6 +65,8 @@ KEYWORD_CAPABILITIES: Final = StoreCapabilities(
     batch_atomic=True,
     cancel=True,
     scope=True,
+    operation_ids=True,
+    conditional_update=True,
     extras=_EXTRAS,
 )
 """What a store without an embedding provider declares."""
@@ -80,6 +82,8 @@ VECTOR_CAPABILITIES: Final = StoreCapabilities(
     batch_atomic=True,
     cancel=True,
     scope=True,
+    operation_ids=True,
+    conditional_update=True,
     search_options=VECTOR_OPTIONS,
     extras=_EXTRAS | {"embed_on_write"},
 )
@@ -119,7 +123,7 @@ class SearchMixin(NativeSearch):
         weights = [bm25_idf(records, int(df)) for df in stats]
         score = " + ".join(f"%s * (m.tsv @@ {q})::int" for q in queries)
         sql = (
-            f"SELECT c.seq, c.id, c.key, c.content, c.metadata, c.score + 0.01 * "
+            f"SELECT c.seq, c.id, c.key, c.content, c.metadata, c.operation_id, c.score + 0.01 * "
             f"ts_rank_cd(c.tsv, {any_term}) AS score FROM (SELECT {COLUMNS}, m.tsv, "
             f"({score}) AS score FROM {self._table} AS m WHERE m.tsv @@ {any_term} "
             f"AND {where.text} ORDER BY score DESC, m.seq LIMIT %s) AS c "
@@ -141,7 +145,7 @@ class SearchMixin(NativeSearch):
             if scope is None or not terms:
                 return []
             rows = self._ranked(conn, terms, scope[1], where, limit)
-        return [(item(row), float(row[5])) for row in rows]
+        return [(item(row), float(row[6])) for row in rows]
 
     def _vector_hits(
         self,
@@ -162,4 +166,4 @@ class SearchMixin(NativeSearch):
             exact = scope is not None and scope[1] <= EXACT_SCOPE_RECORDS
             rows = vector_search(conn, self._quoted, COLUMNS, to_literal(vector), where, limit,
                                  self._iterative, selective, exact)  # fmt: skip
-        return [(item(row), float(row[5])) for row in rows]
+        return [(item(row), float(row[6])) for row in rows]

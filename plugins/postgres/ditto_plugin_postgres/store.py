@@ -33,6 +33,7 @@ from ditto_plugin_postgres.migrations import (
     migrate,
     quote_schema,
 )
+from ditto_plugin_postgres.operations import claim_operation, record_operation
 from ditto_plugin_postgres.rows import Row, check_batch_keys, dump, item, sort_value, update_sql
 from ditto_plugin_postgres.search import COLUMNS as _COLUMNS
 from ditto_plugin_postgres.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES, SearchMixin
@@ -73,6 +74,12 @@ from ditto_worker.memory.indexing import (
     decode_fields,
     encode_fields,
     fields_mismatch,
+)
+from ditto_worker.memory.operations import (
+    Operation,
+    condition_failed,
+    metadata_holds,
+    operation_of,
 )
 from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
@@ -438,8 +445,10 @@ class PostgresMemoryStore(SearchMixin):
         literals = self._embed([(d.content, d.metadata) for d in drafts])
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
+        op = operation_of(options, "MEMORY.WRITE", input)
+        op_id = None if op is None else op.id
         with self._tx(options) as conn:
-            replay = claim_replay(conn, self._quoted, eid, "MEMORY.WRITE", ns)
+            replay = self._claim_call(conn, "MEMORY.WRITE", op, eid, ns)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(i) for i in replay]
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [self._write_lock])
@@ -452,12 +461,12 @@ class PostgresMemoryStore(SearchMixin):
             vectors = [tsvector_literal(t, scope) for t in terms]
             inserted = conn.execute(
                 f"INSERT INTO {self._table} (namespace, id, key, content, metadata, created_at,"
-                " updated_at, tsv, terms) SELECT %s, d.id, d.key, d.content::json, "
-                "d.metadata::jsonb, %s, %s, d.tsv::tsvector, d.n FROM unnest(%s::text[], "
+                " updated_at, tsv, terms, operation_id) SELECT %s, d.id, d.key, d.content::json, "
+                "d.metadata::jsonb, %s, %s, d.tsv::tsvector, d.n, %s FROM unnest(%s::text[], "
                 "%s::text[], %s::text[], %s::text[], %s::text[], %s::int[]) WITH ORDINALITY "
                 "AS d(id, key, content, metadata, tsv, n, ord) ORDER BY d.ord "
                 "RETURNING id, seq",
-                [ns, now, now, ids, keys, contents, metas, vectors, [len(t) for t in terms]],
+                [ns, now, now, op_id, ids, keys, contents, metas, vectors, [len(t) for t in terms]],
             ).fetchall()
             keywords.adjust(conn, self._quoted, ns, [(0, len(t)) for t in terms])
             seqs: dict[str, int] = {str(r[0]): int(r[1]) for r in inserted}
@@ -468,12 +477,30 @@ class PostgresMemoryStore(SearchMixin):
                     key=k,
                     content=json.loads(c),
                     metadata=None if m is None else json.loads(m),
+                    operation_id=op_id,
                 )
                 for i, k, c, m in zip(ids, keys, contents, metas, strict=True)
             ]
             output = [to_wire(i) for i in items]
-            record(conn, self._quoted, eid, output, self._retention_s, ns)
+            self._record_call(conn, op, eid, output, ns)
         return items
+
+    def _claim_call(self, conn: psycopg.Connection, node: str, op: Operation | None,
+               eid: str | None, ns: str) -> Any | None:  # fmt: skip
+        """The committed output of an earlier run of this operation or execution id, or
+        ``None`` when this transaction holds both claims (apply, then :meth:`_record_call`)."""
+        replay = claim_operation(conn, self._quoted, op, ns)
+        if replay is not None:
+            return replay
+        replay = claim_replay(conn, self._quoted, eid, node, ns)
+        if replay is not None:  # the same attempt already ran: its output answers op too
+            record_operation(conn, self._quoted, op, replay, ns)
+        return replay
+
+    def _record_call(self, conn: psycopg.Connection, op: Operation | None, eid: str | None,
+                output: Any, ns: str) -> None:  # fmt: skip
+        record(conn, self._quoted, eid, output, self._retention_s, ns)
+        record_operation(conn, self._quoted, op, output, ns)
 
     def _check_taken(self, conn: psycopg.Connection, keys: Sequence[str | None], ns: str) -> None:
         wanted = [k for k in keys if k is not None]
@@ -507,22 +534,28 @@ class PostgresMemoryStore(SearchMixin):
         literals = None if embedded is None else iter(embedded)
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
+        op = operation_of(options, "MEMORY.UPDATE", input)
         with self._tx(options) as conn:
-            replay = claim_replay(conn, self._quoted, eid, "MEMORY.UPDATE", ns)
+            replay = self._claim_call(conn, "MEMORY.UPDATE", op, eid, ns)
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(i) for i in replay]
+            # FOR UPDATE (in id order): the rows are ours until COMMIT, so ifMetadata is
+            # checked against what the UPDATE replaces (MEM-UPDATE-5)
             found = conn.execute(
                 f"SELECT id, key, terms, content::text, metadata::text FROM {self._table} "
-                "WHERE namespace = %s AND id = ANY(%s::text[])",
+                "WHERE namespace = %s AND id = ANY(%s::text[]) ORDER BY id FOR UPDATE",
                 [ns, ids],
             ).fetchall()
             present = {row[0]: (row[1], int(row[2])) for row in found}
             stored = {row[0]: (json.loads(row[3]), _json(row[4])) for row in found}
-            for index, memory_id in enumerate(ids):
-                if memory_id not in present:
+            for index, entry in enumerate(input.memories):
+                if entry.id not in present:
                     raise MemoryError(
                         ErrorCode.NOT_FOUND, f"memories[{index}]: no memory with this id"
                     )
+                held = entry.if_metadata
+                if held is not None and not metadata_holds(stored[entry.id][1], held):
+                    raise condition_failed(index)
             now = timestamp_now()
             scope = 0
             if any(entry.has_content or fields for entry in input.memories):
@@ -544,10 +577,10 @@ class PostgresMemoryStore(SearchMixin):
                     counts.append((old, len(terms)))
                     present[entry.id] = (key, len(terms))
                 sql = (
-                    f"UPDATE {self._table} AS m SET updated_at = %s{change.text} "
-                    f"WHERE m.namespace = %s AND m.id = %s RETURNING {_COLUMNS}"
+                    f"UPDATE {self._table} AS m SET updated_at = %s, operation_id = %s"
+                    f"{change.text} WHERE m.namespace = %s AND m.id = %s RETURNING {_COLUMNS}"
                 )
-                params = [now, *change.params, ns, entry.id]
+                params = [now, None if op is None else op.id, *change.params, ns, entry.id]
                 rows.append(conn.execute(sql, params).fetchone() or ())
                 if reindex:  # a metadata-only update keeps the vector unless fields read it
                     if fields:  # the text needs the stored metadata: embedded here
@@ -558,7 +591,7 @@ class PostgresMemoryStore(SearchMixin):
             keywords.adjust(conn, self._quoted, ns, counts)
             items = [item(row) for row in rows]
             output = [to_wire(i) for i in items]
-            record(conn, self._quoted, eid, output, self._retention_s, ns)
+            self._record_call(conn, op, eid, output, ns)
         return items
 
     def delete(
@@ -569,8 +602,9 @@ class PostgresMemoryStore(SearchMixin):
         ids = list(dict.fromkeys(input.ids))
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
+        op = operation_of(options, "MEMORY.DELETE", input)
         with self._tx(options) as conn:
-            replay = claim_replay(conn, self._quoted, eid, "MEMORY.DELETE", ns)
+            replay = self._claim_call(conn, "MEMORY.DELETE", op, eid, ns)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             rows = conn.execute(
@@ -581,5 +615,5 @@ class PostgresMemoryStore(SearchMixin):
             keywords.adjust(conn, self._quoted, ns, [(int(row[1]), 0) for row in rows])
             gone = {row[0] for row in rows}
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in gone])
-            record(conn, self._quoted, eid, to_wire(output), self._retention_s, ns)
+            self._record_call(conn, op, eid, to_wire(output), ns)
         return output

@@ -38,7 +38,7 @@ def test_a_version_4_schema_is_reindexed(
                 )
     store = PostgresMemoryStore(postgres_url, schema=pg_schema, pool_max_size=2)
     try:
-        assert store.migrate().applied == (5,)
+        assert store.migrate().applied == (5, 6)
         memory = create_memory(store)
 
         def ids(query: str, scope: Scope | None = None) -> list[str]:
@@ -56,6 +56,12 @@ def test_a_version_4_schema_is_reindexed(
         assert _stats(postgres_url, pg_schema)[ALICE.namespace] == (3, 42)
         memory.delete({"ids": [first, out.output[1].id, "id-3"]}, scope=ALICE)
         assert _stats(postgres_url, pg_schema)[ALICE.namespace] == (1, 2)
+        # migration 6 (issue 25): old records have no operation id, new writes keep one
+        assert memory.get({"ids": ["id-4"]}, scope=ALICE).output[0].operation_id is None
+        note = {"memories": [{"content": "new"}]}
+        written = memory.write(note, scope=ALICE, operation_id="op-1").output
+        assert written == memory.write(note, scope=ALICE, operation_id="op-1").output
+        assert written[0].operation_id == "op-1"
     finally:
         store.close()
 

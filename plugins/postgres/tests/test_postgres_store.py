@@ -104,6 +104,7 @@ def test_migration_is_versioned_and_idempotent(postgres_url: str, pg_schema: str
         (3, "executions"),
         (4, "scope"),
         (5, "keyword terms"),
+        (6, "operation ids"),
     ]
     store.write(one())
     assert store.migrate().applied == () and count(store) == 1
