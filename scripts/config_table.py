@@ -28,9 +28,9 @@ from ditto_worker.config import (  # noqa: E402
     MemoryWorkerSettings,
     RetrievalWorkerSettings,
 )
-from ditto_worker.config_context import ContextWorkerSettings  # noqa: E402
-from ditto_worker.config_env import env_name  # noqa: E402
-from ditto_worker.config_infer import InferSettings  # noqa: E402
+from ditto_worker.config.context import ContextWorkerSettings  # noqa: E402
+from ditto_worker.config.env import env_name  # noqa: E402
+from ditto_worker.config.infer import InferSettings  # noqa: E402
 
 _VAR = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-([^}]*))?\}")
 

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from ditto_worker.config_context import REDIS_URL_ENV, ContextLimits, ContextWorkerSettings
+from ditto_worker.config.context import REDIS_URL_ENV, ContextLimits, ContextWorkerSettings
 from ditto_worker.context.cache import CachedContext, ContextCache, InProcessContextCache
 from ditto_worker.context.contracts import (
     ContextCacheUpdateInput,

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from ditto_worker.config_context import ContextLimits
+from ditto_worker.config.context import ContextLimits
 from ditto_worker.context.merge import merged_over_limit
 from ditto_worker.runtime.cancel import CancelToken
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ditto_worker.config_context import ContextLimits
+from ditto_worker.config.context import ContextLimits
 from ditto_worker.context.contracts import ContextItem
 from ditto_worker.errors import ErrorCode, NodeError
 

@@ -43,7 +43,7 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
-from ditto_worker.config_context import ContextLimits
+from ditto_worker.config.context import ContextLimits
 from ditto_worker.context.cache import CachedContext
 from ditto_worker.context.merge import merged_over_limit
 from ditto_worker.errors import ErrorCode, NodeError

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ditto_worker.config_context import REDIS_URL_ENV, ContextWorkerSettings
+from ditto_worker.config.context import REDIS_URL_ENV, ContextWorkerSettings
 from ditto_worker.context.cache import CachedContext, ContextCache, InProcessContextCache
 from ditto_worker.context.contracts import (
     ContextCacheUpdateInput,

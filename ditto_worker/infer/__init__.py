@@ -12,7 +12,7 @@ Importing this package connects to nothing and needs only httpx and jsonschema (
 
 from __future__ import annotations
 
-from ditto_worker.config_infer import (
+from ditto_worker.config.infer import (
     ENV_PREFIX,
     InferSettings,
     LocalModelSettings,

@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ditto_worker.config_infer import LocalModelSettings
+from ditto_worker.config.infer import LocalModelSettings
 from ditto_worker.infer.local import (
     MODEL_NAME,
     LocalModelError,

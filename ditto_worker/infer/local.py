@@ -32,7 +32,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ditto_worker.config_infer import LocalModelSettings
+from ditto_worker.config.infer import LocalModelSettings
 from ditto_worker.errors import DittoError
 
 __all__ = [

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ditto_worker.config_infer import InferSettings, load_infer_settings
+from ditto_worker.config.infer import InferSettings, load_infer_settings
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.infer.contracts import InferGenerateInput, InferGenerateOutput
 from ditto_worker.infer.endpoint import CallAbort, CallAborted, ChatEndpoint, ChatReply

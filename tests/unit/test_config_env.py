@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ditto_worker.config import defaults_tree, load_runtime_config, load_runtime_config_file
-from ditto_worker.config_env import apply_env, env_keys, env_name
+from ditto_worker.config.env import apply_env, env_keys, env_name
 from ditto_worker.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -454,7 +454,7 @@ def _public_names(path: str) -> set[str]:
         "ditto_worker.context.contracts",
         "ditto_worker.context.merge",
         "ditto_worker.context.redis_cache",
-        "ditto_worker.config_context",
+        "ditto_worker.config.context",
         "ditto_worker.context.worker",
     ],
 )

@@ -16,9 +16,9 @@ import ditto_worker.infer
 MODULES = ["", ".contracts", ".endpoint", ".llm", ".local", ".worker"]
 
 
-@pytest.mark.parametrize("suffix", [*MODULES, "config_infer"])
+@pytest.mark.parametrize("suffix", [*MODULES, "config"])
 def test_all_matches_public_names(suffix: str) -> None:
-    name = "ditto_worker." + suffix if suffix == "config_infer" else "ditto_worker.infer" + suffix
+    name = "ditto_worker.config.infer" if suffix == "config" else "ditto_worker.infer" + suffix
     module = importlib.import_module(name)
     exported = list(module.__all__)
     assert len(set(exported)) == len(exported)

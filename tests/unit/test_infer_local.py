@@ -68,7 +68,7 @@ def test_the_installed_parts_are_the_pinned_ones() -> None:
 
 
 def test_a_model_path_of_your_own_is_used_as_is(tmp_path: Path) -> None:
-    from ditto_worker.config_infer import LocalModelSettings
+    from ditto_worker.config.infer import LocalModelSettings
 
     own = tmp_path / "own.gguf"
     own.write_bytes(b"GGUF")
