@@ -1,0 +1,173 @@
+"""Admission figures: false admissions, true admissions, value accuracy (issue 25 item 9).
+
+Runs a *decider* over the labelled conversations of ``bench/admission_set.json`` (written
+for this project: durable preferences in English, Chinese, German, French, Spanish and
+Japanese; revisions; one-offs; hypotheticals; questions; secrets; preferences stated only
+by a system, assistant or tool turn; no preference at all). A decider takes the turns and
+returns :class:`~ditto_worker.memory_tasks.policy.Decision` objects in conversation
+order; for each field the *last* admitted decision wins (a revision overrides the earlier
+preference), as the ``update`` task would apply it.
+
+Deciders (``--decider``):
+
+* ``naive`` — a deliberately over-eager keyword proposer: every sentence of *every* turn
+  (system, assistant and tool included) × every policy value one of whose words occurs in
+  it, plus an invented paraphrase per value ("Always use de.") — then code decides
+  (:func:`~ditto_worker.memory_tasks.policy.admit`). Its "proposer alone" row is what
+  would be stored if the proposals were trusted.
+* the ``write`` task's model path plugs in as another decider (a function
+  ``(turns) -> list[Decision]``; see :data:`DECIDERS`).
+
+Per conversation, with ``expected`` the labelled ``{field: value}``:
+
+* false admission — a stored field that is not expected (any admission where none is);
+* true admission — an expected field that was stored (rate over expected fields);
+* value accuracy — stored value equals the expected one (over true admissions).
+
+    python bench/admission.py                 # naive proposer: alone vs + policy
+    python bench/admission.py --by-category   # one row per category as well
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ditto_worker.memory_tasks.policy import (
+    DEFAULT_POLICY,
+    Decision,
+    PreferencePolicy,
+    Proposal,
+    Turn,
+    admit,
+    turns_from_messages,
+)
+from ditto_worker.memory_tasks.sentences import sentence_spans
+
+SET_PATH = Path(__file__).with_name("admission_set.json")
+
+Decider = Callable[[Sequence[Turn]], list[Decision]]
+"""``(turns) -> decisions`` in conversation order; the swap point for the model path."""
+
+
+def naive_proposals(turns: Sequence[Turn], policy: PreferencePolicy) -> list[Proposal]:
+    """Every (sentence of any turn) × (grounded value), plus one invented quote per value."""
+    proposals: list[Proposal] = []
+    for turn in turns:
+        for start, end in sentence_spans(turn.content):
+            sentence = turn.content[start:end]
+            for name, values in policy.fields.items():
+                for value in values:
+                    if policy.grounding(name, value, sentence):
+                        proposals.append(Proposal(name, value, sentence))
+                        proposals.append(Proposal(name, value, f"Always use {value}."))
+    return proposals
+
+
+def trusting_decider(policy: PreferencePolicy = DEFAULT_POLICY) -> Decider:
+    """The naive proposer with every proposal admitted: what trusting the model stores."""
+
+    def decide(turns: Sequence[Turn]) -> list[Decision]:
+        return [
+            Decision(True, p.field, p.value, p.quote, ()) for p in naive_proposals(turns, policy)
+        ]
+
+    return decide
+
+
+def naive_decider(policy: PreferencePolicy = DEFAULT_POLICY) -> Decider:
+    """The naive proposer, each proposal decided by :func:`admit`."""
+
+    def decide(turns: Sequence[Turn]) -> list[Decision]:
+        return [admit(p, turns, policy) for p in naive_proposals(turns, policy)]
+
+    return decide
+
+
+DECIDERS: dict[str, Callable[[], Decider]] = {"naive": naive_decider}
+"""Deciders by ``--decider`` name; the ``write`` task's model path registers here."""
+
+
+@dataclass
+class Tally:
+    """Counts for one row of the report."""
+
+    conversations: int = 0
+    expected: int = 0
+    false_admissions: int = 0
+    true_admissions: int = 0
+    right_values: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    def add(self, expected: dict[str, str], decisions: Sequence[Decision]) -> None:
+        """Scores one conversation's decisions against its ``expected`` values."""
+        stored: dict[str, str] = {}
+        for decision in decisions:
+            if decision.admitted:
+                stored[decision.field] = decision.value
+            self.reasons.update(decision.reasons)
+        self.conversations += 1
+        self.expected += len(expected)
+        self.false_admissions += sum(1 for f in stored if f not in expected)
+        self.true_admissions += sum(1 for f in expected if f in stored)
+        self.right_values += sum(1 for f, v in expected.items() if stored.get(f) == v)
+
+    def row(self, name: str) -> str:
+        """One printed line: counts, rates and ratios side by side."""
+        true_rate = self.true_admissions / self.expected if self.expected else float("nan")
+        accuracy = self.right_values / self.true_admissions if self.true_admissions else 0.0
+        return (
+            f"{name:<28} conv={self.conversations:>3}  false_admissions={self.false_admissions:>3}"
+            f"  true_admissions={self.true_admissions:>3}/{self.expected:<3}"
+            f" ({true_rate:6.1%})  value_accuracy={accuracy:6.1%}"
+        )
+
+
+def load_cases(path: Path = SET_PATH) -> list[dict[str, object]]:
+    """The labelled conversations (see the module docstring for the fields)."""
+    cases: list[dict[str, object]] = json.loads(path.read_text(encoding="utf-8"))
+    return cases
+
+
+def evaluate(
+    cases: Sequence[dict[str, object]], decider: Decider
+) -> tuple[Tally, dict[str, Tally]]:
+    """Runs ``decider`` over ``cases``; the overall tally and one per category."""
+    overall = Tally()
+    by_category: dict[str, Tally] = {}
+    for case in cases:
+        turns = turns_from_messages(case["messages"])  # type: ignore[arg-type]
+        expected = {e["field"]: e["value"] for e in case["expected"]}  # type: ignore[attr-defined]
+        decisions = decider(turns)
+        overall.add(expected, decisions)
+        by_category.setdefault(str(case["category"]), Tally()).add(expected, decisions)
+    return overall, by_category
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Prints the report; exit status 1 when the policy admitted anything it should not."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else "")
+    parser.add_argument("--decider", choices=sorted(DECIDERS), default="naive")
+    parser.add_argument("--by-category", action="store_true")
+    parser.add_argument("--set", type=Path, default=SET_PATH)
+    args = parser.parse_args(argv)
+    cases = load_cases(args.set)
+    print(f"admission set: {len(cases)} conversations ({args.set.name})")
+    alone, _ = evaluate(cases, trusting_decider())
+    decided, by_category = evaluate(cases, DECIDERS[args.decider]())
+    print(alone.row("proposer alone (trusted)"))
+    print(decided.row(f"{args.decider} + policy (admit)"))
+    if args.by_category:
+        for name, tally in sorted(by_category.items()):
+            print(tally.row(f"  {name}"))
+    print("rejections by reason:", dict(sorted(decided.reasons.items())))
+    return 1 if decided.false_admissions else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,356 @@
+"""Admission of a proposed preference: the model proposes, code decides (issue 25).
+
+The memory-capabilities seed's ``write`` task "admits only explicitly approved durable
+communication preferences. A model proposes values and exact quotes; it cannot grant
+storage permission." With the offline model, free-text quotes were invented in 3 of 6
+cases and a password and a one-off request were marked durable every time; with code
+choosing the candidate sentences and checking the proposal, admission was right 6/6
+(issue 25). This module is that code; it calls no model, does no I/O, and is pure.
+
+Flow for the ``write``/``update`` tasks::
+
+    turns = turns_from_messages(messages)            # [{role, content}] → Turn
+    candidates = candidate_sentences(turns)          # user sentences only
+    schema = proposal_schema(candidates, policy)     # INFER's JSON Schema (enums)
+    proposals = proposals_from_json(model_output)    # → list[Proposal]
+    decisions = [admit(p, turns, policy) for p in proposals]
+
+:func:`admit` checks, in this order, and reports every failed check as a stable reason
+code (:data:`REASONS`): the quote is verbatim in a *user* turn (never system, assistant or
+tool text, even when the same words are there) and inside the candidate it names; the
+field and value are in the allow-list; the value is grounded in the quote by one of its
+words and not negated; the sentence asks something of the assistant's communication; it
+is durable (not a one-off, a hypothetical or a question — :mod:`.durability`); nothing in
+the quote or value is secret-shaped (:mod:`.secret_shapes`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from ditto_worker.memory_tasks.durability import (
+    durability_reasons,
+    has_preference_cue,
+    is_negated,
+)
+from ditto_worker.memory_tasks.phrases import phrase_pattern
+from ditto_worker.memory_tasks.secret_shapes import SECRET_KINDS, find_secrets
+from ditto_worker.memory_tasks.sentences import (
+    ROLES,
+    Candidate,
+    InvalidTurnError,
+    Turn,
+    candidate_sentences,
+    sentence_spans,
+    turns_from_messages,
+)
+from ditto_worker.memory_tasks.vocabulary import DEFAULT_VOCABULARY
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "REASONS",
+    "ROLES",
+    "SECRET_KINDS",
+    "Candidate",
+    "Decision",
+    "InvalidTurnError",
+    "PolicyError",
+    "PreferencePolicy",
+    "Proposal",
+    "Turn",
+    "admit",
+    "candidate_sentences",
+    "find_secrets",
+    "proposal_schema",
+    "proposals_from_json",
+    "turns_from_messages",
+]
+
+REASONS: Mapping[str, str] = MappingProxyType(
+    {
+        "quote_empty": "the quote is empty",
+        "quote_not_verbatim": "the quote is not a verbatim part of the conversation",
+        "quote_not_from_user": "the quote comes from a system, assistant or tool turn",
+        "quote_not_in_candidate": "the quote is not inside the candidate sentence named",
+        "field_not_in_policy": "the field is not in the policy's allow-list",
+        "value_not_in_policy": "the value is not allowed for this field",
+        "value_not_grounded": "no word of the quote names this value",
+        "value_negated": "the quote rejects this value (a negation before it)",
+        "no_preference": "the sentence asks nothing of the assistant's communication",
+        "not_durable_one_off": "a one-off request (this message, this time, today …)",
+        "not_durable_hypothetical": "a hypothetical or conditional statement",
+        "not_durable_question": "a question, not a statement of preference",
+        "secret": "the quote or value holds secret-shaped text",
+    }
+)
+"""Every reason code :func:`admit` can give, with its human message, in check order."""
+
+
+class PolicyError(ValueError):
+    """A policy table is malformed (an empty field, value or grounding list)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreferencePolicy:
+    """The allow-list: fields, their values and the words that ground each value.
+
+    Attributes:
+        fields: ``{field: {value: grounding phrases}}``, e.g.
+            ``{"language": {"de": ("German", "Deutsch", "德语", …)}}``. Default:
+            :data:`DEFAULT_POLICY` (``vocabulary.DEFAULT_VOCABULARY``: fields
+            ``language`` (BCP-47 codes), ``tone``, ``format``, ``length``).
+    """
+
+    fields: Mapping[str, Mapping[str, tuple[str, ...]]]
+    _patterns: Mapping[tuple[str, str], re.Pattern[str]] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        frozen: dict[str, Mapping[str, tuple[str, ...]]] = {}
+        patterns: dict[tuple[str, str], re.Pattern[str]] = {}
+        if not self.fields:
+            raise PolicyError("a policy needs at least one field")
+        for name, values in self.fields.items():
+            if not name or not values:
+                raise PolicyError(f"field {name!r} needs at least one value")
+            for value, words in values.items():
+                if not value or not words or not all(w.strip() for w in words):
+                    raise PolicyError(f"{name}={value!r} needs non-empty grounding words")
+                patterns[(name, value)] = phrase_pattern(words)
+            frozen[name] = MappingProxyType({v: tuple(w) for v, w in values.items()})
+        object.__setattr__(self, "fields", MappingProxyType(frozen))
+        object.__setattr__(self, "_patterns", MappingProxyType(patterns))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Mapping[str, Sequence[str]]]) -> PreferencePolicy:
+        """Builds a policy from plain data (e.g. a YAML or JSON document).
+
+        Raises:
+            PolicyError: a field without values, a value without grounding words.
+        """
+        return cls({f: {v: tuple(w) for v, w in vals.items()} for f, vals in data.items()})
+
+    def allows(self, field_name: str, value: str) -> bool:
+        """True when ``value`` is allowed for ``field_name``."""
+        return value in self.fields.get(field_name, {})
+
+    def grounding(self, field_name: str, value: str, text: str) -> list[int]:
+        """Start offsets in ``text`` of the words grounding ``field_name=value`` (sorted)."""
+        pattern = self._patterns.get((field_name, value))
+        return [] if pattern is None else [m.start() for m in pattern.finditer(text)]
+
+
+DEFAULT_POLICY = PreferencePolicy(DEFAULT_VOCABULARY)
+"""The default allow-list (:mod:`ditto_worker.memory_tasks.vocabulary`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """What the model proposes: a preference and the user's words for it.
+
+    Attributes:
+        field: a policy field, e.g. ``"language"``.
+        value: a value of that field, e.g. ``"de"``.
+        quote: the user's exact words (a candidate text under :func:`proposal_schema`).
+        candidate_index: the :class:`Candidate` the quote is taken from, or ``None``.
+    """
+
+    field: str
+    value: str
+    quote: str
+    candidate_index: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The code's decision on one :class:`Proposal`.
+
+    Attributes:
+        admitted: True only when ``reasons`` is empty.
+        field, value, quote: the proposal's, unchanged (a rejected secret is still
+            never stored: only an admitted decision is written).
+        reasons: reason codes from :data:`REASONS`, in check order; empty when admitted.
+    """
+
+    admitted: bool
+    field: str
+    value: str
+    quote: str
+    reasons: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        """A human sentence: "admitted", or each reason's message joined by "; "."""
+        if self.admitted:
+            return "admitted: an explicit durable preference within policy"
+        return "; ".join(REASONS[r] for r in self.reasons)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-safe form for artifacts: the quote is omitted when a secret was found."""
+        return {
+            "admitted": self.admitted,
+            "field": self.field,
+            "value": self.value,
+            "quote": None if "secret" in self.reasons else self.quote,
+            "reasons": list(self.reasons),
+            "message": self.message,
+        }
+
+
+def _contexts(quote: str, turns: Sequence[Turn], role: str) -> list[str]:
+    """The sentences of ``role`` turns overlapping each verbatim occurrence of ``quote``."""
+    found: list[str] = []
+    for turn in turns:
+        if turn.role != role:
+            continue
+        start = turn.content.find(quote)
+        while start >= 0:
+            end = start + len(quote)
+            spans = [(a, b) for a, b in sentence_spans(turn.content) if a < end and b > start]
+            lo, hi = (spans[0][0], spans[-1][1]) if spans else (start, end)
+            found.append(turn.content[min(lo, start) : max(hi, end)])
+            start = turn.content.find(quote, start + 1)
+    return found
+
+
+def _source_reasons(proposal: Proposal, turns: Sequence[Turn]) -> tuple[list[str], list[str]]:
+    """Reasons about where the quote comes from, and the user sentences it sits in."""
+    quote = proposal.quote
+    if not quote.strip():
+        return ["quote_empty"], []
+    contexts = _contexts(quote, turns, "user")
+    if not contexts:
+        others = any(quote in t.content for t in turns if t.role != "user")
+        return ["quote_not_from_user" if others else "quote_not_verbatim"], []
+    if proposal.candidate_index is not None:
+        candidates = candidate_sentences(turns)
+        index = proposal.candidate_index
+        if not 0 <= index < len(candidates) or quote not in candidates[index].text:
+            return ["quote_not_in_candidate"], contexts
+        contexts = [candidates[index].text]
+    return [], contexts
+
+
+def _value_reasons(proposal: Proposal, policy: PreferencePolicy) -> list[str]:
+    if proposal.field not in policy.fields:
+        return ["field_not_in_policy"]
+    if not policy.allows(proposal.field, proposal.value):
+        return ["value_not_in_policy"]
+    starts = policy.grounding(proposal.field, proposal.value, proposal.quote)
+    if not starts:
+        return ["value_not_grounded"]
+    if all(is_negated(proposal.quote, s) for s in starts):
+        return ["value_negated"]
+    return []
+
+
+def _statement_reasons(contexts: Sequence[str]) -> list[str]:
+    reasons: list[str] = []
+    if contexts and not all(has_preference_cue(c) for c in contexts):
+        reasons.append("no_preference")
+    for context in contexts:
+        for reason in durability_reasons(context):
+            if reason not in reasons:
+                reasons.append(reason)
+    return reasons
+
+
+def admit(
+    proposal: Proposal, turns: Sequence[Turn], policy: PreferencePolicy = DEFAULT_POLICY
+) -> Decision:
+    """Decides whether ``proposal`` may be stored as a durable communication preference.
+
+    Args:
+        proposal: the model's proposal (field, value, quote, candidate index).
+        turns: the whole conversation the proposal was made from (all roles).
+        policy: the allow-list; :data:`DEFAULT_POLICY` by default.
+
+    Returns:
+        A :class:`Decision`; ``admitted`` only when no check failed. Every failed check
+        adds its code (:data:`REASONS`) in check order. Durability is judged on the whole
+        user sentence(s) the quote lies in (every verbatim occurrence must pass); grounding
+        and negation on the quote itself.
+    """
+    source, contexts = _source_reasons(proposal, turns)
+    reasons = source + _value_reasons(proposal, policy) + _statement_reasons(contexts)
+    if find_secrets(proposal.quote) or find_secrets(proposal.value):
+        reasons.append("secret")
+    ordered = tuple(code for code in REASONS if code in reasons)
+    return Decision(not ordered, proposal.field, proposal.value, proposal.quote, ordered)
+
+
+def proposal_schema(
+    candidates: Sequence[Candidate],
+    policy: PreferencePolicy = DEFAULT_POLICY,
+    *,
+    max_proposals: int = 4,
+) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) for INFER's output: ``{"proposals": [...]}``.
+
+    Each proposal is ``{candidate_index, quote, field, value}``; ``quote`` is limited to
+    the candidate texts (``enum``), ``candidate_index`` to 0..n-1, and ``field``/``value``
+    to the policy (one ``anyOf`` branch per field: ``field`` is a ``const`` and ``value``
+    an ``enum`` of that field's values). An empty ``proposals`` list means "no
+    preference"; with no candidates the list must be empty (``maxItems: 0``).
+
+    Args:
+        candidates: from :func:`candidate_sentences`.
+        policy: the allow-list.
+        max_proposals: ``maxItems`` of the list (≥ 0).
+    """
+    if not candidates:
+        items: dict[str, Any] = {}
+        max_proposals = 0
+    else:
+        branches = [
+            {
+                "type": "object",
+                "properties": {
+                    "candidate_index": {"type": "integer", "enum": [c.index for c in candidates]},
+                    "quote": {
+                        "type": "string",
+                        "enum": list(dict.fromkeys(c.text for c in candidates)),
+                    },
+                    "field": {"const": name},
+                    "value": {"type": "string", "enum": list(values)},
+                },
+                "required": ["candidate_index", "quote", "field", "value"],
+                "additionalProperties": False,
+            }
+            for name, values in policy.fields.items()
+        ]
+        items = {"anyOf": branches}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"proposals": {"type": "array", "items": items, "maxItems": max_proposals}},
+        "required": ["proposals"],
+        "additionalProperties": False,
+    }
+
+
+def proposals_from_json(data: object) -> list[Proposal]:
+    """Proposals from INFER's parsed output (``{"proposals": [...]}``, see the schema).
+
+    Entries that are not objects with string ``field``/``value``/``quote`` are skipped
+    (the schema already rules them out; this is defence in depth, never a repair);
+    ``candidate_index`` is kept when it is an ``int`` (not a bool), else ``None``.
+    """
+    if not isinstance(data, Mapping) or not isinstance(data.get("proposals"), list):
+        return []
+    out: list[Proposal] = []
+    for item in data["proposals"]:
+        if not isinstance(item, Mapping):
+            continue
+        f, v, q = item.get("field"), item.get("value"), item.get("quote")
+        if not (isinstance(f, str) and isinstance(v, str) and isinstance(q, str)):
+            continue
+        index = item.get("candidate_index")
+        ok = isinstance(index, int) and not isinstance(index, bool)
+        out.append(Proposal(f, v, q, index if ok else None))
+    return out
