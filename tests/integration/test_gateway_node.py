@@ -1,12 +1,12 @@
 """The TypeScript client (clients/typescript) against a real ``ditto-worker serve``, run
-by Node's own test runner (issue 26 item 6): write, search, a 401, invalid input, an
-aborted call cancelled on the server, a deadline. Its types are generated from the
+by Node's own test runner (issue 26 item 6), on the embedded runtime and on a real fleet:
+every MEMORY node, a 401, invalid input, an aborted call cancelled on the server, a
+deadline. Its types are generated from the
 gateway's OpenAPI document by openapi-typescript; the committed document and types are
 checked to be in step with the code."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -16,14 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from ditto_worker.testing.gateway import GatewayServer
+from tests.integration.test_gateway_http import T1, T2, _fleet_db, serving
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT = REPO / "clients" / "typescript"
-ECHO = REPO / "tests" / "fixtures" / "echo_kind"
-TOKEN, OTHER = "node-client-token", "node-client-other"
 
 
 def _npm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -61,32 +59,20 @@ def test_the_committed_openapi_document_and_types_are_in_step(built: Path, tmp_p
     assert types.read_text() == (CLIENT / "src" / "schema.ts").read_text(), "npm run generate"
 
 
-def test_the_node_client_against_a_real_server(built: Path, tmp_path: Path) -> None:
-    digest = {t: hashlib.sha256(t.encode()).hexdigest() for t in (TOKEN, OTHER)}
-    (tmp_path / "ditto.yaml").write_text(
-        f"""
-workers:
-  infer: {{local: {{autoStart: false}}}}
-plugins:
-  sqlite: {{path: '{tmp_path / "memory.sqlite"}'}}
-gateway:
-  tokens:
-    - {{sha256: {digest[TOKEN]}, tenant: acme, user: ada}}
-    - {{sha256: {digest[OTHER]}, tenant: other, user: bob}}
-""",
-        encoding="utf-8",
-    )
-    sleep_log = tmp_path / "sleeps.jsonl"
-    pythonpath = os.pathsep.join([str(ECHO), os.environ.get("PYTHONPATH", "")])
-    env = {"PYTHONPATH": pythonpath, "ECHO_SLEEP_LOG": str(sleep_log)}
-    with GatewayServer(tmp_path, env=env) as server:
+@pytest.mark.parametrize("kind", ["embedded", "fleet"])
+def test_the_node_client_against_a_real_server(
+    built: Path, tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    redis_url = _fleet_db(request) if kind == "fleet" else None
+    with serving(tmp_path, redis_url) as server:
         node = shutil.which("node")
         assert node is not None
         out = subprocess.run(
             [node, "--test", "test/"],
             cwd=CLIENT, capture_output=True, text=True, timeout=300,
-            env={**os.environ, "DITTO_GATEWAY_URL": server.url, "DITTO_GATEWAY_TOKEN": TOKEN,
-                 "DITTO_GATEWAY_OTHER_TOKEN": OTHER, "ECHO_SLEEP_LOG": str(sleep_log)},
+            env={**os.environ, "DITTO_GATEWAY_URL": server.url, "DITTO_GATEWAY_TOKEN": T1,
+                 "DITTO_GATEWAY_OTHER_TOKEN": T2,
+                 "ECHO_SLEEP_LOG": str(tmp_path / "sleeps.jsonl")},
         )  # fmt: skip
         assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-2000:] + server.log()
-    assert "# pass 5" in out.stdout and "# fail 0" in out.stdout, out.stdout[-2000:]
+    assert "# pass 6" in out.stdout and "# fail 0" in out.stdout, out.stdout[-2000:]

@@ -693,6 +693,11 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             } | null;
+            /**
+             * Operationid
+             * @description The operation id of the WRITE or UPDATE that produced the record's current state, when that call carried one (MEM-RUN-7; omitted otherwise). Set by the store, never by an input; a task reads it with GET to tell whether its operation already happened.
+             */
+            operationId?: string | null;
         };
         /**
          * MemoryQueryOutput
@@ -831,6 +836,13 @@ export interface components {
              * @description Target record id; must exist (MEM-UPDATE-2).
              */
             id: string;
+            /**
+             * Ifmetadata
+             * @description Conditional update (MEM-UPDATE-5): apply the entry only if the stored metadata has each of these top-level fields with an equal JSON value (a missing field never matches); checked atomically with the write, else CONFLICT and nothing of the batch is written. A store that cannot check it atomically answers UNSUPPORTED (capability conditional_update). At least one field.
+             */
+            ifMetadata?: {
+                [key: string]: unknown;
+            } | null;
             /**
              * Metadata
              * @description Replaces the whole metadata object if present; ``{}`` clears.

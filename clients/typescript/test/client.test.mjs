@@ -68,3 +68,34 @@ test("the deadline header ends a long call as a timeout (504)", async () => {
   assert.equal(answer.httpStatus, 504);
   assert.equal(answer.result.status, "timeout");
 });
+
+test("every MEMORY node", async () => {
+  const written = await client.call("MEMORY.WRITE", {
+    memories: [
+      { key: "n-a", content: "alpha note" },
+      { key: "n-b", content: "beta note" },
+    ],
+  });
+  assert.equal(written.status, "success", JSON.stringify(written));
+  const ids = Object.fromEntries((written.output ?? []).map((m) => [m.key, m.id]));
+  const got = await client.call("MEMORY.GET", { keys: ["n-a"] });
+  assert.equal(got.output?.[0]?.content, "alpha note");
+  const page = await client.call("MEMORY.QUERY", {
+    filter: { key: { $in: ["n-a", "n-b"] } },
+    orderBy: [{ field: "key" }],
+    limit: 1,
+  });
+  assert.equal(page.status, "success", JSON.stringify(page));
+  assert.deepEqual(page.output?.items.map((m) => m.key), ["n-a"]);
+  const next = await client.call("MEMORY.QUERY", {
+    filter: { key: { $in: ["n-a", "n-b"] } },
+    orderBy: [{ field: "key" }],
+    limit: 1,
+    cursor: page.output?.nextCursor,
+  });
+  assert.deepEqual(next.output?.items.map((m) => m.key), ["n-b"]);
+  const updated = await client.call("MEMORY.UPDATE", { memories: [{ id: ids["n-a"], content: "alpha, revised" }] });
+  assert.equal(updated.output?.[0]?.content, "alpha, revised");
+  const deleted = await client.call("MEMORY.DELETE", { ids: [ids["n-b"]] });
+  assert.deepEqual(deleted.output?.deleted, [ids["n-b"]]);
+});
