@@ -19,6 +19,9 @@ MOVES: list[tuple[str, str]] = [
     ("ditto_worker.retrieval.context", "ditto_worker.memory.search.scoring"),
     ("ditto_worker.retrieval.settings", "ditto_worker.memory.search.settings"),
     ("ditto_worker.retrieval.delegation", "ditto_worker.memory.remote"),
+    ("ditto_worker.memory.filters", "ditto_worker.memory.filter_ast"),
+    ("ditto_worker.memory.filters", "ditto_worker.memory.filter_eval"),
+    ("ditto_worker.memory.filters", "ditto_worker.memory.timestamps"),
 ]
 
 
