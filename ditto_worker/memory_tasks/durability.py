@@ -58,18 +58,23 @@ _ONE_OFF = phrase_pattern(
         "for this draft", "for this task", "for this report", "for this summary",
         "for the next reply", "for the next message", "for now", "right now", "today", "tonight",
         "for today", "this morning", "this afternoon", "for the moment", "temporarily", "one-off",
-        "one off",
+        "one off", "this email", "this message", "this reply", "this draft", "this document",
+        "the next email", "the next message",
         # German
         "heute", "diesmal", "dieses Mal", "nur für diese", "nur für dieses", "nur für den",
         "nur für die", "für diese E-Mail", "für diese Mail", "für diese Nachricht",
+        "diese E-Mail", "diese Mail", "diese Nachricht", "diesen Bericht", "dieses Dokument",
         "ausnahmsweise", "vorerst", "vorläufig", "im Moment", "momentan", "einmalig", "gerade",
         # Chinese
-        "这次", "这一次", "这回", "本次", "今天", "今晚", "这封", "这条", "这篇", "暂时", "临时",
-        "仅此一次", "就这一次", "目前先", "先用",
+        "这次", "这一次", "这份", "这回", "本次", "今天", "今晚", "这封", "这条", "这篇", "暂时",
+        "临时", "仅此一次", "就这一次", "目前先", "先用",
         # French, Spanish
-        "cette fois", "aujourd'hui", "pour ce message", "pour cet e-mail", "pour ce mail",
-        "juste pour", "pour l'instant", "pour le moment", "esta vez", "hoy", "solo para este",
-        "solo para esta", "para este correo", "por ahora", "de momento",
+        "cette fois", "aujourd'hui", "pour ce message", "ce message", "cet e-mail", "ce mail",
+        "este mensaje", "este correo", "pour cet e-mail", "pour ce mail", "juste pour",
+        "pour l'instant", "pour le moment", "esta vez", "hoy", "solo para este", "solo para esta",
+        "para este correo", "por ahora", "de momento",
+        # Japanese
+        "今回", "今日", "今だけ", "とりあえず", "このメール",
     ]
 )
 
@@ -78,16 +83,19 @@ _HYPOTHETICAL = phrase_pattern(
         # English
         "if", "what if", "would you", "would it", "what would", "suppose", "supposing", "imagine",
         "hypothetically", "hypothetical", "let's say", "say you", "in theory", "assuming",
-        "assume", "were I", "had I",
+        "assume", "were I", "had I", "unless", "when I", "when I'm", "while I'm", "as long as",
+        "in case",
         # German
         "wenn", "falls", "angenommen", "stell dir vor", "stellen Sie sich vor", "was wäre",
         "würdest du", "würden Sie", "was würde", "hypothetisch", "nehmen wir an", "theoretisch",
-        "sofern",
+        "sofern", "es sei denn", "solange", "während ich", "für den Fall",
         # Chinese
-        "如果", "假如", "假设", "要是", "万一", "想象", "假使", "倘若", "设想", "的话",
+        "如果", "假如", "假设", "要是", "万一", "想象", "假使", "倘若", "设想", "的话", "除非",
+        "当我", "只要",
         # French, Spanish
-        "si", "et si", "imaginons", "supposons", "imagine que", "hypothétiquement", "supongamos",
-        "imagina que", "hipotéticamente", "qué pasaría",
+        "si", "et si", "imaginons", "supposons", "imagine que", "hypothétiquement", "sauf si",
+        "à moins que", "supongamos", "a menos que", "en caso de", "imagina que",
+        "hipotéticamente", "qué pasaría",
         # Japanese
         "もし", "仮に", "たとえば",
     ]
@@ -127,7 +135,8 @@ _CUES = phrase_pattern(
         "je voudrais", "utilis*",
         # Spanish
         "respond*", "respuesta*", "escrib*", "habl*", "mensaje*", "idioma", "tono", "estilo",
-        "formato", "resum*", "prefier*", "prefer*", "usa", "utiliza*",
+        "formato", "resum*", "prefier*", "prefer*", "usa", "utiliza*", "respónd*",
+        "contést*", "contesta*", "escríb*",
         # Japanese
         "返信", "返事", "回答", "書い", "書く", "話し", "使っ", "使う", "お願い", "ください",
     ]
@@ -137,12 +146,17 @@ _NEGATIONS = phrase_pattern(
     [
         "not", "don't", "doesn't", "didn't", "won't", "can't", "shouldn't", "never", "no", "stop",
         "without", "avoid", "no more", "nor", "instead of", "rather than", "nicht", "kein*",
-        "nie", "niemals", "ohne", "keinesfalls", "不", "别", "没", "勿", "无需", "甭", "莫",
-        "pas", "jamais", "sans", "ne", "nunca", "sin", "ni",
+        "nie", "niemals", "ohne", "keinesfalls", "pas", "jamais", "sans", "ne", "nunca", "sin",
+        "ni",
     ]
 )
 # fmt: on
-_CLAUSE_BREAK = re.compile(r"[,;:，、；：—–]|\s-\s|\b(?:but|aber|sondern|mais|pero)\b")
+_NEGATIONS_CJK = re.compile(r"不(?![错過过仅少断同久好])|别(?![的人])|没(?!错)|勿|无需|甭|莫")
+"""Chinese negations; 不错 (good), 不过 (but), 不仅 (not only), 不少 (many), 别的 (other),
+没错 (right) … are not."""
+_CLAUSE_BREAK = re.compile(
+    r"[,;:，、；：—–]|\s-\s|\b(?:but|aber|sondern|mais|pero)\b|不过|但是|可是|而是|但"
+)
 
 
 def _without_durable_markers(sentence: str) -> str:
@@ -197,4 +211,6 @@ def is_negated(sentence: str, start: int) -> bool:
     clause_start = 0
     for brk in _CLAUSE_BREAK.finditer(sentence, 0, start):
         clause_start = brk.end()
-    return _NEGATIONS.search(sentence, clause_start, start) is not None
+    return any(
+        p.search(sentence, clause_start, start) is not None for p in (_NEGATIONS, _NEGATIONS_CJK)
+    )

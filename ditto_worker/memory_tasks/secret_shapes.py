@@ -9,7 +9,8 @@ Kinds and shapes (checked on the whole text; checksums where the format has one)
 
 =================  ==========================================================================
 ``credential``     "password/passcode/PIN/Passwort/Kennwort/密码/mot de passe/contraseña/
-                   secret/token/api key … is/:/=/ist/是 <value>"
+                   secret/token/api key … is/:/=/ist/是 <value>"; ``Bearer <token>``; a URL
+                   with ``user:password@``
 ``private_key``    a PEM ``-----BEGIN … PRIVATE KEY-----`` block
 ``api_key``        provider key prefixes: ``sk-`` (OpenAI, Anthropic ``sk-ant-``), ``AKIA``/
                    ``ASIA`` (AWS), ``ghp_ gho_ ghu_ ghs_ ghr_ github_pat_`` (GitHub),
@@ -21,8 +22,9 @@ Kinds and shapes (checked on the whole text; checksums where the format has one)
 ``card_number``    13–19 digits (spaces/dashes allowed) passing the Luhn check (ISO/IEC 7812)
 ``iban``           country code + 2 check digits + 11–30 alphanumerics passing mod-97
                    (ISO 13616)
-``national_id``    US SSN ``AAA-GG-SSSS`` (area not 000/666/9xx); PRC resident ID (18
-                   characters, ISO 7064 MOD 11-2 check)
+``national_id``    US SSN ``AAA-GG-SSSS`` (area not 000/666/9xx); UK National Insurance
+                   number (``QQ 12 34 56 C``); PRC resident ID (18 characters, ISO 7064
+                   MOD 11-2 check)
 ``phone_number``   a ``+``/digit run of 9–15 digits with spaces, dots, dashes, brackets
 ``email_address``  ``local@domain.tld``
 =================  ==========================================================================
@@ -57,6 +59,10 @@ _CREDENTIAL = re.compile(
     r"(?:[^\S\n]+[^\s:=：]+){0,3}?(?:\s*[:=：是为]|\s+(?:is|ist|est|es|lautet)\b)\s*\S",
     re.IGNORECASE,
 )
+_CREDENTIAL_SHAPES = re.compile(
+    r"\bBearer\s+[A-Za-z0-9._~+/-]{12,}|\b[a-z][a-z0-9+.-]*://[^\s/:@]+:[^\s/@]+@",
+    re.IGNORECASE,
+)
 _PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
 _API_KEY = re.compile(
     r"(?<![\w-])(?:sk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}|"
@@ -70,6 +76,9 @@ _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}={0,2}")
 _DIGIT_RUN = re.compile(r"(?<![\w+-])\+?\d[\d \-.()/]{6,}\d(?![\w-])")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
 _SSN = re.compile(r"(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])")
+_UK_NINO = re.compile(
+    r"\b(?!BG|GB|NK|KN|TN|NT|ZZ)[A-CEGHJ-PR-TW-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b"
+)
 _PRC_ID = re.compile(r"(?<!\d)\d{17}[\dXx](?![\dA-Za-z])")
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
 
@@ -98,6 +107,12 @@ def _prc_id_valid(text: str) -> bool:
     return "10X98765432"[total % 11] == text[17].upper()
 
 
+def _national_id(text: str) -> bool:
+    if _SSN.search(text) or _UK_NINO.search(text):
+        return True
+    return any(_prc_id_valid(m.group()) for m in _PRC_ID.finditer(text))
+
+
 def _digit_kinds(text: str) -> set[str]:
     kinds: set[str] = set()
     for match in _DIGIT_RUN.finditer(text):
@@ -123,7 +138,10 @@ def _b64_secret(text: str) -> bool:
 
 
 _CHECKS: tuple[tuple[str, Callable[[str], bool]], ...] = (
-    ("credential", lambda t: _CREDENTIAL.search(t) is not None),
+    (
+        "credential",
+        lambda t: _CREDENTIAL.search(t) is not None or _CREDENTIAL_SHAPES.search(t) is not None,
+    ),
     ("private_key", lambda t: _PRIVATE_KEY.search(t) is not None),
     ("api_key", lambda t: _API_KEY.search(t) is not None),
     ("jwt", lambda t: _JWT.search(t) is not None),
@@ -132,9 +150,7 @@ _CHECKS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("iban", lambda t: any(_iban_valid(m.group()) for m in _IBAN.finditer(t))),
     (
         "national_id",
-        lambda t: (
-            _SSN.search(t) is not None or any(_prc_id_valid(m.group()) for m in _PRC_ID.finditer(t))
-        ),
+        _national_id,
     ),
     ("email_address", lambda t: _EMAIL.search(t) is not None),
 )

@@ -138,6 +138,14 @@ def test_turns_from_messages_validates_each_message() -> None:
         ("language", "de", "Ab heute antworte bitte auf Deutsch."),
         ("language", "zh", "从今天开始用中文回复。"),
         ("tone", "casual", "Don't use formal language, keep it casual."),
+        ("language", "de", "Reply in German, not in English."),
+        ("language", "zh", "不过以后请用中文回复。"),  # 不过 (but) is no negation
+        ("language", "zh", "不要用英文，而是用中文回复。"),
+        ("format", "table", "不错，以后汇报都用表格。"),  # 不错 (good) is no negation
+        ("language", "de", "Whenever you write to me, use German."),
+        ("language", "de", "Bitte antworte mir immer wenn möglich auf Deutsch."),
+        ("language", "es", "A partir de hoy, respóndeme en español."),
+        ("length", "short", "Ich möchte ab sofort kurze Antworten."),
     ],
 )
 def test_durable_preferences_are_admitted(field: str, value: str, quote: str) -> None:
@@ -255,6 +263,11 @@ def test_value_must_be_allowed_grounded_and_not_negated(
         ("language", "fr", "Réponds en français cette fois."),
         ("language", "es", "Responde en español esta vez."),
         ("language", "en", "Just this once, answer in English."),
+        ("language", "de", "Write this email in German."),
+        ("language", "de", "Schreib diese E-Mail auf Deutsch."),
+        ("format", "table", "这份报告用表格写。"),
+        ("language", "fr", "Écris ce message en français."),
+        ("language", "ja", "今回は日本語で返信してください。"),
     ],
 )
 def test_one_off_requests_are_not_durable(field: str, value: str, quote: str) -> None:
@@ -277,6 +290,11 @@ def test_one_off_requests_are_not_durable(field: str, value: str, quote: str) ->
         ("language", "de", "要是客户在德国的话，用德语回复。"),
         ("language", "fr", "Si j'étais à Paris, je voudrais des réponses en français."),
         ("language", "es", "Supongamos que respondes en español."),
+        ("language", "en", "Unless the client is German, reply in English."),
+        ("language", "en", "When I'm travelling, reply in English."),
+        ("language", "en", "Es sei denn, der Kunde ist Deutscher: antworte auf Englisch."),
+        ("language", "en", "除非客户是中国人，用英文回复。"),
+        ("language", "en", "もし可能なら英語で返信してください。"),
     ],
 )
 def test_hypotheticals_are_not_durable(field: str, value: str, quote: str) -> None:
@@ -296,6 +314,8 @@ def test_hypotheticals_are_not_durable(field: str, value: str, quote: str) -> No
         ("language", "zh", "能不能用中文写总结"),
         ("language", "fr", "Pourquoi tu ne réponds pas en français"),
         ("language", "es", "¿Puedes responder en español?"),
+        ("language", "ja", "日本語で返信できますか"),
+        ("language", "de", "Why don't you answer in German."),
     ],
 )
 def test_questions_are_not_durable(field: str, value: str, quote: str) -> None:
@@ -363,6 +383,10 @@ def test_statements_without_an_ask_are_no_preference(field: str, value: str, quo
         ("call +49 170 1234567", ["phone_number"]),
         ("call (555) 123-4567 ext", ["phone_number"]),
         ("mail bob@example.com", ["email_address"]),
+        ("Authorization: Bearer abcdef123456789xyz", ["credential"]),
+        ("db postgres://admin:s3cret@db.internal:5432/app", ["credential", "email_address"]),
+        ("NI number JG 10 37 50 B", ["national_id"]),
+        ("手机 13812345678", ["phone_number"]),
     ],
 )
 def test_find_secrets_reports_kinds(text: str, kinds: list[str]) -> None:
@@ -380,6 +404,9 @@ def test_find_secrets_reports_kinds(text: str, kinds: list[str]) -> None:
         "bypass: the old route",
         "以后请用中文回复。",
         "Pass the salt.",
+        "See https://example.com/docs/reply-format for the layout.",
+        "NI prefix QQ 12 34 56 C is never issued",
+        "Reply within 24 hours, in 3 bullet points.",
     ],
 )
 def test_find_secrets_ignores_ordinary_text(text: str) -> None:
