@@ -78,14 +78,19 @@ def language_scores(text: str, k: int = 3) -> list[tuple[str, float]]:
         k: how many languages to return (≥ 1).
 
     Returns:
-        At most ``k`` ``(code, score)`` pairs, descending score (0..1, fastText softmax);
-        empty when the text has no letters left to judge.
+        At most ``k`` ``(code, score)`` pairs, distinct codes, descending score (0..1,
+        fastText softmax; labels that map to one code — ``zh``, ``wuu``, ``yue`` — are
+        summed); empty when the text has no letters left to judge.
     """
     cleaned = _clean(text)
     if not any(ch.isalpha() for ch in cleaned):
         return []
-    results = _detector().detect(cleaned, model="lite", k=k)
-    return [(_adjust(str(r["lang"]), cleaned), float(r["score"])) for r in results]
+    merged: dict[str, float] = {}
+    for result in _detector().detect(cleaned, model="lite", k=k + len(_ALIASES)):
+        code = _adjust(str(result["lang"]), cleaned)
+        merged[code] = merged.get(code, 0.0) + float(result["score"])
+    ranked = sorted(merged.items(), key=lambda item: item[1], reverse=True)
+    return [(code, min(score, 1.0)) for code, score in ranked[:k]]
 
 
 def detect_language(text: str, *, min_confidence: float = MIN_CONFIDENCE) -> str | None:

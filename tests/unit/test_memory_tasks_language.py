@@ -26,11 +26,13 @@ MESSAGES: dict[str, list[str]] = {
         "Quick update: login works now. The release is planned for Friday.",
         "Progress on ditto-worker v0.1: the SQLite store passes conformance. Postgres is "
         "next, then Qdrant. No blockers so far.",
+        "Sprint update: the Kubernetes deployment is live and CI is green again. Next: load tests.",
     ],
     "zh": [
         "迁移已经完成。我们迁移了40张表，测试全部通过。下周开始做搜索接口。",
         "项目进展顺利，本周完成了登录模块。下周计划发布测试版。",
         "进度更新：数据库迁移完成，性能提升了30%。目前没有阻碍。",
+        "本周进展：完成了 Kubernetes 部署，CI pipeline 已恢复正常。下一步是做 load testing。",
     ],
     "de": [
         "Die Migration ist abgeschlossen. Wir haben 40 Tabellen verschoben und alle Tests "
@@ -38,22 +40,30 @@ MESSAGES: dict[str, list[str]] = {
         "Kurzes Update: Der Login funktioniert jetzt. Das Release ist für Freitag geplant.",
         "Stand ditto-worker v0.1: der SQLite-Speicher besteht alle Konformitätstests. Als "
         "Nächstes kommt Postgres.",
+        "Update zum Sprint: Das Backend-Deployment auf Kubernetes ist live, die CI-Pipeline "
+        "läuft wieder grün. Nächster Schritt: Load-Tests.",
     ],
     "fr": [
         "La migration est terminée. Nous avons déplacé 40 tables et tous les tests passent. "
         "La semaine prochaine, nous commençons l'API de recherche.",
         "Petit point : la connexion fonctionne maintenant. La sortie est prévue vendredi.",
+        "Avancement : le déploiement Kubernetes est en ligne. Prochaine étape : les tests de "
+        "charge.",
     ],
     "es": [
         "La migración ha terminado. Movimos 40 tablas y todas las pruebas pasan. La próxima "
         "semana empezamos con la API de búsqueda.",
         "Actualización rápida: el inicio de sesión ya funciona. El lanzamiento está previsto "
         "para el viernes.",
+        "Avance del sprint: el despliegue en Kubernetes ya está en producción. Siguiente "
+        "paso: pruebas de carga.",
     ],
     "ja": [
         "移行は完了しました。40個のテーブルを移し、すべてのテストが通りました。来週は検索APIに"
         "取り掛かります。",
         "進捗報告です。データベースの移行が終わりました。来週リリース予定です。",
+        "スプリントの進捗：Kubernetesへのデプロイが完了し、CIパイプラインも復旧しました。次は"
+        "負荷テストです。",
     ],
 }
 
@@ -98,6 +108,12 @@ def test_ids_and_urls_do_not_sway_the_result() -> None:
     assert detect_language(text) == "de"
 
 
+def test_chinese_variants_merge_into_one_code() -> None:
+    scores = language_scores(MESSAGES["zh"][3], k=3)
+    assert [code for code, _ in scores].count("zh") == 1
+    assert scores[0][0] == "zh"
+
+
 def test_japanese_needs_kana_and_chinese_has_none() -> None:
     assert detect_language("東京") != "ja"  # Han only: never Japanese
     assert detect_language("これは日本語です。") == "ja"
@@ -107,6 +123,7 @@ def test_scores_are_descending_probabilities() -> None:
     scores = language_scores(MESSAGES["fr"][0], k=3)
     assert len(scores) == 3
     assert scores[0][0] == "fr"
+    assert len({code for code, _ in scores}) == 3  # distinct codes
     values = [s for _, s in scores]
     assert values == sorted(values, reverse=True)
     assert all(0.0 <= s <= 1.0 for s in values)

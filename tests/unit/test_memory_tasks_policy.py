@@ -549,10 +549,12 @@ def test_public_names_are_exported() -> None:
     assert all(hasattr(policy_module, name) for name in policy_module.__all__)
 
 
-def test_the_admission_set_is_well_formed() -> None:
-    path = Path(__file__).resolve().parents[2] / "bench" / "admission_set.json"
+@pytest.mark.parametrize(("name", "least"), [("admission_set", 40), ("admission_holdout", 20)])
+def test_the_admission_sets_are_well_formed(name: str, least: int) -> None:
+    path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.json"
     cases = json.loads(path.read_text(encoding="utf-8"))
-    assert len(cases) >= 40
+    assert len(cases) >= least
+    assert len({case["id"] for case in cases}) == len(cases)
     for case in cases:
         turns_from_messages(case["messages"])
         for label in case["expected"]:
