@@ -28,10 +28,7 @@ Driver errors never reach the caller: :func:`map_error` turns them into
 from __future__ import annotations
 
 import logging
-import os
 import select
-import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,8 +39,9 @@ import pymysql
 from sqlalchemy import event, exc
 from sqlalchemy.pool import QueuePool
 
+from ditto_plugin_mysql.cancel import Watch
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.memory.ports import CancelToken, MemoryCallOptions
+from ditto_worker.memory.ports import MemoryCallOptions
 
 __all__ = [
     "Conn",
@@ -53,6 +51,7 @@ __all__ = [
     "map_error",
     "open_pool",
     "parse_url",
+    "timeout_error",
     "transaction",
 ]
 
@@ -78,7 +77,6 @@ _LOCK: Final = frozenset({1205, 1213})
 _LOST: Final = frozenset({2006, 2013, 2014, 2055, 4031})
 _UNREACHABLE: Final = frozenset({2002, 2003, 2005})
 _LOST_MESSAGE: Final = "the connection to the MySQL memory store was lost"
-_DEADLINE_GRACE_S: Final = 0.5
 
 
 @dataclass(frozen=True)
@@ -123,7 +121,8 @@ def cancelled_error() -> MemoryError:
     return MemoryError(ErrorCode.MEMORY_CANCELLED, "the memory call was cancelled")
 
 
-def _timeout_error() -> MemoryError:
+def timeout_error() -> MemoryError:
+    """The error of a call whose deadline passed (MEM-RUN-2)."""
     return MemoryError(ErrorCode.MEMORY_TIMEOUT, "the memory call's deadline passed")
 
 
@@ -163,7 +162,7 @@ def map_error(
         return cancelled_error()
     code = _code(error)
     if code in _INTERRUPTED or (deadline_hit and code in _LOST):
-        return _timeout_error()
+        return timeout_error()
     logger.warning("mysql memory store error: %s (%s)", type(error).__name__, code)
     if code == _DUPLICATE:
         return MemoryError(ErrorCode.CONFLICT, "a key already exists in the store")
@@ -255,88 +254,6 @@ def open_pool(
     return pool
 
 
-def _interrupt(address: ServerAddress, thread_id: int, connect_timeout_s: float) -> bool:
-    """``KILL QUERY`` the statement running on connection ``thread_id``; False when the
-    server could not be reached."""
-    try:
-        killer = connect(address, min(connect_timeout_s, 2.0), "")
-    except MemoryError:
-        return False
-    try:
-        with killer.cursor() as cur:
-            cur.execute("KILL QUERY %s", [int(thread_id)])
-    except pymysql.MySQLError as error:  # the statement (or connection) already ended
-        logger.info("mysql cancel request failed: %s", type(error).__name__)
-    finally:
-        killer.close()
-    return True
-
-
-def _cut(conn: Conn) -> None:
-    """Shut the connection's socket down: the waiting driver call fails at once."""
-    sock = getattr(conn, "_sock", None)
-    if sock is None:
-        return
-    try:
-        with socket.socket(fileno=os.dup(sock.fileno())) as dup:
-            dup.shutdown(socket.SHUT_RDWR)
-        logger.warning("mysql memory store: no answer by the deadline; connection cut")
-    except OSError as error:
-        logger.info("mysql connection cut skipped: %s", type(error).__name__)
-
-
-class _Watch:
-    """The cancel token and deadline of one call on one connection."""
-
-    def __init__(self, conn: Conn, address: ServerAddress, options: MemoryCallOptions | None):
-        self.conn, self.address = conn, address
-        self.token: CancelToken | None = options.cancel if options is not None else None
-        self.remaining = options.remaining_s if options is not None else None
-        self.deadline_hit = False
-        self.timers: list[threading.Timer] = []
-        self.unregister: Any = None
-        self.lock = threading.Lock()
-        self.done = False
-
-    def _fire(self, deadline: bool) -> None:
-        with self.lock:  # never after the call ended: the connection may serve another
-            if self.done:
-                return
-            self.deadline_hit = self.deadline_hit or deadline
-            thread_id: int = self.conn.thread_id()  # type: ignore[no-untyped-call]
-            if not _interrupt(self.address, thread_id, 2.0):
-                _cut(self.conn)
-
-    def _cut(self) -> None:
-        with self.lock:
-            if not self.done:
-                _cut(self.conn)
-
-    def __enter__(self) -> _Watch:
-        if self.token is not None:
-            self.unregister = self.token.on_cancel(lambda: self._fire(False))
-        if self.remaining is not None:
-            if self.remaining <= 0:
-                raise _timeout_error()
-            for delay, action in (
-                (self.remaining, lambda: self._fire(True)),
-                (self.remaining + _DEADLINE_GRACE_S, self._cut),
-            ):
-                timer = threading.Timer(delay, action)
-                timer.daemon = True
-                timer.start()
-                self.timers.append(timer)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        with self.lock:
-            self.done = True
-        for timer in self.timers:
-            timer.cancel()
-        if self.unregister is not None:
-            self.unregister()
-
-
 def _checkout(pool: QueuePool, options: MemoryCallOptions | None) -> Any:
     """A pooled connection (its pool proxy), waiting at most until the deadline."""
     remaining = options.remaining_s if options is not None else None
@@ -346,7 +263,7 @@ def _checkout(pool: QueuePool, options: MemoryCallOptions | None) -> Any:
         return pool.connect()
     except exc.TimeoutError:
         if remaining is not None and remaining <= pool.timeout():
-            raise _timeout_error() from None
+            raise timeout_error() from None
         raise MemoryError(
             ErrorCode.MEMORY_BACKEND_ERROR,
             "no MySQL memory store connection was free within the pool timeout",
@@ -387,7 +304,7 @@ def transaction(
         raise cancelled_error()
     proxy = _checkout(pool, options)
     conn: Conn = proxy.dbapi_connection
-    watch = _Watch(conn, address, options)
+    watch = Watch(conn, address, options, connect)
     try:
         with watch:
             if write:
