@@ -20,6 +20,10 @@ Qdrant runs in the client's **local mode** (``QdrantClient(path=…)``: in-proce
 force, no payload indexes; no Qdrant server can run here), so its figures are labelled
 ``qdrant-local``; they say what the embedded case costs, not what a server does. A store
 skips the query kinds it does not declare (Qdrant: ``orderBy`` on a metadata field).
+Milvus runs on **Milvus Lite 3** (``uri: <folder>/milvus.db``: a Python reimplementation
+of Milvus that pymilvus starts in-process and talks gRPC to), labelled ``milvus-lite``;
+like ``qdrant-local``, its figures are the embedded case, not a Milvus server's. It
+declares no ``orderBy`` on metadata (``sorted`` is skipped).
 ``--embedder hashing`` is ``ditto_worker.testing.HashingEmbedder`` with 384 dims: the
 stores' vector cost without a model's.
 
@@ -252,7 +256,20 @@ def embedder_of(kind: str) -> Any:
 @contextmanager
 def open_store(name: str, embedder: Any = None) -> Iterator[Any]:
     """A fresh, empty store ``sqlite`` (temp file), ``postgres`` (own schema), ``mysql``
-    (own database) or ``qdrant`` (local mode in a temp folder)."""
+    (own database), ``qdrant`` (local mode in a temp folder) or ``milvus`` (Milvus Lite 3
+    in a temp folder)."""
+    if name == "milvus":
+        from ditto_plugin_milvus import MilvusMemoryStore
+
+        folder = tempfile.mkdtemp(prefix="ditto-bench-")
+        milvus = MilvusMemoryStore(uri=f"{folder}/milvus.db", collection="bench",
+                                   embedder=embedder)  # fmt: skip
+        try:
+            yield milvus
+        finally:
+            milvus.close()
+            shutil.rmtree(folder, ignore_errors=True)
+        return
     if name == "qdrant":
         from ditto_plugin_qdrant import QdrantMemoryStore
 
@@ -435,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         args.n = 1_000_000
     words = vocabulary()
     inputs = query_inputs(args.queries, args.seed, words)
-    label = {"qdrant": "qdrant-local"}
+    label = {"qdrant": "qdrant-local", "milvus": "milvus-lite"}
     results = {
         label.get(name, name) + (f"/{count}t" if count else ""): run(
             name, args, words, inputs, count

@@ -147,11 +147,17 @@ def _shadow(kind: str, field: FieldRef) -> str:
     return f'sh["{kind}"]["{field_hash(field.path)}"]'
 
 
-def _compare(kind: str, field: FieldRef, op: str, value: str | int | float | bool) -> str:
-    """A two-valued comparison on a shadow field: false (never null) when it is missing,
-    so its negation holds there (Milvus evaluates a missing JSON key as null)."""
+def _compare(
+    kind: str, field: FieldRef, op: str, value: str | int | float | bool, guard: bool = False
+) -> str:
+    """A comparison on a shadow field. Milvus evaluates it on a missing JSON key as null
+    (three-valued logic: a row where it is null is not returned, nor where its ``not`` is),
+    so under a negation (``guard``) it is made two-valued: false when the key is missing,
+    and its negation holds there. Unguarded where no ``not`` is above it: each JSON access
+    costs Milvus Lite a parse of the row's field."""
     shadow = _shadow(kind, field)
-    return f"(exists {shadow}) and ({shadow} {op} {_literal(value)})"
+    compared = f"{shadow} {op} {_literal(value)}"
+    return f"(exists {shadow}) and ({compared})" if guard else compared
 
 
 def _parse_us(text: str) -> int | None:
@@ -208,12 +214,14 @@ def _range(field: FieldRef, op: str, bound: Scalar) -> str:
     if field.reserved:  # id and key are strings: never in a numeric range
         if not isinstance(bound, str):
             return NOTHING
-        return f"({field.name} is not null) and ({field.name} {_OPS[op]} {quote(bound)})"
+        return f"{field.name} {_OPS[op]} {quote(bound)}"  # null keys: never in range
+    # a range is never negated (the language has no $not): no guard
     return _compare("fs" if isinstance(bound, str) else "fn", field, _OPS[op], bound)
 
 
-def _equal(field: FieldRef, value: Scalar) -> str:
-    """Records whose field equals ``value`` (``null``: is null or missing)."""
+def _equal(field: FieldRef, value: Scalar, guard: bool = False) -> str:
+    """Records whose field equals ``value`` (``null``: is null or missing); ``guard``:
+    two-valued, for a negation (:func:`_compare`)."""
     if field.reserved:
         if field.name in _TIME_FIELDS:
             us = _parse_us(value) if isinstance(value, str) else None
@@ -222,21 +230,23 @@ def _equal(field: FieldRef, value: Scalar) -> str:
             return "key is null" if field.name == "key" else NOTHING
         if not isinstance(value, str):
             return NOTHING
-        return f"({field.name} is not null) and ({field.name} == {quote(value)})"
+        equal = f"{field.name} == {quote(value)}"
+        return f"({field.name} is not null) and ({equal})" if guard else equal
     if value is None:
         return f"(not (exists {_shadow('ft', field)})) or ({_compare('ft', field, '==', 'z')})"
     kind = "fb" if isinstance(value, bool) else "fs" if isinstance(value, str) else "fn"
-    return _compare(kind, field, "==", value)
+    return _compare(kind, field, "==", value, guard)
 
 
-def _in(field: FieldRef, values: Sequence[Scalar]) -> str:
+def _in(field: FieldRef, values: Sequence[Scalar], guard: bool = False) -> str:
     distinct = list(dict.fromkeys(values))
     strings = [v for v in distinct if isinstance(v, str)]
     if field.reserved and field.name in ("id", "key") and strings:
-        listed = ", ".join(quote(v) for v in strings)
-        others = [_equal(field, v) for v in distinct if not isinstance(v, str)]
-        return _any([f"({field.name} is not null) and ({field.name} in [{listed}])", *others])
-    return _any([_equal(field, v) for v in distinct])
+        listed = f"{field.name} in [{', '.join(quote(v) for v in strings)}]"
+        others = [_equal(field, v, guard) for v in distinct if not isinstance(v, str)]
+        first = f"({field.name} is not null) and ({listed})" if guard else listed
+        return _any([first, *others])
+    return _any([_equal(field, v, guard) for v in distinct])
 
 
 def _exists(field: FieldRef, exists: bool) -> str:
@@ -259,9 +269,9 @@ def to_expression(node: FilterNode) -> str:
     if isinstance(node, Exists):
         return _exists(node.field, node.exists)
     if isinstance(node, In):
-        found = _in(node.field, node.values)
+        found = _in(node.field, node.values, guard=node.negate)
         return _not(found) if node.negate else found
     if node.op in ("$eq", "$ne"):
-        equal = _equal(node.field, node.value)
+        equal = _equal(node.field, node.value, guard=node.op == "$ne")
         return equal if node.op == "$eq" else _not(equal)
     return _range(node.field, node.op, node.value)
