@@ -32,6 +32,8 @@ from ditto_worker.memory_tasks.contracts import (
     TaskRequest,
     parse_request,
 )
+from ditto_worker.memory_tasks.revise import run_update, run_write
+from ditto_worker.memory_tasks.search import run_search
 from ditto_worker.memory_tasks.storage import MemoryStorage, open_memory_storage
 from ditto_worker.memory_tasks.task_state import run_task_state
 
@@ -52,5 +54,8 @@ __all__ = [
     "open_memory_storage",
     "parse_request",
     "publish_artifact",
+    "run_search",
     "run_task_state",
+    "run_update",
+    "run_write",
 ]

@@ -1,0 +1,223 @@
+"""Preferences in long-term memory: recall, the progress message that applies them, and
+the proposal a ``write`` / ``update`` task asks the model for (SPEC.md MEM-TASK-2/3).
+
+A preference is one record per policy field in the ``memory`` space: key
+``preference:<field>``, content ``{field, value, statement}`` (the statement is the
+user's admitted quote; the field name makes every preference match the recall query in
+keyword search), metadata ``{kind: "preference", field, value, version, quote,
+operationId, taskId}``. ``version`` starts at 1 and grows by one per admitted revision.
+
+* :func:`recall` — MEMORY.SEARCH with the task's own filter ``{kind: preference}`` (no
+  caller can widen it; a result that is not a well-formed preference of the policy is
+  dropped) beside CONTEXT.LOAD of the working context ``preferences``; a cache miss (or
+  a stale cache) is restored from the database with CONTEXT.UPDATE.
+* :func:`progress_message` — INFER.GENERATE writes the project progress message in the
+  remembered language and style; code checks the language (:func:`~ditto_worker.
+  memory_tasks.language.is_in_language`) and asks again up to ``model.attempts`` times,
+  then fails ``INFER_INVALID_OUTPUT``. The citation ``(memory <id> v<version>)`` is
+  appended by code, never left to the model.
+* :func:`propose` — candidate sentences (user turns only) chosen by code, the model's
+  proposal constrained by :func:`~ditto_worker.memory_tasks.policy.proposal_schema`,
+  every proposal decided by :func:`~ditto_worker.memory_tasks.policy.admit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ditto_worker.errors import ErrorCode, NodeError
+from ditto_worker.memory_tasks.contracts import LANGUAGE_NAMES
+from ditto_worker.memory_tasks.steps import Plan, TaskRun, ask, require
+from ditto_worker.runtime.graphs import graph
+
+__all__ = [
+    "CONTEXT_NAME",
+    "RECALL_QUERY",
+    "preference_key",
+    "progress_message",
+    "propose",
+    "recall",
+]
+
+RECALL_QUERY: Final = "communication preference language tone format length"
+"""The recall query: every preference's content names its field, one of these words."""
+CONTEXT_NAME: Final = "preferences"
+"""The cached working context of the user's preferences (CONTEXT cache mode)."""
+_RECALL_LIMIT: Final = 20
+
+
+def preference_key(field: str) -> str:
+    """The record key of a preference field: ``preference:<field>``."""
+    return f"preference:{field}"
+
+
+def _is_preference(item: Any, fields: Mapping[str, Any]) -> bool:
+    metadata = item.get("metadata") if isinstance(item, Mapping) else None
+    if not isinstance(metadata, Mapping) or metadata.get("kind") != "preference":
+        return False
+    field, value, version = metadata.get("field"), metadata.get("value"), metadata.get("version")
+    return (
+        isinstance(field, str)
+        and field in fields
+        and isinstance(value, str)
+        and value in fields[field]
+        and isinstance(version, int)
+        and not isinstance(version, bool)
+        and version >= 1
+    )
+
+
+def cited(item: Mapping[str, Any]) -> dict[str, Any]:
+    """The artifact's ``memories`` entry of a preference record."""
+    meta = item["metadata"]
+    return {"id": item["id"], "key": item.get("key"), "version": meta["version"],
+            "field": meta["field"], "value": meta["value"]}  # fmt: skip
+
+
+def _context_items(memories: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"memory:{m['id']}",
+            "sourceNode": "MEMORY.SEARCH",
+            "content": f"{m['field']}: {m['value']}",
+            "metadata": {"memoryId": m["id"], "version": m["version"]},
+        }
+        for m in memories
+    ]
+
+
+def recall(run: TaskRun, fields: Mapping[str, Any]) -> Plan:
+    """Recall the user's preferences (see the module docstring).
+
+    Returns:
+        ``(memories, context)``: the cited preferences, one per field (highest version),
+        and ``{cacheHit, restored, version}`` of the working context.
+
+    Raises:
+        NodeError: SEARCH or the context cache failed (its code; no fallback).
+    """
+    search = {"query": RECALL_QUERY, "filter": {"kind": "preference"}, "limit": _RECALL_LIMIT}
+    step = (
+        graph("recall")
+        .node("search", "MEMORY.SEARCH", [], lambda _: search)
+        .node("context", "CONTEXT.LOAD", [], lambda _: {"name": CONTEXT_NAME})
+    )
+    done = yield step, None
+    found = [r["memory"] for r in require(done, "search")]
+    loaded = require(done, "context")
+    best: dict[str, dict[str, Any]] = {}
+    for item in found:
+        if _is_preference(item, fields):
+            memory = cited(item)
+            if memory["field"] not in best or memory["version"] > best[memory["field"]]["version"]:
+                best[memory["field"]] = memory
+    memories = sorted(best.values(), key=lambda m: str(m["field"]))
+    items = _context_items(memories)
+    cached = [(i["id"], (i.get("metadata") or {}).get("version")) for i in loaded["items"]]
+    fresh = [(i["id"], i["metadata"]["version"]) for i in items]
+    context = {"cacheHit": bool(loaded["found"]), "restored": False,
+               "version": loaded["version"]}  # fmt: skip
+    if not loaded["found"] or cached != fresh:
+        body = {"name": CONTEXT_NAME, "ingress": items}
+        update = graph("restore-context").node("update", "CONTEXT.UPDATE", [], lambda _: body)
+        restored = require((yield update, None), "update")
+        context.update(restored=True, version=restored["version"])
+        run.say("context: restored from the database")
+    return memories, context
+
+
+def _language_of(memories: list[dict[str, Any]]) -> str:
+    for memory in memories:
+        if memory["field"] == "language" and memory["value"] in LANGUAGE_NAMES:
+            return str(memory["value"])
+    return "en"
+
+
+def _message_schema(language: str) -> dict[str, Any]:
+    text: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 400}
+    if language in ("zh", "ja"):  # the offline model writes the script only when forced
+        text["pattern"] = "^[^A-Za-z]+$"
+    return {"type": "object", "properties": {"message": text}, "required": ["message"],
+            "additionalProperties": False}  # fmt: skip
+
+
+def _message_prompt(run: TaskRun, applied: Mapping[str, str]) -> list[dict[str, str]]:
+    name = LANGUAGE_NAMES[applied["language"]]
+    style = ", ".join(f"{k}: {v}" for k, v in applied.items() if k != "language")
+    system = (
+        f"Write a short project progress update in {name}"
+        + (f" ({style})" if style else "")
+        + '. Reply with JSON {"message": ...}.'
+    )
+    stages = "; ".join(f"{s.name}: {s.status}" for s in run.request.stages)
+    return [{"role": "system", "content": system},
+            {"role": "user", "content": f"Project {run.request.project}. {stages}"}]  # fmt: skip
+
+
+def progress_message(run: TaskRun, memories: list[dict[str, Any]]) -> Plan:
+    """The progress message applying ``memories`` (see the module docstring).
+
+    Returns:
+        ``{message, applied, languageCheck}`` for the artifact.
+
+    Raises:
+        NodeError: ``INFER_INVALID_OUTPUT`` when no attempt is in the language;
+            INFER's own codes when a call fails.
+    """
+    from ditto_worker.memory_tasks.language import detect_language, is_in_language
+
+    applied = {"language": _language_of(memories)}
+    applied.update({m["field"]: m["value"] for m in memories if m["field"] != "language"})
+    messages = _message_prompt(run, applied)
+    language = applied["language"]
+    for attempt in range(1, run.model.attempts + 1):
+        reply = yield from ask(run, "infer-message", messages, _message_schema(language))
+        text = str(reply.get("message", "")).strip() if isinstance(reply, Mapping) else ""
+        if text and is_in_language(text, language):
+            cite = " ".join(f"(memory {m['id']} v{m['version']})" for m in memories)
+            check = {"language": language, "detected": detect_language(text),
+                     "passed": True, "attempts": attempt}  # fmt: skip
+            return {"message": f"{text} {cite}".strip(), "applied": applied,
+                    "languageCheck": check}  # fmt: skip
+        run.say(f"message: attempt {attempt} is not in {LANGUAGE_NAMES[language]}")
+    raise NodeError(
+        ErrorCode.INFER_INVALID_OUTPUT,
+        f"the model's message was not in {LANGUAGE_NAMES[language]} after "
+        f"{run.model.attempts} attempts",
+    )
+
+
+_PROPOSE_SYSTEM = (
+    "Pick the user's durable communication preferences from the numbered sentences. "
+    'Reply JSON {"proposals": [{candidate_index, quote, field, value}]}; '
+    "an empty list when there is none."
+)
+
+
+def propose(run: TaskRun, policy: Any) -> Plan:
+    """Ask the model for proposals and decide each in code.
+
+    Returns:
+        ``[Decision.to_json(), …]`` in the model's order (empty when it proposed none).
+
+    Raises:
+        NodeError: INFER failed; ``INVALID_INPUT`` for a malformed conversation.
+    """
+    from ditto_worker.memory_tasks import policy as rules
+
+    try:
+        turns = rules.turns_from_messages(
+            [t.model_dump() for t in run.request.conversation]
+        )  # fmt: skip
+    except rules.InvalidTurnError as exc:
+        raise NodeError(ErrorCode.INVALID_INPUT, f"Invalid input: conversation: {exc}") from None
+    candidates = rules.candidate_sentences(turns)
+    listing = "\n".join(f"{c.index}. {c.text}" for c in candidates) or "(none)"
+    messages = [{"role": "system", "content": _PROPOSE_SYSTEM},
+                {"role": "user", "content": listing}]  # fmt: skip
+    reply = yield from ask(
+        run, "infer-proposal", messages, rules.proposal_schema(candidates, policy)
+    )
+    proposals = rules.proposals_from_json(reply)
+    return [rules.admit(p, turns, policy).to_json() for p in proposals]

@@ -1,0 +1,216 @@
+"""The ``write`` and ``update`` tasks: the model proposes, code decides, then one mutation
+applied at most once (SPEC.md MEM-TASK-3/4, MEM-RUN-7, MEM-UPDATE-5).
+
+The seed's table (memory-capabilities): "write.ts — Check permission, infer a proposal,
+validate exact evidence and policy, MEMORY.WRITE — A new task retrieves and uses the
+saved preference"; "update.ts — Read existing preference, validate the revision,
+MEMORY.UPDATE the same ID — Apply revised preferences; regenerate the vector alongside
+content". Stages:
+
+1. **permission** — the host's (``TaskOptions.allow_write``); without it no model is
+   called and nothing is written (admission ``denied``);
+2. ``propose`` — :func:`~ditto_worker.memory_tasks.preferences.propose`: every proposal
+   decided by code; only admitted ones go on (one per field);
+3. ``candidate`` — the change (records, versions, operation id ``<taskId>:<kind>``) is
+   committed in the task space *before* the mutation;
+4. ``mutate`` — the preference records are read back first (MEMORY.GET): a record that
+   already carries this operation id (and, for update, the new version) was written by an
+   earlier attempt, so nothing is applied again and no version is bumped twice; else
+   MEMORY.WRITE / MEMORY.UPDATE with the operation id (and ``ifMetadata: {version}`` on
+   update, so a concurrent controller's revision is a ``CONFLICT``, not a lost update). A
+   store that answers ``UNSUPPORTED`` to those guards is asked once more without them; the
+   read-back still prevents double application by one controller;
+5. ``message`` — the progress message applying the saved preferences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ditto_worker.errors import ErrorCode, NodeError
+from ditto_worker.memory_tasks.contracts import TaskInputs, TaskKind, TaskOptions, TaskOutcome
+from ditto_worker.memory_tasks.preferences import cited, preference_key, propose
+from ditto_worker.memory_tasks.runner import base_artifact, run_task, stop_if_asked
+from ditto_worker.memory_tasks.search import message_stage
+from ditto_worker.memory_tasks.steps import CANDIDATE_KEY, Plan, TaskRun, complete, require, save
+from ditto_worker.runtime.graphs import graph
+
+__all__ = ["REVISE_STAGES", "run_update", "run_write"]
+
+REVISE_STAGES = ["propose", "mutate", "message"]
+"""The checkpointed stages of ``write`` and ``update``."""
+
+_DENIED = "the host did not grant storage permission; no model was asked, nothing written"
+
+
+def _decide(run: TaskRun) -> Plan:
+    from ditto_worker.memory_tasks.policy import DEFAULT_POLICY
+
+    decisions = run.done("propose")
+    if isinstance(decisions, list):
+        return decisions
+    decisions = yield from propose(run, DEFAULT_POLICY)
+    yield from complete(run, "propose", decisions)
+    stop_if_asked(run)
+    return decisions
+
+
+def _admitted(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    first: dict[str, dict[str, Any]] = {}
+    for decision in decisions:
+        if decision["admitted"] and decision["field"] not in first:
+            first[decision["field"]] = decision
+    return list(first.values())
+
+
+def _admission(decisions: list[dict[str, Any]], extra: list[str]) -> dict[str, Any]:
+    reasons = [f"{d['field']}={d['value']}: {d['message']}" for d in decisions] + extra
+    admitted = any(d["admitted"] for d in decisions) and not extra
+    if not decisions:
+        reasons.append("the model proposed no preference")
+    return {"decision": "admitted" if admitted else "rejected", "reasons": reasons,
+            "proposals": decisions}  # fmt: skip
+
+
+def _record(run: TaskRun, decision: Mapping[str, Any], version: int, op: str) -> dict[str, Any]:
+    field, value, quote = decision["field"], decision["value"], decision["quote"]
+    return {
+        "content": {"field": field, "value": value, "statement": quote},
+        "metadata": {"kind": "preference", "field": field, "value": value, "version": version,
+                     "quote": quote, "operationId": op, "taskId": run.request.task_id},
+    }  # fmt: skip
+
+
+def _read(keys: list[str] | None = None, ids: list[str] | None = None) -> Plan:
+    body = {"keys": keys or [], "ids": ids or []}
+    found = require((yield graph("read-back").node("get", "MEMORY.GET", [], lambda _: body), None),
+                    "get")  # fmt: skip
+    return found
+
+
+def _mutate(node: str, body: dict[str, Any], op: str) -> Plan:
+    """One mutation with the operation id (and ``ifMetadata``); once more without those
+    guards when the store answers ``UNSUPPORTED``. Returns ``(records, guarded)``."""
+    step = graph("mutate").node("apply", node, [], lambda _: body, operation_id=op)
+    done = yield step, None
+    result = done.results["apply"]
+    if result.status != "success" and result.error is not None:
+        if result.error.code == ErrorCode.UNSUPPORTED:
+            plain = {"memories": [{k: v for k, v in e.items() if k != "ifMetadata"}
+                                  for e in body["memories"]]}  # fmt: skip
+            retry = graph("mutate-unguarded").node("apply", node, [], lambda _: plain)
+            return require((yield retry, None), "apply"), False
+    return require(done, "apply"), True
+
+
+def _apply(run: TaskRun, candidate: Mapping[str, Any]) -> Plan:
+    op, node = candidate["operationId"], candidate["node"]
+    memories = candidate["memories"]
+    if node == "MEMORY.WRITE":
+        found = yield from _read(keys=[preference_key(m["metadata"]["field"]) for m in memories])
+    else:
+        found = yield from _read(ids=[m["id"] for m in memories])
+    versions = {m.get("id", preference_key(m["metadata"]["field"])): m for m in memories}
+    mine = [i for i in found if (i.get("metadata") or {}).get("operationId") == op]
+    if found and len(mine) == len(found) == len(memories):
+        return {"records": [cited(i) for i in mine], "replayed": True, "guarded": True}
+    for item in found:
+        target = versions.get(item["id"]) or versions.get(item.get("key"))
+        wanted = None if target is None else candidate["previous"].get(item["id"])
+        if node == "MEMORY.WRITE" or item["metadata"].get("version") != wanted:
+            meta = item.get("metadata") or {}
+            raise NodeError(ErrorCode.CONFLICT, f"preference {item.get('key')} is at memory "
+                            f"{item['id']} v{meta.get('version')}, not the version this task "
+                            "read; run the task again to revise the current one")  # fmt: skip
+    written, guarded = yield from _mutate(node, {"memories": list(memories)}, op)
+    return {"records": [cited(i) for i in written], "replayed": False, "guarded": guarded}
+
+
+def _candidate(run: TaskRun, kind: TaskKind, admitted: list[dict[str, Any]]) -> Plan:
+    """The change to make, or the reasons there is none (update of a missing field)."""
+    op = f"{run.request.task_id}:{kind}"
+    if kind == "write":
+        memories = [{"key": preference_key(d["field"]), **_record(run, d, 1, op)}
+                    for d in admitted]  # fmt: skip
+        return {"node": "MEMORY.WRITE", "operationId": op, "memories": memories,
+                "previous": {}}, []  # fmt: skip
+    current = yield from _read(keys=[preference_key(d["field"]) for d in admitted])
+    by_key = {item.get("key"): item for item in current}
+    entries, previous, reasons = [], {}, []
+    for decision in admitted:
+        item = by_key.get(preference_key(decision["field"]))
+        if item is None:
+            reasons.append(f"{decision['field']}: no preference to update (write stores new ones)")
+            continue
+        version = int(item["metadata"]["version"])
+        entry = {"id": item["id"], **_record(run, decision, version + 1, op)}
+        entry["ifMetadata"] = {"version": version}
+        entries.append(entry)
+        previous[item["id"]] = version
+    node = {"node": "MEMORY.UPDATE", "operationId": op, "memories": entries, "previous": previous}
+    return node, reasons
+
+
+def _body(kind: TaskKind) -> Any:
+    def body(run: TaskRun) -> Plan:
+        artifact = base_artifact(run)
+        if not run.options.allow_write:
+            artifact["admission"] = {"decision": "denied", "reasons": [_DENIED], "proposals": []}
+            run.say("permission: denied by the host")
+            return artifact
+        decisions = yield from _decide(run)
+        admitted = _admitted(decisions)
+        candidate = run.checkpoints.get(CANDIDATE_KEY)
+        reasons: list[str] = []
+        if admitted and candidate is None:
+            candidate, reasons = yield from _candidate(run, kind, admitted)
+            if candidate["memories"]:
+                yield from save(run, CANDIDATE_KEY, candidate, kind="candidate")
+        artifact["admission"] = _admission(decisions, reasons if not admitted else [])
+        if candidate is None or not candidate["memories"]:
+            if reasons:
+                artifact["admission"]["decision"] = "rejected"
+                artifact["admission"]["reasons"] += reasons
+            return artifact
+        mutation = run.done("mutate")
+        if not isinstance(mutation, Mapping):
+            mutation = yield from _apply(run, candidate)
+            yield from complete(run, "mutate", mutation)
+        records = [{**r, "previousVersion": candidate["previous"].get(r["id"])}
+                   for r in mutation["records"]]  # fmt: skip
+        artifact["mutation"] = {"node": candidate["node"], "operationId": candidate["operationId"],
+                                "records": records, "replayed": mutation["replayed"]}  # fmt: skip
+        made = yield from message_stage(run, list(mutation["records"]))
+        artifact.update(made)
+        artifact["memories"] = list(mutation["records"])
+        return artifact
+
+    return body
+
+
+def run_write(
+    runtime: Any, inputs: TaskInputs | Mapping[str, Any], options: TaskOptions
+) -> TaskOutcome:
+    """Run the ``write`` task (see the module docstring).
+
+    Args:
+        runtime: a runtime serving MEMORY, INFER.GENERATE (and CONTEXT).
+        inputs: ``{request, model}``; ``request.kind`` must be ``write``;
+            ``request.conversation`` holds the messages to learn from.
+        options: the controller's tenant, user and ``allow_write`` permission.
+
+    Returns:
+        The :class:`TaskOutcome`; its artifact's ``admission`` gives the decision on
+        every proposal with its reasons, ``mutation`` what was written.
+    """
+    return run_task(runtime, "write", inputs, options, _body("write"), lambda _: REVISE_STAGES)
+
+
+def run_update(
+    runtime: Any, inputs: TaskInputs | Mapping[str, Any], options: TaskOptions
+) -> TaskOutcome:
+    """Run the ``update`` task: like :func:`run_write`, revising the existing preference
+    of each admitted field in place (same id, version + 1, ``ifMetadata`` on the version
+    it read); a field with no stored preference is rejected with that reason."""
+    return run_task(runtime, "update", inputs, options, _body("update"), lambda _: REVISE_STAGES)

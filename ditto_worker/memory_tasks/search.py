@@ -1,0 +1,75 @@
+"""The ``search`` task: recall communication preferences, load the working context, write
+the progress message in the remembered language and style, citing memory id and version.
+
+The seed's table (memory-capabilities): "search.ts — Recall communication preferences
+with MEMORY.SEARCH, load Redis context, infer — Apply the remembered language/style and
+cite the memory ID/version" (SPEC.md MEM-TASK-1/2/5). Stages, each committed as a
+checkpoint in ``task:<taskId>``:
+
+1. ``recall`` — MEMORY.SEARCH with the task's filter ``{kind: preference}`` and
+   CONTEXT.LOAD; a cache miss is restored from the database
+   (:func:`~ditto_worker.memory_tasks.preferences.recall`);
+2. ``message`` — INFER.GENERATE in the remembered language, checked in code
+   (:func:`~ditto_worker.memory_tasks.preferences.progress_message`).
+
+With no preference stored the message is in English and cites nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ditto_worker.memory_tasks.contracts import TaskInputs, TaskOptions, TaskOutcome
+from ditto_worker.memory_tasks.preferences import progress_message, recall
+from ditto_worker.memory_tasks.runner import base_artifact, run_task, stop_if_asked
+from ditto_worker.memory_tasks.steps import Plan, TaskRun, complete
+
+__all__ = ["SEARCH_STAGES", "message_stage", "run_search"]
+
+SEARCH_STAGES = ["recall", "message"]
+"""The checkpointed stages of ``search``."""
+
+
+def message_stage(run: TaskRun, memories: list[dict[str, Any]]) -> Plan:
+    """The ``message`` stage: restored, or inferred and committed."""
+    done = run.done("message")
+    if isinstance(done, Mapping):
+        return done
+    made = yield from progress_message(run, memories)
+    yield from complete(run, "message", made)
+    return made
+
+
+def _body(run: TaskRun) -> Plan:
+    from ditto_worker.memory_tasks.policy import DEFAULT_POLICY
+
+    recalled = run.done("recall")
+    if not isinstance(recalled, Mapping):
+        memories, context = yield from recall(run, DEFAULT_POLICY.fields)
+        recalled = {"memories": memories, "context": context}
+        yield from complete(run, "recall", recalled)
+        stop_if_asked(run)
+    made = yield from message_stage(run, recalled["memories"])
+    artifact = base_artifact(run)
+    artifact.update(made)
+    artifact["memories"] = recalled["memories"]
+    artifact["context"] = recalled["context"]
+    return artifact
+
+
+def run_search(
+    runtime: Any, inputs: TaskInputs | Mapping[str, Any], options: TaskOptions
+) -> TaskOutcome:
+    """Run the ``search`` task (see the module docstring).
+
+    Args:
+        runtime: a runtime serving MEMORY, CONTEXT and INFER.GENERATE.
+        inputs: ``{request, model}``; ``request.kind`` must be ``search``.
+        options: the controller's tenant, user, artifacts folder, deadline, cancellation.
+
+    Returns:
+        The :class:`TaskOutcome`; its artifact's ``message`` ends with ``(memory <id>
+        v<version>)`` for every preference applied.
+    """
+    return run_task(runtime, "search", inputs, options, _body, lambda _: SEARCH_STAGES)

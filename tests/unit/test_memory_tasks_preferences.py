@@ -1,0 +1,202 @@
+"""``write``, ``update`` and ``search`` on SQLite with a scripted model (SPEC.md MEM-TASK-1..5).
+
+The model is assumed wrong: tests feed it invented quotes, values outside the policy,
+one-off requests and secrets, and check that code refuses them with nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from ditto_worker import Scope
+from ditto_worker.memory_tasks import artifact_schema, run_search, run_update, run_write
+from tests.unit._task_kit import ScriptedModel, options, task_runtime
+
+ALICE = Scope("acme", "alice")
+GERMAN = "Please always write to me in German."
+FRENCH = "From now on, always write to me in French."
+MESSAGES = {
+    "de": "Das Projekt Atlas kommt gut voran: das Design ist fertig und der Bau zu sechzig "
+    "Prozent erledigt.",
+    "fr": "Le projet Atlas avance bien : la conception est terminée et la construction est "
+    "faite à soixante pour cent.",
+    "en": "Project Atlas is going well: design is done and the build is sixty percent done.",
+}
+
+
+def request(kind: str, task_id: str, said: str | None = None) -> dict[str, Any]:
+    turns = [] if said is None else [
+        {"role": "assistant", "content": "How should I write to you?"},
+        {"role": "user", "content": said},
+    ]  # fmt: skip
+    return {"taskId": task_id, "kind": kind, "conversation": turns}
+
+
+def model(proposal: Any, language: str = "de") -> ScriptedModel:
+    """Proposes ``proposal`` when asked for proposals, else writes the progress message in
+    ``language``."""
+
+    def reply(body: Any) -> Any:
+        schema = body.get("response_format", {}).get("json_schema", {}).get("schema", {})
+        if "proposals" in schema.get("properties", {}):
+            return proposal
+        return {"message": MESSAGES[language]}
+
+    return ScriptedModel(reply)
+
+
+def proposing(quote: str, value: str, field: str = "language", index: int = 0) -> dict[str, Any]:
+    return {"proposals": [{"candidate_index": index, "quote": quote, "field": field,
+                           "value": value}]}  # fmt: skip
+
+
+def preferences(runtime: Any) -> list[Any]:
+    return runtime.invoke("MEMORY.QUERY", {"filter": {"kind": "preference"}}, scope=ALICE).output.items
+
+
+def test_write_then_a_new_search_task_applies_and_cites_the_preference(tmp_path: Path) -> None:
+    # the issue's done-when, with a scripted model: write, then a new task recalls and uses it
+    with model(proposing(GERMAN, "de")) as fake, task_runtime(tmp_path, fake) as (runtime, _):
+        wrote = run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                          options(tmp_path, allow_write=True))  # fmt: skip
+        assert wrote.status == "success", wrote.error
+        [saved] = preferences(runtime)
+        assert saved.key == "preference:language"
+        assert saved.metadata["version"] == 1 and saved.metadata["value"] == "de"
+        assert wrote.artifact is not None
+        assert wrote.artifact["admission"]["decision"] == "admitted"
+        assert wrote.artifact["mutation"]["records"][0]["id"] == saved.id
+        found = run_search(runtime, {"request": request("search", "s1")}, options(tmp_path))
+    assert found.status == "success", found.error
+    artifact = json.loads(Path(found.artifact_path or "").read_text())
+    jsonschema.validate(artifact, artifact_schema())
+    assert artifact["applied"]["language"] == "de"
+    assert artifact["memories"] == [{"id": saved.id, "key": "preference:language",
+                                     "version": 1, "field": "language", "value": "de"}]  # fmt: skip
+    assert artifact["message"].endswith(f"(memory {saved.id} v1)")
+    assert artifact["languageCheck"]["passed"] is True
+    assert artifact["context"]["restored"] is True  # a first load misses: restored from the DB
+
+
+def test_update_revises_the_same_id_once_and_a_replay_bumps_nothing(tmp_path: Path) -> None:
+    with model(proposing(GERMAN, "de")) as fake, task_runtime(tmp_path, fake) as (runtime, _):
+        run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                  options(tmp_path, allow_write=True))  # fmt: skip
+        [before] = preferences(runtime)
+    with model(proposing(FRENCH, "fr"), "fr") as fake, task_runtime(tmp_path, fake) as (runtime, _):
+        revised = run_update(runtime, {"request": request("update", "u1", FRENCH)},
+                             options(tmp_path, allow_write=True))  # fmt: skip
+        assert revised.status == "success", revised.error
+        [after] = preferences(runtime)
+        assert (after.id, after.metadata["version"], after.metadata["value"]) == (
+            before.id, 2, "fr",
+        )  # fmt: skip
+        assert revised.artifact is not None
+        assert revised.artifact["mutation"]["records"][0]["previousVersion"] == 1
+        # the artifact was lost after the report committed: publishing again infers nothing
+        calls = fake.calls
+        Path(revised.artifact_path or "").unlink()
+        again = run_update(runtime, {"request": request("update", "u1", FRENCH)},
+                           options(tmp_path, allow_write=True))  # fmt: skip
+        assert again.status == "success" and fake.calls == calls
+        [still] = preferences(runtime)
+        assert still.metadata["version"] == 2
+
+
+def test_a_crash_after_the_mutation_replays_nothing(tmp_path: Path) -> None:
+    # MEM-TASK-4: the mutation committed, its checkpoint did not (the controller died):
+    # the resumed task reads content and operation id back and writes nothing again
+    with model(proposing(GERMAN, "de")) as fake, task_runtime(tmp_path, fake) as (runtime, _):
+        first = run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                          options(tmp_path, allow_write=True))  # fmt: skip
+        assert first.status == "success"
+        task = Scope.for_task("acme", "alice", "w1")
+        got = runtime.invoke("MEMORY.GET", {"keys": ["progress:mutate", "progress:message",
+                                                     "report"]}, scope=task)  # fmt: skip
+        ids = [item.id for item in got.output]
+        runtime.invoke("MEMORY.DELETE", {"ids": ids}, scope=task)  # as if never committed
+        again = run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                          options(tmp_path, allow_write=True))  # fmt: skip
+        assert again.status == "success", again.error
+        assert again.artifact is not None and again.artifact["mutation"]["replayed"] is True
+        [saved] = preferences(runtime)
+        assert saved.metadata["version"] == 1
+
+
+def test_without_the_hosts_permission_no_model_is_asked_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    with model(proposing(GERMAN, "de")) as fake, task_runtime(tmp_path, fake) as (runtime, _):
+        outcome = run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                            options(tmp_path))  # fmt: skip
+        assert outcome.status == "success"
+        assert outcome.artifact is not None
+        assert outcome.artifact["admission"]["decision"] == "denied"
+        assert fake.calls == 0 and preferences(runtime) == []
+
+
+@pytest.mark.parametrize(
+    ("said", "proposal", "reason"),
+    [
+        ("Just this once, reply in French please.", proposing(
+            "Just this once, reply in French please.", "fr"), "not_durable_one_off"),
+        ("If I were in Paris, would you write to me in French?", proposing(
+            "If I were in Paris, would you write to me in French?", "fr"), "not_durable"),
+        ("Always write to me in German, my card is 4111 1111 1111 1111.", proposing(
+            "Always write to me in German, my card is 4111 1111 1111 1111.", "de"), "secret"),
+        (GERMAN, proposing(GERMAN, "fr"), "value_not_grounded"),
+    ],
+)
+def test_a_proposal_code_refuses_writes_nothing(
+    tmp_path: Path, said: str, proposal: Any, reason: str
+) -> None:
+    with model(proposal) as fake, task_runtime(tmp_path, fake) as (runtime, _):
+        outcome = run_write(runtime, {"request": request("write", "w1", said)},
+                            options(tmp_path, allow_write=True))  # fmt: skip
+        assert outcome.status == "success", outcome.error
+        assert outcome.artifact is not None
+        admission = outcome.artifact["admission"]
+        assert admission["decision"] == "rejected"
+        assert any(reason in code for p in admission["proposals"] for code in p["reasons"])
+        assert outcome.artifact["mutation"] is None and preferences(runtime) == []
+        if reason == "secret":
+            assert "4111" not in json.dumps(outcome.artifact)
+
+
+@pytest.mark.parametrize(
+    "proposal",
+    [
+        proposing("I always want German.", "de"),  # a quote not in the conversation
+        proposing("How should I write to you?", "de"),  # the assistant's words
+        proposing(GERMAN, "klingon"),  # a value outside the policy
+        proposing(GERMAN, "de", field="password"),  # a field outside the policy
+    ],
+)
+def test_a_proposal_outside_the_schema_fails_the_task_with_nothing_written(
+    tmp_path: Path, proposal: Any
+) -> None:
+    with model(proposal) as fake, task_runtime(tmp_path, fake) as (runtime, _):
+        outcome = run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                            options(tmp_path, allow_write=True))  # fmt: skip
+        assert outcome.status == "failed"
+        assert outcome.error is not None and outcome.error["code"] == "INFER_INVALID_OUTPUT"
+        assert preferences(runtime) == []
+    assert not (tmp_path / "artifacts").exists()
+
+
+def test_a_message_not_in_the_remembered_language_fails_after_its_attempts(
+    tmp_path: Path,
+) -> None:
+    with model(proposing(GERMAN, "de")) as fake, task_runtime(tmp_path, fake) as (runtime, _):
+        run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                  options(tmp_path, allow_write=True))  # fmt: skip
+    with model({}, "en") as fake, task_runtime(tmp_path, fake) as (runtime, _):
+        found = run_search(runtime, {"request": request("search", "s1")}, options(tmp_path))
+        assert found.status == "failed"
+        assert found.error is not None and found.error["code"] == "INFER_INVALID_OUTPUT"
+        assert fake.calls == 3
