@@ -154,6 +154,11 @@ class ModelOptions(_Model):
     temperature: Annotated[float, Field(ge=0, le=2)] = Field(
         default=0.0, description="Sampling temperature (0: the most likely reply)."
     )
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=180.0,
+        description="Deadline of each INFER call, seconds (the Graph node's timeout; a "
+        "local model on a loaded 2-core machine took up to 60 s per call).",
+    )
     attempts: Annotated[int, Field(ge=1, le=5)] = Field(
         default=3,
         description="INFER calls a message may take before its language check fails the "

@@ -33,7 +33,15 @@ from ditto_worker.memory_tasks.contracts import TaskInputs, TaskKind, TaskOption
 from ditto_worker.memory_tasks.preferences import cited, preference_key, propose
 from ditto_worker.memory_tasks.runner import base_artifact, run_task, stop_if_asked
 from ditto_worker.memory_tasks.search import message_stage
-from ditto_worker.memory_tasks.steps import CANDIDATE_KEY, Plan, TaskRun, complete, require, save
+from ditto_worker.memory_tasks.steps import (
+    CANDIDATE_KEY,
+    Plan,
+    TaskRun,
+    complete,
+    mutate,
+    require,
+    save,
+)
 from ditto_worker.runtime.graphs import graph
 
 __all__ = ["REVISE_STAGES", "run_update", "run_write"]
@@ -89,21 +97,6 @@ def _read(keys: list[str] | None = None, ids: list[str] | None = None) -> Plan:
     return found
 
 
-def _mutate(node: str, body: dict[str, Any], op: str) -> Plan:
-    """One mutation with the operation id (and ``ifMetadata``); once more without those
-    guards when the store answers ``UNSUPPORTED``. Returns ``(records, guarded)``."""
-    step = graph("mutate").node("apply", node, [], lambda _: body, operation_id=op)
-    done = yield step, None
-    result = done.results["apply"]
-    if result.status != "success" and result.error is not None:
-        if result.error.code == ErrorCode.UNSUPPORTED:
-            plain = {"memories": [{k: v for k, v in e.items() if k != "ifMetadata"}
-                                  for e in body["memories"]]}  # fmt: skip
-            retry = graph("mutate-unguarded").node("apply", node, [], lambda _: plain)
-            return require((yield retry, None), "apply"), False
-    return require(done, "apply"), True
-
-
 def _apply(run: TaskRun, candidate: Mapping[str, Any]) -> Plan:
     op, node = candidate["operationId"], candidate["node"]
     memories = candidate["memories"]
@@ -123,7 +116,7 @@ def _apply(run: TaskRun, candidate: Mapping[str, Any]) -> Plan:
             raise NodeError(ErrorCode.CONFLICT, f"preference {item.get('key')} is at memory "
                             f"{item['id']} v{meta.get('version')}, not the version this task "
                             "read; run the task again to revise the current one")  # fmt: skip
-    written, guarded = yield from _mutate(node, {"memories": list(memories)}, op)
+    written, guarded = yield from mutate("mutate", node, {"memories": list(memories)}, op)
     return {"records": [cited(i) for i in written], "replayed": False, "guarded": guarded}
 
 

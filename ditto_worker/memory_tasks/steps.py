@@ -41,6 +41,7 @@ __all__ = [
     "TaskRun",
     "ask",
     "complete",
+    "mutate",
     "output_of",
     "progress_key",
     "require",
@@ -154,13 +155,34 @@ def save(run: TaskRun, key: str, content: Any, kind: str = "checkpoint") -> Plan
         "content": content,
         "metadata": {"kind": kind, "taskId": run.request.task_id},
     }
-    step = graph(f"save-{kind}").node(
-        "write", "MEMORY.WRITE", [], lambda _: {"memories": [memory]}, space=run.space
-    )
-    done = yield step, None
-    require(done, "write")
+    op = f"{run.request.task_id}:{key}"
+    yield from mutate(f"save-{kind}", "MEMORY.WRITE", {"memories": [memory]}, op, run.space)
     run.checkpoints[key] = content
     return content
+
+
+def mutate(name: str, node: str, body: dict[str, Any], op: str, space: str | None = None) -> Plan:
+    """One mutation carrying the operation id ``op`` (MEM-RUN-7; and ``ifMetadata`` where
+    ``body`` has it); asked once more without those guards when the store answers
+    ``UNSUPPORTED`` (it cannot apply them; the caller's read-back still prevents one
+    controller from applying its change twice).
+
+    Returns:
+        ``(records, guarded)``: the node's output and whether the guards were applied.
+
+    Raises:
+        NodeError: the mutation failed (its code: ``CONFLICT`` for a failed ``ifMetadata``
+            or another input under ``op`` …).
+    """
+    step = graph(name).node("apply", node, [], lambda _: body, operation_id=op, space=space)
+    done = yield step, None
+    result = done.results["apply"]
+    if result.error is not None and result.error.code == ErrorCode.UNSUPPORTED:
+        plain = {"memories": [{k: v for k, v in entry.items() if k != "ifMetadata"}
+                              for entry in body["memories"]]}  # fmt: skip
+        retry = graph(f"{name}-unguarded").node("apply", node, [], lambda _: plain, space=space)
+        return require((yield retry, None), "apply"), False
+    return require(done, "apply"), True
 
 
 def complete(run: TaskRun, stage: str, output: Any) -> Plan:
@@ -187,7 +209,9 @@ def ask(
     }
     if schema is not None:
         body["responseSchema"] = schema
-    step = graph(name).node("infer", "INFER.GENERATE", [], lambda _: body)
+    step = graph(name).node(
+        "infer", "INFER.GENERATE", [], lambda _: body, timeout=run.model.timeout_s
+    )
     done = yield step, None
     output = require(done, "infer")
     return output.get("json") if schema is not None else output.get("text", "")

@@ -56,7 +56,9 @@ def proposing(quote: str, value: str, field: str = "language", index: int = 0) -
 
 
 def preferences(runtime: Any) -> list[Any]:
-    return runtime.invoke("MEMORY.QUERY", {"filter": {"kind": "preference"}}, scope=ALICE).output.items
+    return runtime.invoke(
+        "MEMORY.QUERY", {"filter": {"kind": "preference"}}, scope=ALICE
+    ).output.items
 
 
 def test_write_then_a_new_search_task_applies_and_cites_the_preference(tmp_path: Path) -> None:
@@ -108,24 +110,55 @@ def test_update_revises_the_same_id_once_and_a_replay_bumps_nothing(tmp_path: Pa
         assert still.metadata["version"] == 2
 
 
-def test_a_crash_after_the_mutation_replays_nothing(tmp_path: Path) -> None:
+class Crash(Exception):
+    """The controller died here (the plan is never resumed)."""
+
+
+class CrashAfter:
+    """A runtime whose loop dies right after the Graph ``name`` succeeded: the effect
+    committed, the plan never saw it (so its checkpoint was never written)."""
+
+    def __init__(self, runtime: Any, name: str) -> None:
+        self.runtime, self.name = runtime, name
+
+    def loop(self, plan: Any, input: Any, **options: Any) -> Any:
+        def dying(value: Any) -> Any:
+            inner = plan(value)
+            try:
+                step = next(inner)
+                while True:
+                    result = yield step
+                    if step[0].name == self.name and result.status == "success":
+                        raise Crash()
+                    step = inner.send(result)
+            except StopIteration as stop:
+                return stop.value
+
+        return self.runtime.loop(dying, input, **options)
+
+
+@pytest.mark.parametrize("kind", ["write", "update"])
+def test_a_crash_after_the_mutation_replays_nothing(tmp_path: Path, kind: str) -> None:
     # MEM-TASK-4: the mutation committed, its checkpoint did not (the controller died):
-    # the resumed task reads content and operation id back and writes nothing again
-    with model(proposing(GERMAN, "de")) as fake, task_runtime(tmp_path, fake) as (runtime, _):
-        first = run_write(runtime, {"request": request("write", "w1", GERMAN)},
-                          options(tmp_path, allow_write=True))  # fmt: skip
-        assert first.status == "success"
-        task = Scope.for_task("acme", "alice", "w1")
-        got = runtime.invoke("MEMORY.GET", {"keys": ["progress:mutate", "progress:message",
-                                                     "report"]}, scope=task)  # fmt: skip
-        ids = [item.id for item in got.output]
-        runtime.invoke("MEMORY.DELETE", {"ids": ids}, scope=task)  # as if never committed
-        again = run_write(runtime, {"request": request("write", "w1", GERMAN)},
-                          options(tmp_path, allow_write=True))  # fmt: skip
+    # the resumed task reads content and operation id back and applies nothing again
+    said, value = (GERMAN, "de") if kind == "write" else (FRENCH, "fr")
+    if kind == "update":
+        with model(proposing(GERMAN, "de")) as fake, task_runtime(tmp_path, fake) as (rt, _):
+            run_write(rt, {"request": request("write", "w0", GERMAN)},
+                      options(tmp_path, allow_write=True))  # fmt: skip
+    with model(proposing(said, value), value) as fake, task_runtime(tmp_path, fake) as (rt, _):
+        task = run_write if kind == "write" else run_update
+        inputs = {"request": request(kind, "t1", said)}
+        with pytest.raises(Crash):
+            task(CrashAfter(rt, "mutate"), inputs, options(tmp_path, allow_write=True))
+        [applied] = preferences(rt)
+        assert applied.metadata["value"] == value
+        again = task(rt, inputs, options(tmp_path, allow_write=True))
         assert again.status == "success", again.error
         assert again.artifact is not None and again.artifact["mutation"]["replayed"] is True
-        [saved] = preferences(runtime)
-        assert saved.metadata["version"] == 1
+        [saved] = preferences(rt)
+        assert saved.metadata["version"] == applied.metadata["version"]
+        assert saved.metadata["version"] == (1 if kind == "write" else 2)
 
 
 def test_without_the_hosts_permission_no_model_is_asked_and_nothing_is_written(
@@ -143,12 +176,21 @@ def test_without_the_hosts_permission_no_model_is_asked_and_nothing_is_written(
 @pytest.mark.parametrize(
     ("said", "proposal", "reason"),
     [
-        ("Just this once, reply in French please.", proposing(
-            "Just this once, reply in French please.", "fr"), "not_durable_one_off"),
-        ("If I were in Paris, would you write to me in French?", proposing(
-            "If I were in Paris, would you write to me in French?", "fr"), "not_durable"),
-        ("Always write to me in German, my card is 4111 1111 1111 1111.", proposing(
-            "Always write to me in German, my card is 4111 1111 1111 1111.", "de"), "secret"),
+        (
+            "Just this once, reply in French please.",
+            proposing("Just this once, reply in French please.", "fr"),
+            "not_durable_one_off",
+        ),
+        (
+            "If I were in Paris, would you write to me in French?",
+            proposing("If I were in Paris, would you write to me in French?", "fr"),
+            "not_durable",
+        ),
+        (
+            "Always write to me in German, my card is 4111 1111 1111 1111.",
+            proposing("Always write to me in German, my card is 4111 1111 1111 1111.", "de"),
+            "secret",
+        ),
         (GERMAN, proposing(GERMAN, "fr"), "value_not_grounded"),
     ],
 )
