@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ditto_worker.cli.example import example
 from ditto_worker.cli.options import ScopeOpt, check_store, fail, scope_or_exit
 from ditto_worker.config import FleetSettings, RuntimeConfig, default_config
 from ditto_worker.contracts import to_wire
@@ -563,6 +564,7 @@ eval_app = typer.Typer(
     no_args_is_help=True, help="Measure retrieval quality (LoCoMo recall).", rich_markup_mode=None
 )
 app.add_typer(eval_app, name="eval")
+app.command("example")(example)
 
 
 @eval_app.command("locomo")
