@@ -1,40 +1,11 @@
 """The Milvus store's collection: lifecycle, identity and the requests every operation uses.
 
-``MilvusMemoryStore`` (:mod:`ditto_plugin_milvus.store`): MemoryStore + native search over
-one Milvus collection.
-
-Built on the plugin kit, as the Qdrant store is: the shared filter parser (translated by
-:mod:`ditto_plugin_milvus.expressions`), the shared signed cursors, the scope namespace,
-the embedding port and ``search`` from :class:`~ditto_worker.memory.native.NativeSearch`
-(``hybrid`` through the shared retrieval pipeline); this module supplies the six
-operations and the two candidate searches. Rows: :mod:`ditto_plugin_milvus.rows`.
-
-The collection (created on first use when missing, ``Strong`` consistency so a call reads
-every write before it) records in its properties the embedding identity, the embed
-policy, the keyword tokenizer and the cursor secret; another provider or policy fails
-every call with ``EMBEDDING_MISMATCH``.
-
-Behaviour (declared in ``capabilities``):
-
-* Every operation is confined to the call's namespace (``ns == …`` on every request).
-* Keys: a WRITE whose key is taken (or repeated in the batch) is ``CONFLICT`` and writes
-  nothing. Milvus has no unique constraint and no transaction, so the check is made twice:
-  before inserting (nothing is written on a conflict seen then) and after (a writer that
-  now sees another record holding one of its keys deletes its whole batch and reports
-  ``CONFLICT``). Two writers racing on a key therefore never both keep it; both may fail,
-  and a writer that dies between its insert and its second check leaves a duplicate
-  (docs/stores-milvus.md).
-* Batches are not atomic (``partial_commit``): rows are sent in requests of at most
-  ``max_message_bytes``; a failure part-way leaves the requests already applied.
-* Cancel: a cancel seen before the first mutation request commits nothing; once started,
-  a mutation is completed. Reads check the token before each request.
-* QUERY: ``orderBy`` on ``createdAt`` or ``updatedAt`` (one term; metadata order is
-  ``UNSUPPORTED_ORDER_BY``). Milvus's query has no order, so the matching rows' ids and
-  instants after the cursor are read and sorted here, then the page's records fetched.
-* SEARCH: ``keyword`` (Milvus BM25 over the shared tokenizer's terms,
-  :mod:`ditto_plugin_milvus.keywords`; statistics are Milvus's, not the scope's),
-  ``vector`` (COSINE on ``dense``; exact with the ``FLAT`` index) and ``hybrid`` (shared
-  pipeline). Ties in score are ordered by sequence; a tie run at the cut is read whole.
+Behaviour and layout: :mod:`ditto_plugin_milvus.store` (``MilvusMemoryStore``, built on
+:class:`MilvusCollection` and :class:`~ditto_plugin_milvus.reads.MilvusReads`) and
+:mod:`ditto_plugin_milvus.rows`. The collection is created on first use when missing
+(``Strong`` consistency, so a call reads every write before it; indexes created without
+waiting for their build), loaded, and its properties checked: the embedding identity, the
+embed policy, the keyword tokenizer, the cursor secret.
 """
 
 from __future__ import annotations

@@ -220,3 +220,31 @@ def test_milvus_lite_serves_one_process_per_folder(milvus_store: MilvusMemorySto
         "MEMORY_BACKEND_ERROR | Milvus Lite could not open its folder: it serves one process"
     ), out.stdout + out.stderr
     assert uri not in out.stdout
+
+
+def test_driver_errors_are_mapped_without_driver_text() -> None:
+    from pymilvus.exceptions import ConnectionConfigException, MilvusException
+
+    from ditto_plugin_milvus.connection import map_error
+    from ditto_worker.memory.ports import MemoryCallOptions
+
+    secret = 'sh["fs"]["p1"] == "card 4111" at http://root:pw@10.0.0.1:19530'
+    cases = [
+        (MilvusException(code=1100, message=secret), False, "the Milvus server rejected the "
+         "request (code 1100)"),
+        (MilvusException(code=2, message=f"Fail connecting to server on {secret}"), False,
+         "the Milvus server cannot be reached"),
+        (MilvusException(code=1, message=f"[query] Retry timeout: 2s, {secret}"), True,
+         "Milvus Lite did not answer in time"),
+        (ConnectionConfigException(message=secret), True, "Milvus Lite could not open its "
+         "folder: it serves one process per folder, and another process may have it open "
+         "(run `milvus-lite server` or a Milvus server for several)"),
+        (ValueError(secret), False, "the Milvus memory store failed"),
+    ]  # fmt: skip
+    for exc, lite, message in cases:
+        error = map_error(exc, None, lite)
+        assert (error.code, error.safe_message) == ("MEMORY_BACKEND_ERROR", message), exc
+    late = map_error(
+        MilvusException(code=1, message=secret), MemoryCallOptions(deadline=1.0), False
+    )
+    assert (late.code, late.safe_message) == ("MEMORY_TIMEOUT", "the memory call's deadline passed")
