@@ -26,12 +26,16 @@ from tests.conftest import postgres_url
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "qdrant-local"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
     if request.param == "memory":
         yield InMemoryMemoryStore
     elif request.param == "sqlite":
         yield lambda: SqliteMemoryStore(tmp_path / "m.sqlite")
+    elif request.param == "qdrant-local":
+        from ditto_plugin_qdrant import QdrantMemoryStore
+
+        yield lambda: QdrantMemoryStore(path=str(tmp_path / "qdrant"))
     else:
         from ditto_plugin_postgres import PostgresMemoryStore
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import AbstractContextManager
 from typing import Any, Final, Self
 
 from qdrant_client import QdrantClient, models
@@ -54,6 +55,7 @@ class QdrantCollection:
     _pruned_at: float
     _cursor_secret: str
     _clock: Clock
+    _mutation_lock: AbstractContextManager[Any]
 
     @property
     def local(self) -> bool:

@@ -24,6 +24,13 @@ the batch. A retried UPDATE whose first run died before its record re-applies it
 ``executionRetentionS`` are pruned (at most once every :data:`PRUNE_INTERVAL_S` per store
 object); an id replayed after that is treated as new. The same id used by another node is
 ``CONFLICT``, nothing applied. Ids are per namespace (tenant scope).
+
+Operation ids (SPEC.md MEM-RUN-7, :mod:`ditto_worker.memory.operations`) use the same
+two things: a WRITE with an operation id takes its point ids from it
+(:func:`operation_point_id`), and an **operation record** (``rec: "operation"``, id
+:func:`operation_record_id`, the node, the input digest and the output; never pruned)
+is written last (a DELETE's first, pending). A replay with the same input returns the
+output; another node or input is ``CONFLICT``. Memory points carry the id in ``op``.
 """
 
 from __future__ import annotations
@@ -37,14 +44,20 @@ from qdrant_client import models
 
 from ditto_plugin_qdrant.payload import EXECUTION, execution_namespace
 from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.memory.operations import Operation, check_replay
 
 __all__ = [
     "DEFAULT_RETENTION_S",
+    "OPERATION",
     "ID_NAMESPACE",
     "PRUNE_INTERVAL_S",
     "Replay",
     "expired_filter",
     "memory_point_id",
+    "operation_point_id",
+    "operation_record",
+    "operation_record_id",
+    "operation_replay",
     "record_point",
     "record_point_id",
     "replay_of",
@@ -66,6 +79,20 @@ def memory_point_id(namespace: str, execution_id: str, index: int) -> str:
 def record_point_id(namespace: str, execution_id: str) -> str:
     """The id of the execution record of ``execution_id`` in ``namespace``."""
     return str(uuid.uuid5(ID_NAMESPACE, f"execution\x00{namespace}\x00{execution_id}"))
+
+
+OPERATION: Final = "operation"
+"""``rec`` of an operation record (kept, never pruned)."""
+
+
+def operation_point_id(namespace: str, operation_id: str, index: int) -> str:
+    """The id of the ``index``-th memory written by operation ``operation_id``."""
+    return str(uuid.uuid5(ID_NAMESPACE, f"operation\x00{namespace}\x00{operation_id}\x00{index}"))
+
+
+def operation_record_id(namespace: str, operation_id: str) -> str:
+    """The id of the operation record of ``operation_id`` in ``namespace``."""
+    return str(uuid.uuid5(ID_NAMESPACE, f"operation-record\x00{namespace}\x00{operation_id}"))
 
 
 class Replay:
@@ -119,4 +146,40 @@ def expired_filter(retention_s: float) -> models.Filter:
             models.FieldCondition(key="rec", match=models.MatchValue(value=EXECUTION)),
             models.FieldCondition(key="at", range=models.Range(lt=time.time() - retention_s)),
         ]
+    )
+
+
+def operation_replay(
+    payload: dict[str, Any] | None, namespace: str, op: Operation
+) -> Replay | None:
+    """The earlier run of ``op`` recorded in ``payload`` (an operation record's), or ``None``.
+
+    Raises:
+        MemoryError: ``CONFLICT`` when the id was used by another node or input.
+    """
+    if payload is None or payload.get("rec") != OPERATION:
+        return None
+    if payload.get("ns") != execution_namespace(namespace):
+        return None
+    check_replay(op, str(payload.get("node")), str(payload.get("digest")))
+    return Replay(json.loads(payload["output"]), payload.get("state") == "pending")
+
+
+def operation_record(
+    namespace: str, op: Operation, output: Any, pending: bool = False
+) -> models.PointStruct:
+    """The operation record of a run (no vectors; kept for as long as the collection)."""
+    return models.PointStruct(
+        id=operation_record_id(namespace, op.id),
+        vector={},
+        payload={
+            "rec": OPERATION,
+            "ns": execution_namespace(namespace),
+            "op": op.id,
+            "node": op.node,
+            "digest": op.digest,
+            "state": "pending" if pending else "done",
+            "output": json.dumps(output, separators=(",", ":")),
+            "at": time.time(),
+        },
     )

@@ -147,8 +147,10 @@ def memory_payload(
     metadata: Mapping[str, Any] | None,
     created_us: int,
     updated_us: int,
+    operation_id: str | None = None,
 ) -> dict[str, Any]:
-    """The payload of one memory point (module docstring)."""
+    """The payload of one memory point (module docstring); ``op``: the operation id of the
+    mutation that wrote it, when it had one."""
     payload: dict[str, Any] = {
         "rec": MEMORY,
         "ns": namespace,
@@ -163,6 +165,8 @@ def memory_payload(
     }
     if key is not None:
         payload["key"] = key
+    if operation_id is not None:
+        payload["op"] = operation_id
     return payload
 
 

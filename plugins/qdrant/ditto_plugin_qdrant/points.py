@@ -59,6 +59,7 @@ def item_of(payload: dict[str, Any]) -> MemoryItem:
         key=payload.get("key"),
         content=payload.get("content"),
         metadata=payload.get("metadata"),
+        operation_id=payload.get("op"),
     )
 
 

@@ -85,6 +85,8 @@ def capabilities_for(embedder: bool, exact_vectors: bool, local: bool) -> StoreC
         partial_commit=_PARTIAL,
         cancel=True,
         scope=True,
+        operation_ids=True,
+        conditional_update=local,
         extras=frozenset(extras | (set() if local else {"multi_process"})),
     )
 
@@ -150,4 +152,5 @@ class QdrantMemoryStore(QdrantWrites):
         self._pruned_at = 0.0
         self._cursor_secret = ""
         self._clock = Clock()
+        self._mutation_lock = threading.RLock()
         self.capabilities = capabilities_for(embedder is not None, self._exact, self._conn.local)

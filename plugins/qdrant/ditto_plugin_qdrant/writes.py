@@ -1,16 +1,21 @@
 """The Qdrant store's writing half: WRITE, UPDATE, DELETE, exactly-once records, reindex.
 
 Every mutation is sent with ``wait=true`` in requests of :data:`~.points.CHUNK` points
-(not atomic; exactly-once by execution id, :mod:`ditto_plugin_qdrant.executions`); a
-cancel seen before the first mutation request commits nothing. Semantics:
-:mod:`ditto_plugin_qdrant.store`.
+(not atomic; exactly-once by execution id and by operation id,
+:mod:`ditto_plugin_qdrant.executions`); a cancel seen before the first mutation request
+commits nothing. In local mode the store's mutations run one at a time (the owning process
+is the only writer), so an UPDATE's ``ifMetadata`` check and its write are atomic there;
+on a server they are not (no compare-and-set), and the store does not declare
+``conditional_update``. Semantics: :mod:`ditto_plugin_qdrant.store`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from qdrant_client import QdrantClient, models
@@ -23,6 +28,7 @@ from ditto_plugin_qdrant.reads import QdrantReads
 from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemoryDeleteOutput,
+    MemoryDraft,
     MemoryItem,
     MemoryUpdateEntry,
     MemoryUpdateInput,
@@ -30,10 +36,24 @@ from ditto_worker.contracts import (
     to_wire,
 )
 from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.memory.operations import (
+    Operation,
+    condition_failed,
+    metadata_holds,
+    operation_of,
+)
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.vectors import content_vectors
 
 __all__ = ["QdrantWrites"]
+
+
+def _new_point_id(ns: str, eid: str | None, op: Operation | None, index: int) -> str:
+    """A WRITE's ``index``-th point id: from the operation id, else the execution id (a
+    replay writes the same points), else random."""
+    if op is not None:
+        return ex.operation_point_id(ns, op.id, index)
+    return ex.memory_point_id(ns, eid, index) if eid else str(uuid.uuid4())
 
 
 class QdrantWrites(QdrantReads):
@@ -64,8 +84,16 @@ class QdrantWrites(QdrantReads):
         return out
 
     def _replay(
-        self, ns: str, eid: str | None, node: str, options: MemoryCallOptions | None
-    ) -> ex.Replay | None:
+        self, ns: str, eid: str | None, node: str, options: MemoryCallOptions | None,
+        op: Operation | None = None,
+    ) -> ex.Replay | None:  # fmt: skip
+        """The earlier run of ``op`` (else of ``eid``), or ``None``."""
+        if op is not None:
+            record_id = ex.operation_record_id(ns, op.id)
+            points = self._conn.call(options, QdrantClient.retrieve, self.collection, [record_id])
+            found = ex.operation_replay(points[0].payload if points else None, ns, op)
+            if found is not None:
+                return found
         if not eid:
             return None
         record_id = ex.record_point_id(ns, eid)
@@ -83,8 +111,10 @@ class QdrantWrites(QdrantReads):
 
     def _record(
         self, ns: str, eid: str | None, node: str, output: Any,
-        options: MemoryCallOptions | None, pending: bool = False,
+        options: MemoryCallOptions | None, pending: bool = False, op: Operation | None = None,
     ) -> None:  # fmt: skip
+        if op is not None:
+            self._upsert([ex.operation_record(ns, op, output, pending)], options)
         if not eid:
             return
         self._upsert([ex.record_point(ns, eid, node, output, pending)], options)
@@ -95,6 +125,10 @@ class QdrantWrites(QdrantReads):
                 options, QdrantClient.delete, self.collection, expired, wait=True,
                 check_cancel=False,
             )  # fmt: skip
+
+    def _mutating(self) -> AbstractContextManager[Any]:
+        """Local mode: this store's mutations one at a time (module docstring)."""
+        return self._mutation_lock if self._conn.local else contextlib.nullcontext()
 
     def _start_mutation(self, options: MemoryCallOptions | None) -> None:
         """The last point where a cancel commits nothing (module docstring)."""
@@ -125,12 +159,19 @@ class QdrantWrites(QdrantReads):
             if draft.key is not None:
                 seen[draft.key] = i
         ns = self._begin(options, write=True)
+        with self._mutating():
+            return self._write(drafts, seen, ns, operation_of(options, "MEMORY.WRITE", input),
+                               options)  # fmt: skip
+
+    def _write(
+        self, drafts: Sequence[MemoryDraft], seen: dict[str, int], ns: str,
+        op: Operation | None, options: MemoryCallOptions | None,
+    ) -> list[MemoryItem]:  # fmt: skip
         eid = options.execution_id if options is not None else None
-        replay = self._replay(ns, eid, "MEMORY.WRITE", options)
+        replay = self._replay(ns, eid, "MEMORY.WRITE", options, op)
         if replay is not None:
             return [MemoryItem.model_validate(item) for item in replay.output]
-        ids = [ex.memory_point_id(ns, eid, i) if eid else str(uuid.uuid4())
-               for i in range(len(drafts))]  # fmt: skip
+        ids = [_new_point_id(ns, eid, op, i) for i in range(len(drafts))]
         own = set(ids)
         for point in self._with_keys(ns, list(seen), options, ["key"]):
             if str(point.id) not in own:
@@ -150,15 +191,21 @@ class QdrantWrites(QdrantReads):
                 id=memory_id,
                 vector=self._vectors(draft.content, dense[i], draft.key),
                 payload=memory_payload(
-                    ns, memory_id, draft.key, draft.content, draft.metadata, start + i, start + i
+                    ns,
+                    memory_id,
+                    draft.key,
+                    draft.content,
+                    draft.metadata,
+                    start + i,
+                    start + i,
+                    None if op is None else op.id,
                 ),  # fmt: skip
             )
             for i, (memory_id, draft) in enumerate(zip(ids, drafts, strict=True))
         ]
         self._upsert(points, options)
-        items = [MemoryItem(id=memory_id, key=d.key, content=d.content, metadata=d.metadata)
-                 for memory_id, d in zip(ids, drafts, strict=True)]  # fmt: skip
-        self._record(ns, eid, "MEMORY.WRITE", [to_wire(i) for i in items], options)
+        items = [item_of(point.payload or {}) for point in points]
+        self._record(ns, eid, "MEMORY.WRITE", [to_wire(i) for i in items], options, op=op)
         return items
 
     def update(
@@ -178,14 +225,26 @@ class QdrantWrites(QdrantReads):
             if entry.has_metadata:
                 check_json(entry.metadata, f"memories[{i}].metadata")
         ns = self._begin(options, write=any(e.has_content for e in entries))
+        with self._mutating():
+            return self._update(entries, ns, operation_of(options, "MEMORY.UPDATE", input),
+                                options)  # fmt: skip
+
+    def _update(
+        self, entries: Sequence[MemoryUpdateEntry], ns: str, op: Operation | None,
+        options: MemoryCallOptions | None,
+    ) -> list[MemoryItem]:  # fmt: skip
         eid = options.execution_id if options is not None else None
-        replay = self._replay(ns, eid, "MEMORY.UPDATE", options)
+        replay = self._replay(ns, eid, "MEMORY.UPDATE", options, op)
         if replay is not None:
             return [MemoryItem.model_validate(item) for item in replay.output]
         found = self._retrieve(ns, [e.id for e in entries], options, vectors=True)
         for i, entry in enumerate(entries):
             if entry.id not in found:
                 raise MemoryError(ErrorCode.NOT_FOUND, f"memories[{i}]: no memory with this id")
+            held = entry.if_metadata  # under _mutating(): local mode's only writer is here
+            stored = found[entry.id].payload.get("metadata")
+            if held is not None and not metadata_holds(stored, held):
+                raise condition_failed(i)
         plans = [self._plan(entry, found[entry.id]) for entry in entries]
         fresh = iter(self._dense_vectors([plan.content for plan in plans if plan.embed]))
         self._start_mutation(options)
@@ -197,12 +256,13 @@ class QdrantWrites(QdrantReads):
                 plan.set_dense(self._dense, next(fresh))
             old = plan.point.payload
             payload = memory_payload(ns, old["id"], old.get("key"), plan.content, plan.metadata,
-                                     int(old[CREATED]), now + i)  # fmt: skip
+                                     int(old[CREATED]), now + i,
+                                     None if op is None else op.id)  # fmt: skip
             points.append(models.PointStruct(id=plan.point.id, vector=plan.vectors,
                                              payload=payload))  # fmt: skip
             items.append(item_of(payload))
         self._upsert(points, options)
-        self._record(ns, eid, "MEMORY.UPDATE", [to_wire(i) for i in items], options)
+        self._record(ns, eid, "MEMORY.UPDATE", [to_wire(i) for i in items], options, op=op)
         return items
 
     def _plan(self, entry: MemoryUpdateEntry, point: Point) -> UpdatePlan:
@@ -230,10 +290,17 @@ class QdrantWrites(QdrantReads):
     ) -> MemoryDeleteOutput:
         """Delete the existing ids; returns only the ids deleted now, in request order;
         the keys of deleted records are free again (MEM-PY-12)."""
-        ids = list(dict.fromkeys(input.ids))
         ns = self._begin(options)
+        with self._mutating():
+            return self._delete(input, ns, operation_of(options, "MEMORY.DELETE", input), options)
+
+    def _delete(
+        self, input: MemoryDeleteInput, ns: str, op: Operation | None,
+        options: MemoryCallOptions | None,
+    ) -> MemoryDeleteOutput:  # fmt: skip
+        ids = list(dict.fromkeys(input.ids))
         eid = options.execution_id if options is not None else None
-        replay = self._replay(ns, eid, "MEMORY.DELETE", options)
+        replay = self._replay(ns, eid, "MEMORY.DELETE", options, op)
         if replay is not None and not replay.pending:
             return MemoryDeleteOutput.model_validate(replay.output)
         if replay is not None:  # a copy of a run that died after its pending record
@@ -242,14 +309,14 @@ class QdrantWrites(QdrantReads):
             found = self._retrieve(ns, ids, options)
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])
             self._start_mutation(options)
-            self._record(ns, eid, "MEMORY.DELETE", to_wire(output), options, pending=True)
+            self._record(ns, eid, "MEMORY.DELETE", to_wire(output), options, pending=True, op=op)
         for chunk in chunks(output.deleted):
             selector = models.PointIdsList(points=list(chunk))
             self._conn.call(
                 options, QdrantClient.delete, self.collection, selector, wait=True,
                 check_cancel=False,
             )  # fmt: skip
-        self._record(ns, eid, "MEMORY.DELETE", to_wire(output), options)
+        self._record(ns, eid, "MEMORY.DELETE", to_wire(output), options, op=op)
         return output
 
     # --- maintenance --------------------------------------------------------------------------
