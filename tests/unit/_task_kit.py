@@ -38,10 +38,10 @@ class ScriptedModel:
     def _next(self, body: Any) -> Reply:
         with self._lock:
             self.bodies.append(body)
-            if callable(self.replies):
-                return self.replies(body)
-            index = min(len(self.bodies), len(self.replies)) - 1
-            return self.replies[index]
+            count = len(self.bodies)
+        if callable(self.replies):  # outside the lock: a reply may block (a stalled model)
+            return self.replies(body)
+        return self.replies[min(count, len(self.replies)) - 1]
 
     def _script(self, conn: FakeConn) -> None:
         reply = self._next(conn.seen.body)
@@ -68,7 +68,11 @@ class ScriptedModel:
 
 @contextlib.contextmanager
 def task_runtime(
-    directory: Path, model: ScriptedModel, backend: str = "sqlite", **storage: Any
+    directory: Path,
+    model: ScriptedModel,
+    backend: str = "sqlite",
+    context: Any = None,
+    **storage: Any,
 ) -> Iterator[tuple[Runtime, MemoryStorage]]:
     """An embedded runtime: MEMORY over ``open_memory_storage(backend, directory)``,
     CONTEXT in process, INFER on the scripted model."""
@@ -76,7 +80,7 @@ def task_runtime(
     infer = create_infer_worker(
         {"baseUrl": model.server.base_url, "model": "fake"}, env={}, dotenv_path=None
     )
-    runtime = create_ditto(workers=[*store.workers, create_context_worker(), infer])
+    runtime = create_ditto(workers=[*store.workers, create_context_worker(context), infer])
     try:
         yield runtime, store
     finally:

@@ -37,14 +37,18 @@ def request(kind: str, task_id: str, said: str | None = None) -> dict[str, Any]:
     return {"taskId": task_id, "kind": kind, "conversation": turns}
 
 
-def model(proposal: Any, language: str = "de") -> ScriptedModel:
+def model(proposal: Any, language: str | None = "de") -> ScriptedModel:
     """Proposes ``proposal`` when asked for proposals, else writes the progress message in
-    ``language``."""
+    ``language`` (``None``: the language the prompt asks for)."""
 
     def reply(body: Any) -> Any:
         schema = body.get("response_format", {}).get("json_schema", {}).get("schema", {})
         if "proposals" in schema.get("properties", {}):
             return proposal
+        if language is None:
+            asked = body["messages"][0]["content"]
+            code = "de" if "German" in asked else "fr" if "French" in asked else "en"
+            return {"message": MESSAGES[code]}
         return {"message": MESSAGES[language]}
 
     return ScriptedModel(reply)

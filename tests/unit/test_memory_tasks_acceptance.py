@@ -1,0 +1,135 @@
+"""Acceptance cases of the worked tasks (issue 25 item 7, the seed's list) that need more
+than one task: a controller process SIGKILLed after its mutation committed, cache expiry,
+isolation between users, cancellation. The model is the scripted fake endpoint."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ditto_worker import Scope
+from ditto_worker.config.context import ContextWorkerSettings
+from ditto_worker.memory_tasks import run_search, run_write
+from ditto_worker.runtime.cancel import CancelToken
+from tests.unit._task_kit import ScriptedModel, options, task_runtime
+from tests.unit.test_memory_tasks_preferences import GERMAN, model, preferences, proposing, request
+
+_CONTROLLER = r"""
+import sys, time
+from pathlib import Path
+from ditto_worker import create_context_worker, create_ditto, create_infer_worker
+from ditto_worker.memory_tasks import TaskOptions, open_memory_storage, run_write
+directory, base_url, said = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+storage = open_memory_storage("sqlite", directory)
+infer = create_infer_worker({"baseUrl": base_url, "model": "fake"}, env={}, dotenv_path=None)
+runtime = create_ditto(workers=[*storage.workers, create_context_worker(), infer])
+request = {"taskId": "w1", "kind": "write",
+           "conversation": [{"role": "user", "content": said}]}
+options = TaskOptions("acme", "alice", directory / "artifacts", allow_write=True)
+store, committed = storage.store, storage.store.write
+def write(input, options=None):  # the preference commits, then the controller stalls
+    done = committed(input, options)
+    if any((m.metadata or {}).get("kind") == "preference" for m in input.memories):
+        print("MUTATED", flush=True)
+        time.sleep(60)
+    return done
+store.write = write
+print(run_write(runtime, {"request": request}, options).status, flush=True)
+"""
+
+
+def test_sigkill_of_the_controller_after_its_mutation_then_resume(tmp_path: Path) -> None:
+    # the seed's "post-mutation SIGKILL": the record committed, the controller was killed
+    # before it checkpointed; the resumed task writes no duplicate and bumps no version
+    with model(proposing(GERMAN, "de")) as fake:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CONTROLLER, str(tmp_path), fake.server.base_url, GERMAN],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline() == "MUTATED\n", child.stderr
+            os.kill(child.pid, signal.SIGKILL)
+        finally:
+            child.wait(30)
+        assert child.returncode == -signal.SIGKILL
+        with task_runtime(tmp_path, fake) as (runtime, _):
+            [written] = preferences(runtime)
+            task = Scope.for_task("acme", "alice", "w1")
+            keys = [i.key for i in runtime.invoke("MEMORY.QUERY", {}, scope=task).output.items]
+            assert "progress:mutate" not in keys and "candidate" in keys
+            resumed = run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                                options(tmp_path, allow_write=True))  # fmt: skip
+            assert resumed.status == "success", resumed.error
+            [after] = preferences(runtime)
+        proposals = [b for b in fake.bodies if "proposals" in str(b["response_format"])]
+    assert len(proposals) == 1  # the committed proposal was not inferred again
+    assert (after.id, after.metadata["version"]) == (written.id, 1)
+    assert resumed.artifact is not None and resumed.artifact["mutation"]["replayed"] is True
+
+
+def test_an_expired_context_is_restored_from_the_database(tmp_path: Path) -> None:
+    # MEM-TASK-5: a cache miss restores database state; a fresh cache is used as is
+    settings = ContextWorkerSettings(ttl_s=0.5)
+    with model(proposing(GERMAN, "de")) as fake:
+        with task_runtime(tmp_path, fake, context=settings) as (runtime, _):
+            run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                      options(tmp_path, allow_write=True))  # fmt: skip
+            first = run_search(runtime, {"request": request("search", "s1")}, options(tmp_path))
+            second = run_search(runtime, {"request": request("search", "s2")}, options(tmp_path))
+            time.sleep(0.7)  # past the context's TTL
+            third = run_search(runtime, {"request": request("search", "s3")}, options(tmp_path))
+    contexts = [o.artifact["context"] for o in (first, second, third) if o.artifact]
+    assert [(c["cacheHit"], c["restored"]) for c in contexts] == [
+        (False, True), (True, False), (False, True),
+    ]  # fmt: skip
+    assert all(o.artifact and o.artifact["applied"]["language"] == "de"
+               for o in (first, second, third))  # fmt: skip
+
+
+def test_another_user_never_recalls_alices_preference_nor_her_checkpoints(
+    tmp_path: Path,
+) -> None:
+    with model(proposing(GERMAN, "de"), None) as fake:
+        with task_runtime(tmp_path, fake) as (runtime, _):
+            run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                      options(tmp_path, allow_write=True))  # fmt: skip
+            bob = run_search(runtime, {"request": request("search", "s1")},
+                             options(tmp_path, user="bob"))  # fmt: skip
+            # the same task id in bob's scope starts from nothing: alice's checkpoints
+            # of w1 are not his
+            again = run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                              options(tmp_path, user="bob", allow_write=True))  # fmt: skip
+    assert bob.status == "success", bob.error
+    assert bob.artifact is not None and bob.artifact["memories"] == []
+    assert bob.artifact["applied"] == {"language": "en"}
+    assert again.artifact is not None and again.artifact["mutation"]["replayed"] is False
+
+
+def test_cancelling_a_task_during_inference_ends_it_cancelled_with_nothing_written(
+    tmp_path: Path,
+) -> None:
+    started = threading.Event()
+
+    def stalled(body: Any) -> Any:
+        started.set()
+        time.sleep(10)
+        return {}
+
+    cancel = CancelToken()
+    with ScriptedModel(stalled) as fake, task_runtime(tmp_path, fake) as (runtime, _):
+        threading.Thread(target=lambda: started.wait(30) and cancel.cancel(),
+                         daemon=True).start()  # fmt: skip
+        begun = time.monotonic()
+        outcome = run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                            options(tmp_path, allow_write=True, cancel=cancel))  # fmt: skip
+        assert time.monotonic() - begun < 8
+        assert outcome.status == "cancelled"
+        assert preferences(runtime) == []
+    assert not (tmp_path / "artifacts").exists()
