@@ -84,6 +84,7 @@ class Lifecycle:
         self._index_mismatch: str | None = None
         self._cursor_key: str | None = None
         self._scopes: dict[str, int] = {}
+        self._inherited: list[QueuePool] = []
 
     @property
     def embedder(self) -> EmbeddingProvider | None:
@@ -112,7 +113,10 @@ class Lifecycle:
 
     def _get_pool(self) -> QueuePool:
         with self._lock:
-            if os.getpid() != self._pid:  # forked: never touch the parent's pool
+            if os.getpid() != self._pid:  # forked: never touch the parent's pool; keep it
+                # referenced so that collecting it never sends QUIT on the parent's sockets
+                if self._pool is not None:
+                    self._inherited.append(self._pool)
                 self._pool, self._pid, self._scopes = None, os.getpid(), {}
             if self._pool is None:
                 with self._direct() as conn:

@@ -306,3 +306,24 @@ def test_connections_have_the_pinned_session(mysql_store: MysqlMemoryStore) -> N
             cur.execute("SELECT @@SESSION.sql_mode, @@character_set_connection")
             mode, charset = cur.fetchone()
     assert "NO_BACKSLASH_ESCAPES" not in mode and charset == "utf8mb4"
+
+
+def test_a_forked_child_builds_its_own_pool_and_leaves_the_parents(
+    mysql_store: MysqlMemoryStore,
+) -> None:
+    import os
+
+    mysql_store.write(one("before the fork"))
+    pid = os.fork()
+    if pid == 0:  # the child: its own pool; the parent's connections stay untouched
+        code = 0
+        try:
+            mysql_store.write(one("from the child"))
+            code = 0 if count(mysql_store) == 2 else 3
+        except BaseException:
+            code = 4
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert count(mysql_store) == 2  # the parent's pooled connection still works
