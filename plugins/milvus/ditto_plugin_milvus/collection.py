@@ -10,11 +10,13 @@ embed policy, the keyword tokenizer, the cursor secret.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from pymilvus import MilvusClient
@@ -58,8 +60,11 @@ _PARTIAL: Final = (
 Row = dict[str, Any]
 
 
-def capabilities_for(embedder: bool, exact_vectors: bool, lite: bool) -> StoreCapabilities:
-    """What the store declares (module docstring), by configuration."""
+def capabilities_for(
+    embedder: bool, exact_vectors: bool, lite: bool, per_scope: bool = False
+) -> StoreCapabilities:
+    """What the store declares (:mod:`ditto_plugin_milvus.store`), by configuration:
+    keyword statistics per scope only with a collection per scope."""
     times = frozenset({"createdAt", "updatedAt"})
     extras = {"deadline"} | ({"embed_on_write"} if embedder else set())
     return StoreCapabilities(
@@ -69,7 +74,7 @@ def capabilities_for(embedder: bool, exact_vectors: bool, lite: bool) -> StoreCa
         default_strategy="vector" if embedder else "keyword",
         keyword_strategy="keyword",
         keyword_cjk=True,
-        keyword_scope_statistics=False,
+        keyword_scope_statistics=per_scope,
         search_options=VECTOR_OPTIONS if embedder else frozenset(),
         exhaustive_strategies=("vector",) if embedder and exact_vectors else (),
         key_conflict="error",
@@ -79,6 +84,16 @@ def capabilities_for(embedder: bool, exact_vectors: bool, lite: bool) -> StoreCa
         scope=True,
         extras=frozenset(extras | (set() if lite else {"multi_process"})),
     )
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """A collection as opened in one connection generation."""
+
+    generation: int
+    cursor_secret: str
+    mismatch: str | None
+    refuse_writes: bool
 
 
 def tiebreak(row: Row) -> tuple[int, str]:
@@ -145,6 +160,7 @@ class MilvusCollection(NativeSearch):
         hybrid: Any = None,
         vector_index: str = "FLAT",
         max_message_bytes: int = DEFAULT_MESSAGE_BYTES,
+        collection_per_scope: bool = False,
     ) -> None:
         self._conn = Connection(uri=uri, token=token, db_name=db_name, timeout_s=timeout_s)
         self.collection = collection
@@ -154,14 +170,14 @@ class MilvusCollection(NativeSearch):
         self._dims = None if embedder is None else embedder.identity.dims
         self._vector_index = vector_index
         self.max_message_bytes = max_message_bytes
-        self._mismatch: str | None = None
-        self._refuse_writes = False
+        self.collection_per_scope = collection_per_scope
+        self._opened: dict[str, _Opened] = {}
         self._ready_lock = threading.Lock()
-        self._ready = 0  # the connection generation + 1 the collection was opened in
-        self._cursor_secret = ""
         self._clock = _Clock()
         exact = embedder is not None and vector_index == "FLAT"
-        self.capabilities = capabilities_for(embedder is not None, exact, self._conn.lite)
+        self.capabilities = capabilities_for(
+            embedder is not None, exact, self._conn.lite, collection_per_scope
+        )
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -178,7 +194,7 @@ class MilvusCollection(NativeSearch):
     def close(self) -> None:
         """Close the client (Milvus Lite: stop its server, release the folder); idempotent."""
         self._conn.close()
-        self._ready = 0
+        self._opened = {}
 
     def __enter__(self) -> MilvusCollection:
         return self
@@ -197,8 +213,15 @@ class MilvusCollection(NativeSearch):
         }
         return {_PROPERTY: json.dumps(recorded, sort_keys=True)}
 
-    def _setup(self, client: MilvusClient, timeout: float) -> dict[str, Any]:
-        name = self.collection
+    def name_of(self, ns: str) -> str:
+        """The collection of namespace ``ns``: ``collection``, or with
+        ``collection_per_scope`` ``collection`` + ``_`` + 16 hex digits of BLAKE2b(ns)."""
+        if not self.collection_per_scope:
+            return self.collection
+        digest = hashlib.blake2b(ns.encode("utf-8"), digest_size=8).hexdigest()
+        return f"{self.collection}_{digest}"
+
+    def _setup(self, client: MilvusClient, name: str, timeout: float) -> dict[str, Any]:
         if not client.has_collection(name, timeout=timeout):
             try:
                 client.create_collection(
@@ -221,74 +244,84 @@ class MilvusCollection(NativeSearch):
         described = client.describe_collection(name, timeout=timeout)
         return dict(described.get("properties") or {})
 
-    def _open(self, options: MemoryCallOptions | None) -> None:
-        """Create the collection if missing, load it and check its identity (once per
+    def _open(self, name: str, options: MemoryCallOptions | None) -> _Opened:
+        """Create collection ``name`` if missing, load it and check its identity (once per
         store object and connection: again after a lost connection; retried after a
         failure)."""
-        if self._ready == self._conn.generation + 1:
-            return
+        opened = self._opened.get(name)
+        if opened is not None and opened.generation == self._conn.generation:
+            return opened
         with self._ready_lock:
-            if self._ready == self._conn.generation + 1:
-                return
+            opened = self._opened.get(name)
+            if opened is not None and opened.generation == self._conn.generation:
+                return opened
             generation = self._conn.generation
             properties = self._conn.call(
-                options, lambda client, timeout: self._setup(client, timeout)
+                options, lambda client, timeout: self._setup(client, name, timeout)
             )
             try:
                 recorded = json.loads(properties.get(_PROPERTY, "null"))
             except ValueError:
                 recorded = None
-            self._mismatch = self._check_properties(recorded)
-            secret = recorded.get("cursorSecret") if isinstance(recorded, dict) else None
-            self._cursor_secret = str(secret or "")
-            self._ready = generation + 1
+            opened = self._check_properties(name, recorded, generation)
+            self._opened[name] = opened
+            return opened
 
-    def _check_properties(self, recorded: Any) -> str | None:
+    def _check_properties(self, name: str, recorded: Any, generation: int) -> _Opened:
         if not isinstance(recorded, dict) or recorded.get("format") != _FORMAT:
-            return "this Milvus collection was not made by the ditto_worker Milvus store"
+            mismatch = "this Milvus collection was not made by the ditto_worker Milvus store"
+            return _Opened(generation, "", mismatch, False)
+        secret = str(recorded.get("cursorSecret") or "")
         stored_text = recorded.get("embedding")
         stored = None if stored_text is None else EmbeddingIdentity.from_json(stored_text)
         provider = None if self._embedder is None else self._embedder.identity
         if provider is not None and provider != stored:
-            return mismatch_message("Milvus collection", _SETTING, provider, stored)
+            mismatch = mismatch_message("Milvus collection", _SETTING, provider, stored)
+            return _Opened(generation, secret, mismatch, False)
         if provider is not None and recorded.get("embedKinds") != self._embed_kinds:
-            return (
+            mismatch = (
                 "this Milvus collection was made with another embed policy "
                 "(plugins.milvus.embedKinds); use the collection's policy or a new collection"
             )
-        self._refuse_writes = stored is not None and provider is None
+            return _Opened(generation, secret, mismatch, False)
         if recorded.get("keywords") != TOKENIZER:
             logger.warning(
                 "milvus collection %s: keyword terms of another tokenizer (%s)",
-                self.collection,
+                name,
                 recorded.get("keywords"),
             )
-        return None
+        return _Opened(generation, secret, None, stored is not None and provider is None)
 
     def _check_identity(self) -> None:
-        if self._mismatch is not None:
-            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
+        """Nothing here: each call checks its own collection's identity in :meth:`_begin`
+        (with ``collection_per_scope`` the collection depends on the call's scope)."""
 
     def _begin(self, options: MemoryCallOptions | None, write: bool = False) -> str:
-        self._open(options)
-        self._check_identity()
-        if write and self._refuse_writes:
+        ns = namespace_of(options)
+        opened = self._open(self.name_of(ns), options)
+        if opened.mismatch is not None:
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, opened.mismatch)
+        if write and opened.refuse_writes:
             raise MemoryError(
                 ErrorCode.EMBEDDING_MISMATCH,
                 "this Milvus collection keeps vectors, but the store has no embedding "
                 f"provider; configure one ({_SETTING})",
             )
-        return namespace_of(options)
+        return ns
+
+    def _cursor_secret(self, ns: str) -> str:
+        """The cursor secret of the collection of ``ns`` (opened by :meth:`_begin`)."""
+        return self._opened[self.name_of(ns)].cursor_secret
 
     # --- requests ------------------------------------------------------------------------------
 
     def _query(
-        self, options: MemoryCallOptions | None, expression: str, fields: Sequence[str]
+        self, ns: str, options: MemoryCallOptions | None, expression: str, fields: Sequence[str]
     ) -> list[Row]:
         rows = self._conn.call(
             options,
             MilvusClient.query,
-            self.collection,
+            self.name_of(ns),
             filter=expression,
             output_fields=list(fields),
         )
@@ -308,15 +341,15 @@ class MilvusCollection(NativeSearch):
         for start in range(0, len(wanted), IDS_PER_REQUEST):
             part = wanted[start : start + IDS_PER_REQUEST]
             expression = f"({scope_expression(ns, None)}) and ({_ids_expression(column, part)})"
-            out += self._query(options, expression, fields)
+            out += self._query(ns, options, expression, fields)
         return out
 
-    def _insert(self, rows: Sequence[Row], options: MemoryCallOptions | None) -> None:
+    def _insert(self, ns: str, rows: Sequence[Row], options: MemoryCallOptions | None) -> None:
         """Upsert ``rows`` in requests of at most ``max_message_bytes`` (an upsert, not an
         insert, for new rows too: a request resent by pymilvus is idempotent)."""
         for chunk in chunks(rows, self.max_message_bytes):
             self._conn.call(
-                options, MilvusClient.upsert, self.collection, chunk, check_cancel=False
+                options, MilvusClient.upsert, self.name_of(ns), chunk, check_cancel=False
             )
 
     def _delete_ids(self, ns: str, ids: Sequence[str], options: MemoryCallOptions | None) -> None:
@@ -326,7 +359,7 @@ class MilvusCollection(NativeSearch):
             self._conn.call(
                 options,
                 MilvusClient.delete,
-                self.collection,
+                self.name_of(ns),
                 filter=expression,
                 check_cancel=False,
             )

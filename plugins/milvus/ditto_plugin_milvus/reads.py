@@ -77,7 +77,9 @@ class MilvusReads(MilvusCollection):
         expression = scope_expression(ns, node)
         after: tuple[int, int, str] | None = None
         if input.cursor:
-            cursor = decode_cursor(input.cursor, fingerprint, 2, self._cursor_secret, namespace=ns)
+            cursor = decode_cursor(
+                input.cursor, fingerprint, 2, self._cursor_secret(ns), namespace=ns
+            )
             (rank, value), (id_rank, last_id) = cursor.values
             if rank != 1 or id_rank != 2 or not isinstance(value, int):
                 raise MemoryError(ErrorCode.INVALID_CURSOR, "invalid cursor: malformed")
@@ -89,7 +91,7 @@ class MilvusReads(MilvusCollection):
             value = int(row[field])
             return (-value if desc else value, *tiebreak(row))
 
-        keys = sorted(self._query(options, expression, ["id", CREATED, field]), key=sort_key)
+        keys = sorted(self._query(ns, options, expression, ["id", CREATED, field]), key=sort_key)
         if after is not None:
             keys = [row for row in keys if sort_key(row) > after]
         page = keys[:limit]
@@ -100,7 +102,7 @@ class MilvusReads(MilvusCollection):
             last = rows[-1]
             values: list[SortValue] = [(1, int(last[field])), (2, str(last["id"]))]
             next_cursor = encode_cursor(
-                fingerprint, values, int(last[CREATED]), self._cursor_secret, namespace=ns
+                fingerprint, values, int(last[CREATED]), self._cursor_secret(ns), namespace=ns
             )
         return MemoryQueryOutput(items=[item(r) for r in rows], next_cursor=next_cursor)
 
@@ -120,12 +122,12 @@ class MilvusReads(MilvusCollection):
         rows.sort(key=lambda r: (-r["score"], *tiebreak(r)))
         return rows[:limit]
 
-    def _search(self, data: Any, field: str, metric: str, expression: str) -> Fetch:
+    def _search(self, ns: str, data: Any, field: str, metric: str, expression: str) -> Fetch:
         params = {"metric_type": metric}
 
         def fetch(client: MilvusClient, n: int, *, timeout: float) -> list[Row]:
             found = client.search(
-                self.collection,
+                self.name_of(ns),
                 data=[data],
                 anns_field=field,
                 filter=expression,
@@ -144,11 +146,11 @@ class MilvusReads(MilvusCollection):
         self, query: str, input: MemorySearchInput, limit: int, options: MemoryCallOptions | None
     ) -> list[Hit]:
         node = parse_filter(input.filter)
-        expression = scope_expression(self._begin(options), node)
+        ns = self._begin(options)
         text = query_text(query)
         if not text:
             return []
-        fetch = self._search(text, "sparse", "BM25", expression)
+        fetch = self._search(ns, text, "sparse", "BM25", scope_expression(ns, node))
         return [(item(r), r["score"]) for r in self._ranked(fetch, limit, options)]
 
     def _vector_hits(
@@ -159,6 +161,7 @@ class MilvusReads(MilvusCollection):
         options: MemoryCallOptions | None,
     ) -> list[Hit]:
         node = parse_filter(input.filter)
-        expression = f"(dv == true) and ({scope_expression(self._begin(options), node)})"
-        fetch = self._search(vector, "dense", "COSINE", expression)
+        ns = self._begin(options)
+        expression = f"(dv == true) and ({scope_expression(ns, node)})"
+        fetch = self._search(ns, vector, "dense", "COSINE", expression)
         return [(item(r), r["score"]) for r in self._ranked(fetch, limit, options)]

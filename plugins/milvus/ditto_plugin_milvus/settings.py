@@ -27,6 +27,7 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "hybrid": None,
     "vectorIndex": "FLAT",
     "maxMessageBytes": DEFAULT_MESSAGE_BYTES,
+    "collectionPerScope": False,
 }
 
 
@@ -40,6 +41,14 @@ def _number(values: Mapping[str, Any], name: str, low: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
         raise ConfigError(f"plugins.milvus.{name} must be a number >= {low}")
     return float(value)
+
+
+def _flag(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ConfigError(f"plugins.milvus.{name} must be true or false")
 
 
 def _names(value: Any, name: str) -> list[str] | None:
@@ -82,7 +91,9 @@ def create_store(
             (``null``: every record with text gets a vector; a list such as
             ``[preference]``: only records whose ``metadata.kind`` is listed), ``hybrid``
             (``RetrievalConfig`` settings), ``vectorIndex`` (``FLAT``: exact, default;
-            ``HNSW``), ``maxMessageBytes`` (4 MiB: largest insert request). A ``token`` or
+            ``HNSW``), ``maxMessageBytes`` (4 MiB: largest insert request),
+            ``collectionPerScope`` (false: one collection for every scope; true: one per
+            scope, keyword statistics the scope's own). A ``token`` or
             ``password`` key, or any other unknown key, is rejected.
         env: the environment (default ``os.environ``): ``DITTO_WORKER_MEMORY_MILVUS_URI``,
             ``_DB_NAME``, ``_COLLECTION``, ``_EMBEDDING``, ``_EMBED_KINDS``
@@ -129,4 +140,5 @@ def create_store(
         hybrid=hybrid,
         vector_index=index,
         max_message_bytes=int(_number(values, "maxMessageBytes", 1024)),
+        collection_per_scope=_flag(values["collectionPerScope"], "collectionPerScope"),
     )

@@ -31,7 +31,8 @@ Behaviour (declared in ``capabilities``):
   ``UNSUPPORTED_ORDER_BY``). Milvus's query has no order, so the matching rows' ids and
   instants from the cursor on are read and sorted here, then the page's records fetched.
 * SEARCH: ``keyword`` (Milvus BM25 over the shared tokenizer's terms,
-  :mod:`ditto_plugin_milvus.keywords`; statistics are Milvus's, not the scope's),
+  :mod:`ditto_plugin_milvus.keywords`; its statistics are the collection's: the scope's
+  own with ``collection_per_scope``, every scope's otherwise),
   ``vector`` (COSINE on ``dense``; exact with the ``FLAT`` index) and ``hybrid`` (shared
   pipeline). Ties in score are ordered by sequence; a tie run at the cut is read whole.
 """
@@ -83,6 +84,9 @@ class MilvusMemoryStore(MilvusReads):
         hybrid: ``hybrid`` pipeline settings (a ``RetrievalConfig`` or its mapping).
         vector_index: ``FLAT`` (exact, default) or ``HNSW``.
         max_message_bytes: largest insert/upsert request, bytes.
+        collection_per_scope: one collection per namespace (``collection`` + ``_`` + a
+            hash of it), so keyword statistics are the scope's own
+            (``keyword_scope_statistics``); default one collection for every scope.
 
     Errors: ``MemoryError`` with ``UNSUPPORTED_ORDER_BY``, ``INVALID_CURSOR``, ``CONFLICT``,
     ``NOT_FOUND``, ``UNSUPPORTED_STRATEGY``, ``INVALID_INPUT``, ``MEMORY_CANCELLED``,
@@ -167,7 +171,7 @@ class MilvusMemoryStore(MilvusReads):
             row[CREATED] = row["upd"] = start + i
             if self._dims is not None and dense[i] is not None:
                 row["dense"], row["dv"] = dense[i], True
-        self._insert(rows, options)
+        self._insert(ns, rows, options)
         if seen:
             self._recheck_keys(ns, seen, ids, options)
         return [
@@ -240,7 +244,7 @@ class MilvusMemoryStore(MilvusReads):
                     vector,
                 )
             )
-        self._insert(rows, options)
+        self._insert(ns, rows, options)
         return items
 
     def _merged(self, entry: MemoryUpdateEntry, row: Row) -> MemoryItem:
