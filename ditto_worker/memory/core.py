@@ -30,7 +30,6 @@ One call, in order (SPEC.md MEM-ERR, MEM-PY-2):
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,22 +38,22 @@ from typing import Any
 from ditto_worker.contracts import (
     LONE_SURROGATE,
     MemoryDefaults,
-    MemoryDeleteInput,
     MemoryDeleteOutput,
-    MemoryGetInput,
     MemoryItem,
-    MemoryQueryInput,
     MemoryQueryOutput,
-    MemorySearchInput,
     MemorySearchResult,
-    MemoryUpdateInput,
-    MemoryWriteInput,
     NodeResult,
-    NodeStatus,
     check_text,
 )
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
 from ditto_worker.memory import checks
+from ditto_worker.memory.call import (
+    Prepared,
+    error_result,
+    run_call,
+    stopped_result,
+    success_result,
+)
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.ports import (
     CancelToken,
@@ -62,8 +61,8 @@ from ditto_worker.memory.ports import (
     MemorySearchProvider,
     MemoryStore,
 )
+from ditto_worker.memory.prepare import BUILTIN_QUERY_LIMIT, BUILTIN_SEARCH_LIMIT, NodePreparation
 from ditto_worker.operation import check_operation_id
-from ditto_worker.runtime.cancel import stop_outcome
 from ditto_worker.scope import Scope
 
 __all__ = [
@@ -74,14 +73,6 @@ __all__ = [
     "create_memory",
 ]
 
-logger = logging.getLogger(__name__)
-
-BUILTIN_QUERY_LIMIT = 100
-"""QUERY limit when no layer sets one (MEM-CONF-1)."""
-BUILTIN_SEARCH_LIMIT = 10
-"""SEARCH limit when no layer sets one (MEM-CONF-1)."""
-
-_BACKEND_ERROR_MESSAGE = "The memory backend failed; see the worker log for details."
 DefaultsArg = MemoryDefaults | Mapping[str, Any] | None
 _MUTATIONS = frozenset({"MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"})
 
@@ -100,17 +91,6 @@ class MemoryResources:
     search: MemorySearchProvider | None = None
 
 
-@dataclass(frozen=True)
-class _Call:
-    """A validated call: ``invoke`` runs the plugin, ``finish`` checks its raw output."""
-
-    invoke: Callable[[MemoryCallOptions], object]
-    finish: Callable[[object], object]
-
-
-_Prepared = _Call | checks.Done
-
-
 def parse_defaults(value: DefaultsArg, where: str) -> MemoryDefaults | None:
     """Parse a defaults layer (``{queryLimit?, searchLimit?}``, camelCase or snake_case).
 
@@ -123,7 +103,7 @@ def parse_defaults(value: DefaultsArg, where: str) -> MemoryDefaults | None:
     return checks.parse_input(MemoryDefaults, value, prefix=where)
 
 
-class Memory:
+class Memory(NodePreparation):
     """The direct SDK over one store and an optional search provider (MEM-NODE-3).
 
     Built by :func:`create_memory`; the plugin objects are reused for every call and the
@@ -152,7 +132,7 @@ class Memory:
         caps = getattr(store, "capabilities", None)
         self._operation_ids = bool(getattr(caps, "operation_ids", False))
         self._conditional = bool(getattr(caps, "conditional_update", False))
-        self._prepare: dict[str, Callable[[Any, MemoryDefaults | None], _Prepared]] = {
+        self._prepare: dict[str, Callable[[Any, MemoryDefaults | None], Prepared]] = {
             "MEMORY.GET": self._prepare_get,
             "MEMORY.QUERY": self._prepare_query,
             "MEMORY.SEARCH": self._prepare_search,
@@ -220,16 +200,16 @@ class Memory:
         except ValueError:
             message = f"Invalid input: executionId {LONE_SURROGATE}"
             return NodeResult.failure(ascii(eid), node, ErrorCode.INVALID_INPUT, message)
-        stopped = _stopped(eid, node, cancel, deadline)
+        stopped = stopped_result(eid, node, cancel, deadline)
         if stopped is not None:
             return stopped
         try:
             prepared = prepare(input, parse_defaults(defaults, "defaults"))
             check_operation_id(operation_id)
         except MemoryError as exc:
-            return _from_error(eid, node, exc)
+            return error_result(eid, node, exc)
         if isinstance(prepared, checks.Done):
-            return _success(eid, node, prepared.output)
+            return success_result(eid, node, prepared.output)
         if scope is not None and not self._isolates_scope(node):
             return NodeResult.failure(eid, node, ErrorCode.PERMISSION_DENIED,
                                       "this memory store cannot isolate scopes")  # fmt: skip
@@ -240,7 +220,7 @@ class Memory:
             cancel=cancel, deadline=deadline, execution_id=eid, scope=scope, runtime=runtime,
             operation_id=operation_id if node in _MUTATIONS else None,
         )  # fmt: skip
-        return _run(eid, node, prepared, options)
+        return run_call(eid, node, prepared, options)
 
     def get(
         self,
@@ -371,79 +351,6 @@ class Memory:
             return self._search_scoped
         return self._store_scoped
 
-    # --- per node: validate, apply policy, bind the plugin ------------------------------
-
-    def _prepare_get(self, raw: Any, layer: MemoryDefaults | None) -> _Prepared:
-        data = checks.prepare_get(checks.parse_input(MemoryGetInput, raw))
-        if isinstance(data, checks.Done):
-            return data
-        return _Call(
-            lambda opts: self.store.get(data, opts),
-            lambda out: checks.finish_get(data, out),
-        )
-
-    def _prepare_query(self, raw: Any, layer: MemoryDefaults | None) -> _Prepared:
-        data = checks.parse_input(MemoryQueryInput, raw)
-        limit = self._limit(data.limit, "query_limit", layer, BUILTIN_QUERY_LIMIT)
-        data = data.model_copy(update={"limit": limit})
-        return _Call(
-            lambda opts: self.store.query(data, opts),
-            lambda out: checks.finish_query(limit, out),
-        )
-
-    def _prepare_search(self, raw: Any, layer: MemoryDefaults | None) -> _Prepared:
-        search = self._search
-        if search is None:
-            raise MemoryError(
-                ErrorCode.SEARCH_UNAVAILABLE,
-                "No search provider is configured and the store has no native search.",
-            )
-        data = checks.parse_input(MemorySearchInput, raw)
-        checks.check_search_options(data.options, self._search_options)
-        limit = self._limit(data.limit, "search_limit", layer, BUILTIN_SEARCH_LIMIT)
-        data = data.model_copy(update={"limit": limit})
-        return _Call(lambda opts: search(data, opts), lambda out: checks.finish_search(limit, out))
-
-    def _prepare_write(self, raw: Any, layer: MemoryDefaults | None) -> _Prepared:
-        data = checks.parse_input(MemoryWriteInput, raw)
-        if not data.memories:
-            return checks.Done([])
-        return _Call(
-            lambda opts: self.store.write(data, opts),
-            lambda out: checks.finish_write(data, out),
-        )
-
-    def _prepare_update(self, raw: Any, layer: MemoryDefaults | None) -> _Prepared:
-        data = checks.prepare_update(checks.parse_input(MemoryUpdateInput, raw))
-        if not data.memories:
-            return checks.Done([])
-        if not self._conditional and any(e.if_metadata is not None for e in data.memories):
-            raise MemoryError(ErrorCode.UNSUPPORTED,
-                              "this memory store cannot check ifMetadata atomically")  # fmt: skip
-        return _Call(
-            lambda opts: self.store.update(data, opts),
-            lambda out: checks.finish_update(data, out),
-        )
-
-    def _prepare_delete(self, raw: Any, layer: MemoryDefaults | None) -> _Prepared:
-        parsed = checks.parse_input(MemoryDeleteInput, raw)
-        data = MemoryDeleteInput(ids=checks.dedupe(parsed.ids))
-        if not data.ids:
-            return checks.Done(MemoryDeleteOutput(deleted=[]))
-        return _Call(
-            lambda opts: self.store.delete(data, opts),
-            lambda out: checks.finish_delete(data, out),
-        )
-
-    def _limit(
-        self, request: int | None, field: str, layer: MemoryDefaults | None, builtin: int
-    ) -> int:
-        """Resolve a limit: request > factory defaults > runtime YAML > built-in (MEM-CONF-2)."""
-        for candidate in (request, getattr(self.defaults, field), getattr(layer, field, None)):
-            if candidate is not None:
-                return int(candidate)
-        return builtin
-
 
 def _declared_options(plugin: object) -> frozenset[str] | None:
     """The SEARCH ``options`` keys ``plugin`` declares it reads
@@ -478,53 +385,3 @@ def create_memory(
         ConfigError: ``defaults`` is not a valid ``MemoryDefaults`` (limits 1-10000).
     """
     return Memory(store, search, defaults)
-
-
-# --- running one call -------------------------------------------------------------------
-
-
-def _run(eid: str, node: str, call: _Call, options: MemoryCallOptions) -> NodeResult[Any]:
-    cancel, deadline = options.cancel, options.deadline
-    try:
-        output = call.finish(call.invoke(options))
-    except MemoryError as exc:
-        return _stopped(eid, node, cancel, deadline) or _from_error(eid, node, exc)
-    except Exception:
-        logger.error("%s %s: the memory plugin raised", node, eid, exc_info=True)
-        return _stopped(eid, node, cancel, deadline) or NodeResult.failure(
-            eid, node, ErrorCode.MEMORY_BACKEND_ERROR, _BACKEND_ERROR_MESSAGE
-        )
-    return _stopped(eid, node, cancel, deadline) or _success(eid, node, output)
-
-
-def _stopped(
-    eid: str, node: str, cancel: CancelToken | None, deadline: float | None
-) -> NodeResult[Any] | None:
-    """A timeout/cancelled result when the deadline passed or the token is set (MEM-PY-2);
-    the token says which (MEM-RUN-6: when the deadline passes the host cancels the token
-    too, with reason ``timeout``)."""
-    reason = stop_outcome(cancel, deadline)
-    if reason == "timeout":
-        return NodeResult.failure(
-            eid, node, ErrorCode.MEMORY_TIMEOUT, "The call's deadline passed.", "timeout"
-        )
-    if reason == "cancelled":
-        return NodeResult.failure(
-            eid, node, ErrorCode.MEMORY_CANCELLED, "The call was cancelled.", "cancelled"
-        )
-    return None
-
-
-def _from_error(eid: str, node: str, exc: MemoryError) -> NodeResult[Any]:
-    """A plugin's or a rule's ``MemoryError`` as a NodeResult; its message is public."""
-    status: NodeStatus = "failed"
-    if exc.code == ErrorCode.MEMORY_CANCELLED:
-        status = "cancelled"
-    elif exc.code == ErrorCode.MEMORY_TIMEOUT:
-        status = "timeout"
-    code = exc.code or ErrorCode.MEMORY_BACKEND_ERROR
-    return NodeResult.failure(eid, node, code, exc.safe_message, status)
-
-
-def _success(eid: str, node: str, output: object) -> NodeResult[Any]:
-    return NodeResult[Any](execution_id=eid, node=node, status="success", output=output)
