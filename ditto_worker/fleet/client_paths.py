@@ -1,0 +1,234 @@
+"""The fleet client's two ways of awaiting a reply (see :mod:`ditto_worker.fleet.client`).
+
+* Redis result backend: one :class:`~ditto_worker.fleet.results.ResultListener` per
+  client; a sync call publishes from its thread and blocks on a future, an asyncio call
+  publishes on a sender thread and awaits the future; a cancel raises the call's flag;
+  a timed-out call's message says when a worker for its queue was last seen.
+* in-process (``memory://``): Celery's ``AsyncResult`` polled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping
+from concurrent.futures import FIRST_COMPLETED
+from concurrent.futures import Future as ThreadFuture
+from concurrent.futures import TimeoutError as ThreadTimeoutError
+from concurrent.futures import wait as wait_futures
+from typing import Any
+
+from celery.exceptions import TaskRevokedError
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+from kombu.exceptions import EncodeError, OperationalError
+from redis.exceptions import RedisError
+
+from ditto_worker.contracts import NodeResult
+from ditto_worker.errors import ErrorCode
+from ditto_worker.fleet.cancellation import CANCEL_CHANNEL, cancel_key
+from ditto_worker.fleet.celery_app import queue_for
+from ditto_worker.fleet.client_base import (
+    CANCEL_POLL_S,
+    FLAG_WAIT_S,
+    SEEN_WAIT_S,
+    ClientBase,
+    Route,
+    failure,
+    get_key,
+    log,
+    settle_future,
+)
+from ditto_worker.fleet.failures import NodeFailed
+from ditto_worker.fleet.heartbeat import describe_last_seen, heartbeat_key
+from ditto_worker.runtime.cancel import CancelToken, local_registry
+
+__all__ = ["ClientPaths"]
+
+
+class ClientPaths(ClientBase):
+    """The listener path (Redis) and the polling path (in-process) of a call."""
+
+    # --- Redis fleet: the listener path ---------------------------------------------------
+
+    def _invoke_listening(
+        self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
+        route: Route, trace: Mapping[str, str] | None = None,
+    ) -> NodeResult[Any]:  # fmt: skip
+        """The sync path: publish from this thread, block on the listener's future."""
+        listener = self._listener
+        assert listener is not None
+        result, setup = listener.expect(eid)
+        stop: ThreadFuture[None] = ThreadFuture()
+        unregister = cancel.on_cancel(lambda: settle_future(stop)) if cancel is not None else None
+        try:
+            if setup is not None:
+                try:
+                    setup.result(timeout=max(0.0, deadline - time.time()))
+                except ThreadTimeoutError:
+                    return self._timed_out(eid, node, "the fleet did not take the call in time")
+                except RedisError as exc:
+                    return self._unreachable(eid, node, exc)
+            try:
+                self._send(node, payload, eid, deadline, route, trace)
+            except (EncodeError, OperationalError) as exc:
+                return self._sendfailure(exc, node, eid)
+            waited: list[ThreadFuture[Any]] = [result, stop]
+            wait_futures(waited, timeout=max(0.0, deadline - time.time()),
+                         return_when=FIRST_COMPLETED)  # fmt: skip
+            if result.done() and not result.cancelled():
+                return self._from_meta(result.result(), node, eid, stop.done())
+            if stop.done():
+                with contextlib.suppress(Exception):
+                    listener.submit(self._acancel(eid, deadline)).result(FLAG_WAIT_S)
+                return self._cancelled(eid, node)
+            # past the deadline the worker stops the call itself (ditto_deadline header) and
+            # never starts it (expires): no flag needed, the revoke is a courtesy
+            self._revoke_later(eid)
+            return self._timed_out(eid, node, self._with_last_seen(node, "the call timed out"))
+        finally:
+            if unregister is not None:
+                unregister()
+            listener.forget(eid)
+
+    def _unreachable(
+        self, eid: str, node: str, exc: BaseException | None = None
+    ) -> NodeResult[Any]:
+        self._outages.failed(self._backend_at, exc)
+        message = f"{self._backend_at} is unreachable"
+        return failure(eid, node, ErrorCode.FLEET_UNAVAILABLE, message)
+
+    async def _acall(
+        self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
+        route: Route, trace: Mapping[str, str] | None = None,
+    ) -> NodeResult[Any]:  # fmt: skip
+        """The asyncio path: publish on a sender thread, await the listener's future."""
+        listener = self._listener
+        assert listener is not None
+        loop = asyncio.get_running_loop()
+        cancelled = asyncio.Event()
+
+        def on_cancel() -> None:  # any thread; the call may have ended and its loop closed
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(cancelled.set)
+
+        unregister = cancel.on_cancel(on_cancel) if cancel else None
+        result, setup = listener.expect(eid)
+        waiter: asyncio.Future[Any] | None = None
+        try:
+            if setup is not None:
+                await asyncio.wait_for(asyncio.wrap_future(setup), deadline - time.time())
+            send = loop.run_in_executor(self._senders, self._send, node, payload, eid, deadline,
+                                        route, trace)  # fmt: skip
+            try:  # a send still queued at the deadline may go out later: it expires unrun
+                await asyncio.wait_for(send, max(0.0, deadline - time.time()))
+            except (EncodeError, OperationalError) as exc:
+                return self._sendfailure(exc, node, eid)
+            answer = asyncio.wrap_future(result)
+            waiting: set[asyncio.Future[Any]] = {answer}
+            if cancel is not None:  # a call that cannot be cancelled waits on its answer only
+                waiter = loop.create_task(cancelled.wait())
+                waiting.add(waiter)
+            await asyncio.wait(
+                waiting, timeout=max(0.0, deadline - time.time()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )  # fmt: skip
+            if answer.done() and not answer.cancelled():
+                return self._from_meta(answer.result(), node, eid, cancelled.is_set())
+            answer.cancel()
+            if cancelled.is_set():
+                await asyncio.wrap_future(listener.submit(self._acancel(eid, deadline)))
+                return self._cancelled(eid, node)
+            self._revoke_later(eid)
+            seen = await self._alast_seen(node)
+            return self._timed_out(eid, node, f"the call timed out: {seen}" if seen else
+                                   "the call timed out")  # fmt: skip
+        except TimeoutError:
+            self._revoke_later(eid)
+            return self._timed_out(eid, node, "the fleet did not take the call in time")
+        except RedisError as exc:
+            return self._unreachable(eid, node, exc)
+        finally:
+            if waiter is not None:
+                waiter.cancel()
+            if unregister is not None:
+                unregister()
+            listener.forget(eid)
+
+    def _with_last_seen(self, node: str, message: str) -> str:
+        """``message`` plus when a worker for ``node``'s queue was last seen
+        (:mod:`ditto_worker.fleet.heartbeat`); read only for a call that timed out."""
+        listener = self._listener
+        if listener is None:
+            return message
+        queue = queue_for(node)
+        try:
+            raw = listener.submit(get_key(listener, heartbeat_key(queue))).result(SEEN_WAIT_S)
+        except Exception:  # Redis down or slow: the plain message
+            return message
+        return f"{message}: {describe_last_seen(queue, raw)}"
+
+    async def _alast_seen(self, node: str) -> str | None:
+        """:meth:`_with_last_seen` for the asyncio path: the sentence, or ``None``."""
+        listener = self._listener
+        if listener is None:
+            return None
+        queue = queue_for(node)
+        try:
+            read = listener.submit(get_key(listener, heartbeat_key(queue)))
+            raw = await asyncio.wait_for(asyncio.wrap_future(read), SEEN_WAIT_S)
+        except Exception:
+            return None
+        return describe_last_seen(queue, raw)
+
+    async def _acancel(self, eid: str, deadline: float) -> None:
+        """Flag ``eid`` cancelled (stops it if running, prevents it if not) and revoke it.
+
+        Runs on the listener's loop."""
+        listener = self._listener
+        assert listener is not None
+        ttl_s = max(1, int(deadline - time.time()) + 60)
+        try:
+            await listener.client.set(cancel_key(eid), b"1", ex=ttl_s)
+            await listener.client.publish(CANCEL_CHANNEL, eid)
+        except RedisError:
+            log.warning("could not raise the cancel flag of %s", eid)
+        self._revoke_later(eid)
+
+    # --- in-process: the polling path ----------------------------------------------------
+
+    def _invoke_polling(
+        self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
+        route: Route, trace: Mapping[str, str] | None = None,
+    ) -> NodeResult[Any]:  # fmt: skip
+        try:
+            self._send(node, payload, eid, deadline, route, trace)
+        except (EncodeError, OperationalError) as exc:
+            return self._sendfailure(exc, node, eid)
+        result = self.app.AsyncResult(eid)
+        while True:
+            remaining = deadline - time.time()
+            if remaining <= 0 or (cancel is not None and cancel.cancelled):
+                local_registry().cancel(eid, reason="timeout" if remaining <= 0 else "cancelled")
+                self._revoke_later(eid)
+                if remaining <= 0:
+                    return self._timed_out(eid, node)
+                return self._cancelled(eid, node)
+            wait_s = remaining if cancel is None else min(remaining, CANCEL_POLL_S)
+            try:
+                payload = result.get(timeout=wait_s, interval=self._poll_s, propagate=True)
+            except CeleryTimeoutError:
+                continue
+            except NodeFailed as exc:
+                return self._parse(exc.wire, node, eid)
+            except TaskRevokedError:
+                if cancel is not None and cancel.cancelled:
+                    return self._cancelled(eid, node)
+                return self._timed_out(eid, node, "the call expired")
+            except OperationalError as exc:  # kombu's connection errors
+                return self._unreachable(eid, node, exc)
+            except Exception as exc:
+                log.error("node task %s failed without a NodeResult (%s)", node,
+                          type(exc).__name__)  # fmt: skip
+                return failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the node task failed")
+            return self._parse(payload, node, eid)
