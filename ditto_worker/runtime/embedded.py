@@ -18,13 +18,17 @@ NodeResults as on the fleet:
 * ``ctx.invoke`` runs a sub-call through this runtime, inheriting the deadline, the
   cancellation and the scope (MEM-RT-3). A sub-call into a definition whose pool is full of
   callers waiting for it would wait until their deadline; give such definitions the
-  concurrency they need.
+  concurrency they need;
+* a definition's ``open`` hook (a model's start, a store from ``ditto.yaml``) runs once,
+  before its first call's deadline starts (issue 25: a 5-8 s model start charged to a
+  30 s call deadline), or at :meth:`EmbeddedRuntime.open` (``Runtime.open``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 import uuid
@@ -46,6 +50,8 @@ from ditto_worker.runtime.execute import run_node, unknown_node
 from ditto_worker.runtime.registry import node_table
 from ditto_worker.runtime.trace import clean_trace
 from ditto_worker.scope import Scope, parse_scope
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ditto_worker.config import RuntimeConfig
@@ -95,6 +101,9 @@ class EmbeddedRuntime:
             for d in self.definitions
         }
         self._registry = CancelRegistry()
+        self._opened: set[int] = set()
+        self._tried: set[int] = set()  # hooks already tried before a call
+        self._open_locks = {id(d): threading.Lock() for d in self.definitions}
         self._idle = threading.Condition()
         self._in_flight = 0
         self._closed = False
@@ -126,6 +135,46 @@ class EmbeddedRuntime:
         with self._idle:
             self._in_flight -= 1
             self._idle.notify_all()
+
+    # --- open hooks -----------------------------------------------------------------------
+
+    def open(self, nodes: Sequence[str] | None = None) -> None:
+        """Run the ``open`` hook of each definition serving ``nodes`` (default: all) that
+        has not opened yet: load models and build stores now, e.g. at application start.
+
+        Raises:
+            Exception: whatever a hook raised (it runs again on the next call or ``open``).
+        """
+        wanted = self.table if nodes is None else {n: self.table[n] for n in nodes}
+        for definition in {id(d): d for d, _ in wanted.values()}.values():
+            self._open(definition)
+
+    def _open(self, definition: WorkerDefinition, before_call: bool = False) -> None:
+        key = id(definition)
+        if definition.open is None or key in self._opened:
+            return
+        with self._open_locks[key]:  # concurrent first calls wait for one hook run
+            if key in self._opened or (before_call and key in self._tried):
+                return
+            self._tried.add(key)
+            definition.open()
+            self._opened.add(key)
+
+    def _open_before_call(self, node: str) -> None:
+        """Open the definition serving ``node`` before the call's deadline starts, so a
+        model's start is never charged to a call (issue 25). A hook that fails is logged
+        (its type) and the call goes on: its handler builds what it needs on first use,
+        within its deadline, and answers with its own error, as before. Tried once per
+        definition before calls (a down server's connect timeout is not added to every
+        call); :meth:`open` tries again."""
+        entry = self.table.get(node)
+        if entry is None:
+            return
+        try:
+            self._open(entry[0], before_call=True)
+        except Exception as exc:
+            log.warning("the open hook of %s failed (%s); its handler builds on first use",
+                        entry[0].kind, type(exc).__name__)  # fmt: skip
 
     # --- one call -------------------------------------------------------------------------
 
@@ -211,7 +260,10 @@ class EmbeddedRuntime:
         """Run ``node`` in this process and wait for its NodeResult (arguments and results
         as :meth:`ditto_worker.fleet.DittoClient.invoke`; ``trace`` becomes the handler's
         ``ctx.headers``, ``operation_id`` its ``ctx.operation_id``: a malformed one is
-        ``INVALID_INPUT``, nothing run)."""
+        ``INVALID_INPUT``, nothing run). The first call of a definition runs its ``open``
+        hook first, before ``timeout`` starts counting (an absolute ``deadline`` is the
+        caller's and keeps running)."""
+        self._open_before_call(node)
         prepared = self._prepare(node, input, timeout, cancel, execution_id, scope, deadline,
                                  trace, operation_id)  # fmt: skip
         if isinstance(prepared, NodeResult):
@@ -249,7 +301,9 @@ class EmbeddedRuntime:
         operation_id: str | None = None,
     ) -> NodeResult[Any]:
         """``invoke`` for asyncio; cancelling the awaiting task cancels the call and
-        re-raises ``asyncio.CancelledError`` (MEM-PY-2)."""
+        re-raises ``asyncio.CancelledError`` (MEM-PY-2). A first call's ``open`` hook runs
+        in a worker thread, off the event loop."""
+        await asyncio.to_thread(self._open_before_call, node)
         prepared = self._prepare(node, input, timeout, cancel, execution_id, scope, deadline,
                                  trace, operation_id)  # fmt: skip
         if isinstance(prepared, NodeResult):

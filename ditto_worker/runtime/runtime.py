@@ -294,6 +294,22 @@ class Runtime:
         return await self._graphs.aloop(plan, input, budget=budget, timeout=timeout,
                                         cancel=cancel, scope=scope, run_id=run_id)  # fmt: skip
 
+    def open(self, nodes: Sequence[str] | None = None) -> None:
+        """Run the definitions' ``open`` hooks now (load a model, build a store), e.g. at
+        application start; embedded only. Without it each definition opens before its
+        first call, outside that call's timeout. On the fleet this does nothing: every
+        worker process opens its definitions before it announces ready.
+
+        Args:
+            nodes: node ids whose definitions to open; ``None``: all.
+
+        Raises:
+            Exception: whatever a hook raised.
+        """
+        opener = getattr(self._invoker, "open", None)
+        if self.embedded and callable(opener):
+            opener(nodes)
+
     def close(self, timeout_s: float = 30.0) -> None:
         """Drain accepted calls, then release what the runtime owns (MEM-RUN-3:
         application-owned plugin objects are not closed)."""

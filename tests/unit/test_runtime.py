@@ -226,3 +226,59 @@ print(json.dumps({{"said": said.status, "wrote": wrote.status,
                           timeout=120, check=True, cwd=ECHO)  # fmt: skip
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"said": "success", "wrote": "success", "loaded": []}
+
+
+# --- open hooks before the first call (issue 25) -------------------------------------------
+
+
+def _slow_open_definition(opened: list[float], open_s: float, fail: bool = False) -> Any:
+    def open_hook() -> None:
+        opened.append(time.monotonic())
+        if fail:
+            raise RuntimeError("no model here")
+        time.sleep(open_s)
+
+    def whoami(input: Any, ctx: NodeContext) -> Any:
+        return {"opened": len(opened), "remaining": ctx.remaining_s}
+
+    return WorkerDefinition.of("SLOW", [NodeSpec("SLOW.CALL", whoami)], open=open_hook)
+
+
+def test_a_definition_opens_before_its_first_call_outside_the_deadline() -> None:
+    opened: list[float] = []
+    config = load_runtime_config(None, env={})
+    with create_ditto([_slow_open_definition(opened, 1.5)], config) as rt:
+        results: list[Any] = []
+        callers = [threading.Thread(target=lambda: results.append(
+            rt.invoke("SLOW.CALL", {}, timeout=1.0))) for _ in range(3)]  # fmt: skip
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(30)
+        # a 1.5 s start never charged to a 1 s timeout; the hook ran once for three callers
+        assert [r.status for r in results] == ["success"] * 3, [r.error for r in results]
+        assert len(opened) == 1
+        assert all(r.output["remaining"] > 0.5 for r in results)
+        assert rt.invoke("SLOW.CALL", {}, timeout=1.0).output["opened"] == 1
+
+
+def test_runtime_open_opens_now_and_a_failing_hook_leaves_the_handler_to_answer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    opened: list[float] = []
+    config = load_runtime_config(None, env={})
+    with create_ditto([_slow_open_definition(opened, 0.0)], config) as rt:
+        rt.open()
+        rt.open()
+        assert len(opened) == 1
+    failing: list[float] = []
+    with create_ditto([_slow_open_definition(failing, 0.0, fail=True)], config) as rt:
+        result = rt.invoke("SLOW.CALL", {}, timeout=5)
+        assert result.status == "success"  # the hook failed; the handler still ran
+        assert rt.invoke("SLOW.CALL", {}, timeout=5).status == "success"
+        assert len(failing) == 1  # tried once before calls, not before every call
+        assert "open hook of SLOW failed (RuntimeError)" in caplog.text
+        assert "no model here" not in caplog.text
+        with pytest.raises(RuntimeError):
+            rt.open(["SLOW.CALL"])  # an explicit open tries again and raises
+        assert len(failing) == 2
