@@ -173,7 +173,8 @@ def _body(kind: TaskKind) -> Any:
         records = [{**r, "previousVersion": candidate["previous"].get(r["id"])}
                    for r in mutation["records"]]  # fmt: skip
         artifact["mutation"] = {"node": candidate["node"], "operationId": candidate["operationId"],
-                                "records": records, "replayed": mutation["replayed"]}  # fmt: skip
+                                "records": records, "replayed": mutation["replayed"],
+                                "guarded": mutation["guarded"]}  # fmt: skip
         made = yield from message_stage(run, list(mutation["records"]))
         artifact.update(made)
         artifact["memories"] = list(mutation["records"])

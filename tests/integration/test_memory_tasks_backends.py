@@ -1,0 +1,90 @@
+"""The worked tasks on every backend (issue 25 items 3 and 7): write -> update -> search on
+SQLite, PostgreSQL (the real server) and Qdrant (local mode, real local embeddings:
+no Qdrant server can run here, so this is labelled local mode). The model is the
+scripted fake endpoint; real generation is tests/integration/test_memory_tasks_model.py.
+
+Checks per backend: the preference is written once, revised in place (same id, version
+2), recalled by the next task with the task's ``kind=preference`` filter and cited; the
+checkpoints stay in the task space; on Qdrant the update regenerated the vector (vector
+SEARCH for the new value ranks it higher than before) and checkpoints carry no vector.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ditto_worker import Scope
+from ditto_worker.memory_tasks import run_search, run_update, run_write
+from tests.unit._task_kit import options, task_runtime
+from tests.unit.test_memory_tasks_preferences import FRENCH, GERMAN, model, proposing, request
+
+ALICE = Scope("acme", "alice")
+
+
+def _postgres_url() -> str:
+    url = os.environ.get("DITTO_TEST_POSTGRES_URL", "")
+    if not url:
+        if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
+            pytest.fail("DITTO_TEST_POSTGRES_URL is not set")
+        pytest.skip("DITTO_TEST_POSTGRES_URL is not set")
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgres", "qdrant"])
+def backend(request: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
+    name = request.param
+    namespace = f"tasks_{uuid.uuid4().hex[:10]}"
+    if name == "postgres":
+        monkeypatch.setenv("DITTO_WORKER_MEMORY_POSTGRES_URL", _postgres_url())
+    if name == "qdrant":
+        monkeypatch.delenv("DITTO_WORKER_MEMORY_QDRANT_URL", raising=False)
+    yield name, namespace
+    if name == "postgres":
+        import psycopg
+
+        with psycopg.connect(_postgres_url(), autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{namespace}" CASCADE')
+
+
+def _vector_score(runtime: Any, text: str) -> float:
+    query = {"query": text, "strategy": "vector", "filter": {"kind": "preference"}, "limit": 1}
+    [hit] = runtime.invoke("MEMORY.SEARCH", query, scope=ALICE).output
+    return float(hit.score)
+
+
+@pytest.mark.integration
+def test_write_update_search_on_each_backend(tmp_path: Path, backend: tuple[str, str]) -> None:
+    name, namespace = backend
+    writer = options(tmp_path, allow_write=True)
+    with model(proposing(GERMAN, "de"), None) as fake:
+        with task_runtime(tmp_path, fake, name, namespace=namespace) as (runtime, _):
+            wrote = run_write(runtime, {"request": request("write", "w1", GERMAN)}, writer)
+            assert wrote.status == "success", wrote.error
+            if name == "qdrant":
+                before = _vector_score(runtime, "French")
+    with model(proposing(FRENCH, "fr"), None) as fake:
+        with task_runtime(tmp_path, fake, name, namespace=namespace) as (runtime, _):
+            revised = run_update(runtime, {"request": request("update", "u1", FRENCH)}, writer)
+            assert revised.status == "success", revised.error
+            found = run_search(runtime, {"request": request("search", "s1")}, options(tmp_path))
+            assert found.status == "success", found.error
+            items = runtime.invoke("MEMORY.QUERY", {}, scope=ALICE).output.items
+            task = runtime.invoke("MEMORY.QUERY", {}, scope=Scope.for_task("acme", "alice", "u1"))
+            if name == "qdrant":
+                after = _vector_score(runtime, "French")
+    assert [(i.key, i.metadata["version"], i.metadata["value"]) for i in items] == [
+        ("preference:language", 2, "fr"),
+    ]  # fmt: skip
+    assert wrote.artifact and revised.artifact and found.artifact
+    assert revised.artifact["mutation"]["records"][0]["id"] == items[0].id
+    assert found.artifact["applied"]["language"] == "fr"
+    assert found.artifact["message"].endswith(f"(memory {items[0].id} v2)")
+    assert {i.metadata["kind"] for i in task.output.items} == {"checkpoint", "candidate", "report"}
+    if name == "qdrant":
+        assert after > before  # the vector was regenerated with the content
