@@ -14,7 +14,10 @@ PostgreSQL vector / hybrid search latency at scale.
    maintained while writing).
 
 Run: ``python bench/retrieval.py [--memories 100000] [--callers 16] [--queries 20]
-[--sections embedding,sqlite,postgres]``. The
+[--sections embedding,sqlite,postgres] [--device cpu|cuda|auto]``. Section 1 starts with
+bulk embedding through the provider vs raw ``encode`` on the same device (target >= 0.95x)
+and one query's p50 through the micro-batcher (the GPU goal: <= 3 ms with
+``--device cuda``; no GPU could be had for this work, so that line is unmeasured). The
 RETRIEVAL queue's own overhead (Celery round trip) is measured by the fleet benchmarks.
 """
 
@@ -59,9 +62,38 @@ def _threads(callers: int, work: Callable[[int], None]) -> float:
     return time.perf_counter() - start
 
 
-def bench_embedding(callers: int, queries: int) -> None:
+def bench_bulk(local: LocalEmbeddingProvider, texts: int = 1000, rounds: int = 5) -> None:
+    """Bulk embedding through the provider vs the raw ``SentenceTransformer.encode`` of the
+    same texts on the same device, interleaved rounds (issue 28 item 6: >= 0.95x), and one
+    query's p50 through the micro-batcher."""
+    flat = [f"memory {i} about {TOPICS[i % 10]} and {TOPICS[(i * 3) % 10]}" for i in range(texts)]
+    raw_s, ours_s = [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        local.model.encode(flat, batch_size=64, normalize_embeddings=True,
+                           convert_to_numpy=True, show_progress_bar=False)  # fmt: skip
+        raw_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        local.embed(flat)
+        ours_s.append(time.perf_counter() - start)
+    raw, ours = statistics.median(raw_s), statistics.median(ours_s)
+    print(f"bulk embedding on {local.device}: {texts} texts, median of {rounds} rounds")
+    print(f"  raw encode  {texts / raw:8.1f} texts/s")
+    print(f"  provider    {texts / ours:8.1f} texts/s   provider/raw {raw / ours:.3f}x")
+    batcher = MicroBatchingEmbedder(local, max_batch_size=64, max_wait_ms=2)
+    one = []
+    for i in range(50):
+        start = time.perf_counter()
+        batcher.embed([flat[i]])
+        one.append((time.perf_counter() - start) * 1000)
+    batcher.close()
+    print(f"  one query through the micro-batcher: p50 {statistics.median(one):.2f} ms")
+
+
+def bench_embedding(callers: int, queries: int, device: str = "cpu") -> None:
     """Section 1 (see module doc)."""
-    local = LocalEmbeddingProvider()
+    local = LocalEmbeddingProvider(device=device)
+    bench_bulk(local)
     texts = [[f"What did person {i} say about {TOPICS[(i + j) % 10]} on day {j}?"
               for j in range(queries)] for i in range(callers)]  # fmt: skip
     local.embed(texts[0][:4])  # warm up
@@ -179,13 +211,17 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=20, help="queries per caller")
     parser.add_argument("--rounds", type=int, default=20, help="searches per row")
     parser.add_argument(
+        "--device", default="cpu",
+        help="embedding device: cpu, cuda, cuda:N or auto (as workers.retrieval.device)",
+    )  # fmt: skip
+    parser.add_argument(
         "--sections", default="embedding,sqlite,postgres",
         help="comma-separated: embedding, sqlite, postgres (needs DITTO_TEST_POSTGRES_URL)",
     )  # fmt: skip
     args = parser.parse_args()
     sections = set(args.sections.split(","))
     if "embedding" in sections:
-        bench_embedding(args.callers, args.queries)
+        bench_embedding(args.callers, args.queries, args.device)
     if "sqlite" in sections:
         bench_sqlite(args.memories, args.rounds)
     url = os.environ.get("DITTO_TEST_POSTGRES_URL", "")

@@ -133,6 +133,13 @@ class RetrievalWorkerSettings(Section):
         description="Celery pool; threads let concurrent queries share one model (micro-batching).",
     )
     search_limit: Limit = Field(default=10, description="Runtime default SEARCH limit.")
+    device: str = Field(
+        default="cpu",
+        pattern=r"^(cpu|auto|cuda(:[0-9]+)?)$",
+        description="Torch device of every local embedding model this process builds (the "
+        "stores' embedders and the retrieval pipelines): cpu, cuda, cuda:N, or auto (cuda "
+        "when one is available, else cpu); env DITTO_WORKER_RETRIEVAL_DEVICE.",
+    )
     targets: dict[str, RetrievalTargetSettings] = Field(
         default_factory=lambda: {"memories": RetrievalTargetSettings()},
         description="Target name -> pipeline; RemoteRetrievalSearchProvider(target={name}).",

@@ -46,10 +46,12 @@ __all__ = [
     "EmbeddingIdentity",
     "EmbeddingProvider",
     "LocalEmbeddingProvider",
+    "check_array",
     "check_vectors",
     "create_embedding_provider",
     "l2_normalize",
     "local_provider",
+    "resolve_device",
 ]
 
 logger = logging.getLogger(__name__)
@@ -118,6 +120,7 @@ class LocalEmbeddingProvider:
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        device = resolve_device(device)
         try:
             from sentence_transformers import SentenceTransformer
 
@@ -159,8 +162,20 @@ class LocalEmbeddingProvider:
         """The underlying ``SentenceTransformer`` (for benchmarks)."""
         return self._model
 
+    @property
+    def device(self) -> str:
+        """The torch device the model runs on (``cpu``, ``cuda:0`` …)."""
+        return str(self._model.device)
+
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Encode ``texts`` (see :meth:`EmbeddingProvider.embed`); unit-length vectors."""
+        """Encode ``texts`` (see :meth:`EmbeddingProvider.embed`); unit-length vectors.
+
+        The shape and finiteness are checked on the model's array in one vectorised step
+        (numpy), then converted to lists once (issue 28 item 6).
+
+        Raises:
+            MemoryError: ``EMBEDDING_MISMATCH`` for a wrong shape or a non-finite value.
+        """
         if not texts:
             return []
         with self._lock:
@@ -171,17 +186,71 @@ class LocalEmbeddingProvider:
                 convert_to_numpy=True,
                 show_progress_bar=False,
             )
+        check_array(array, len(texts), self._identity.dims)
         vectors: list[list[float]] = array.tolist()
-        check_vectors(vectors, len(texts), self._identity.dims)
         return vectors
+
+
+def check_array(array: Any, count: int, dims: int) -> None:
+    """:func:`check_vectors` for a numpy array of shape ``(count, dims)``, vectorised.
+
+    Raises:
+        MemoryError: ``EMBEDDING_MISMATCH`` naming the expected and received shape, or a
+            non-finite value.
+    """
+    import numpy as np
+
+    shape = getattr(array, "shape", None)
+    if shape is None or len(shape) != 2:
+        check_vectors(array, count, dims)  # not a matrix: the element-wise check says why
+        return
+    if shape[0] != count:
+        raise MemoryError(EMBEDDING_MISMATCH, f"expected {count} vectors, got {shape[0]}")
+    if shape[1] != dims:
+        raise MemoryError(EMBEDDING_MISMATCH, f"expected vectors of {dims} dims, got {shape[1]}")
+    if not bool(np.isfinite(array).all()):
+        raise MemoryError(EMBEDDING_MISMATCH, "the embedding contains a non-finite value")
+
+
+def resolve_device(device: str) -> str:
+    """A torch device from ``workers.retrieval.device``: ``cpu``, ``cuda``, ``cuda:N`` as
+    given; ``auto`` is ``cuda`` when torch sees a GPU, else ``cpu``.
+
+    Raises:
+        MemoryError: ``EMBEDDING_UNAVAILABLE`` for ``cuda`` on a machine where torch sees
+            no GPU (nothing falls back silently), or a device name it does not know.
+    """
+    device = device.strip().lower()
+    if device == "cpu":
+        return device
+    try:
+        import torch
+    except ImportError as exc:
+        raise MemoryError(
+            EMBEDDING_UNAVAILABLE, "torch is not installed (install ditto-worker[retrieval])"
+        ) from exc
+    available = bool(torch.cuda.is_available())
+    if device == "auto":
+        return "cuda" if available else "cpu"
+    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+        if not available:
+            raise MemoryError(
+                EMBEDDING_UNAVAILABLE,
+                f"device {device!r}: torch sees no GPU here "
+                "(workers.retrieval.device: cpu or auto)",
+            )
+        return device
+    raise MemoryError(EMBEDDING_UNAVAILABLE, f"unknown device {device[:20]!r} (cpu, cuda, auto)")
 
 
 def local_provider(
     settings: Mapping[str, Any], env: Mapping[str, str] | None = None
 ) -> LocalEmbeddingProvider:
     """The ``local`` entry point of ``ditto_worker.embedders``: a
-    :class:`LocalEmbeddingProvider` from ``modelPath`` (str), ``device`` (str, ``cpu``)
-    and ``batchSize`` (int, 64); ``env`` is not read.
+    :class:`LocalEmbeddingProvider` from ``modelPath`` (str), ``device`` (str; default
+    ``env["DITTO_WORKER_RETRIEVAL_DEVICE"]``, which :func:`~ditto_worker.runtime.registry.
+    build_store` sets from ``workers.retrieval.device``, else ``cpu``) and ``batchSize``
+    (int, 64).
 
     Raises:
         ConfigError: an unknown setting.
@@ -190,8 +259,10 @@ def local_provider(
     unknown = sorted(set(settings) - {"modelPath", "device", "batchSize"})
     if unknown:
         raise ConfigError(f"unknown local embedding settings: {', '.join(unknown)}")
+    environ = os.environ if env is None else env
+    device = settings.get("device") or environ.get("DITTO_WORKER_RETRIEVAL_DEVICE") or "cpu"
     return LocalEmbeddingProvider(
-        settings.get("modelPath"), device=str(settings.get("device", "cpu")),
+        settings.get("modelPath"), device=str(device),
         batch_size=int(settings.get("batchSize", 64)),
     )  # fmt: skip
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -137,7 +138,8 @@ def build_pipeline_provider(
     Args:
         store: the target's store (built from ``plugins.<store>``).
         pipeline: :class:`RetrievalConfig` settings (camelCase).
-        config: the runtime config (unused today; kept for the worker's call signature).
+        config: the runtime config: its ``workers.retrieval.device`` is the query
+            embedder's device (``None``: ``DITTO_WORKER_RETRIEVAL_DEVICE`` or cpu).
 
     Returns:
         A provider whose query embedder is ``store.embedder`` (``embedding: store``) or a
@@ -153,7 +155,10 @@ def build_pipeline_provider(
         if embedder is None:
             raise ConfigError("pipeline embedding 'store': the store has no embedding provider")
     else:
-        embedder = create_embedding_provider(settings.embedding)
+        env = dict(os.environ)
+        if config is not None:
+            env["DITTO_WORKER_RETRIEVAL_DEVICE"] = config.retrieval_worker.device
+        embedder = create_embedding_provider(settings.embedding, None, env)
     if embedder is None:  # not reachable: local/http always build one
         raise MemoryError(ErrorCode.SEARCH_UNAVAILABLE, "no query embedder")
     batcher = MicroBatchingEmbedder(

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ditto_worker.scope import Scope
 
 __all__ = [
+    "DEVICE_ENV",
     "EMBEDDER_GROUP",
     "ENTRY_POINT_GROUP",
     "TRANSPORT_GROUP",
@@ -55,6 +56,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+DEVICE_ENV = "DITTO_WORKER_RETRIEVAL_DEVICE"
+"""The environment variable a local embedding provider reads its torch device from when
+its own settings name none (``workers.retrieval.device``; :func:`build_store` sets it)."""
 
 ENTRY_POINT_GROUP = "ditto_worker.stores"
 WORKER_GROUP = "ditto_worker.workers"
@@ -125,6 +130,9 @@ def build_store(
         )
     factory: StoreFactory = matches[0].load()
     settings, environ = config.plugin_settings(name), os.environ if env is None else env
+    # the process's device reaches the embedder a plugin builds (build_embedder(kind, None,
+    # env)): workers.retrieval.device, which already holds DITTO_WORKER_RETRIEVAL_DEVICE
+    environ = {**environ, DEVICE_ENV: config.retrieval_worker.device}
     if must_exist and _accepts_must_exist(factory):
         return factory(settings, environ, must_exist=True)  # type: ignore[call-arg]
     return factory(settings, environ)
