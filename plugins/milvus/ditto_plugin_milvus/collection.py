@@ -161,6 +161,7 @@ class MilvusCollection(NativeSearch):
         vector_index: str = "FLAT",
         max_message_bytes: int = DEFAULT_MESSAGE_BYTES,
         collection_per_scope: bool = False,
+        index_fields: Sequence[str] = (),
     ) -> None:
         self._conn = Connection(uri=uri, token=token, db_name=db_name, timeout_s=timeout_s)
         self.collection = collection
@@ -171,6 +172,7 @@ class MilvusCollection(NativeSearch):
         self._vector_index = vector_index
         self.max_message_bytes = max_message_bytes
         self.collection_per_scope = collection_per_scope
+        self._index_fields = tuple(index_fields)
         self._opened: dict[str, _Opened] = {}
         self._ready_lock = threading.Lock()
         self._clock = _Clock()
@@ -209,6 +211,7 @@ class MilvusCollection(NativeSearch):
             "embedding": identity,
             "embedKinds": self._embed_kinds,
             "keywords": TOKENIZER,
+            "indexFields": list(self._index_fields),
             "cursorSecret": new_cursor_secret(),
         }
         return {_PROPERTY: json.dumps(recorded, sort_keys=True)}
@@ -282,6 +285,14 @@ class MilvusCollection(NativeSearch):
             mismatch = (
                 "this Milvus collection was made with another embed policy "
                 "(plugins.milvus.embedKinds); use the collection's policy or a new collection"
+            )
+            return _Opened(generation, secret, mismatch, False)
+        stored_fields = tuple(recorded.get("indexFields") or ())
+        if stored_fields != self._index_fields:
+            mismatch = (
+                f"this Milvus collection was indexed with indexFields {list(stored_fields)}, "
+                f"but is configured with {list(self._index_fields)}; use its indexFields or "
+                "a new collection (plugins.milvus.collection)"
             )
             return _Opened(generation, secret, mismatch, False)
         if recorded.get("keywords") != TOKENIZER:

@@ -28,6 +28,7 @@ Unicode word, so every Milvus tokenizer keeps it whole, lowercase, as written.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ditto_worker.memory.text import index_terms, keyword_text, query_terms, select_terms
@@ -44,9 +45,15 @@ def _token(term: str) -> str:
     return "t" + hashlib.blake2b(term.encode("utf-8"), digest_size=6).hexdigest()
 
 
-def document_terms(content: Any, key: str | None = None) -> str:
-    """The ``terms`` text of a record's key and content (``""`` when they have no words)."""
-    terms = index_terms(keyword_text(content, key))[:MAX_TERMS]
+def document_terms(
+    content: Any,
+    key: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    fields: Sequence[str] = (),
+) -> str:
+    """The ``terms`` text of a record's key, the values of the metadata ``fields``
+    (``indexFields``) and content (``""`` when they have no words)."""
+    terms = index_terms(keyword_text(content, key, metadata, fields))[:MAX_TERMS]
     return " ".join(_token(term) for term in terms)
 
 

@@ -10,6 +10,7 @@ from typing import Any, Final
 from ditto_plugin_milvus.collection import DEFAULT_COLLECTION, DEFAULT_MESSAGE_BYTES
 from ditto_plugin_milvus.store import MilvusMemoryStore
 from ditto_worker.errors import ConfigError
+from ditto_worker.memory.indexing import parse_fields
 
 __all__ = ["DEFAULT_URI", "create_store"]
 
@@ -28,6 +29,7 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "vectorIndex": "FLAT",
     "maxMessageBytes": DEFAULT_MESSAGE_BYTES,
     "collectionPerScope": False,
+    "indexFields": None,
 }
 
 
@@ -93,7 +95,8 @@ def create_store(
             (``RetrievalConfig`` settings), ``vectorIndex`` (``FLAT``: exact, default;
             ``HNSW``), ``maxMessageBytes`` (4 MiB: largest insert request),
             ``collectionPerScope`` (false: one collection for every scope; true: one per
-            scope, keyword statistics the scope's own). A ``token`` or
+            scope, keyword statistics the scope's own), ``indexFields`` (metadata fields
+            indexed with the content, e.g. ``[speaker]``). A ``token`` or
             ``password`` key, or any other unknown key, is rejected.
         env: the environment (default ``os.environ``): ``DITTO_WORKER_MEMORY_MILVUS_URI``,
             ``_DB_NAME``, ``_COLLECTION``, ``_EMBEDDING``, ``_EMBED_KINDS``
@@ -141,4 +144,5 @@ def create_store(
         vector_index=index,
         max_message_bytes=int(_number(values, "maxMessageBytes", 1024)),
         collection_per_scope=_flag(values["collectionPerScope"], "collectionPerScope"),
+        index_fields=parse_fields(values["indexFields"]),
     )

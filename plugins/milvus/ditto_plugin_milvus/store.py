@@ -58,6 +58,7 @@ from ditto_worker.contracts import (
 )
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.ports import MemoryCallOptions
+from ditto_worker.memory.text import embedding_text
 from ditto_worker.memory.vectors import content_vectors
 
 __all__ = ["MilvusMemoryStore"]
@@ -87,6 +88,10 @@ class MilvusMemoryStore(MilvusReads):
         collection_per_scope: one collection per namespace (``collection`` + ``_`` + a
             hash of it), so keyword statistics are the scope's own
             (``keyword_scope_statistics``); default one collection for every scope.
+        index_fields: ``indexFields``: top-level metadata fields indexed with the content,
+            for keyword and vector search (:mod:`ditto_worker.memory.indexing`); a
+            collection keeps the fields it was made with (another list:
+            ``EMBEDDING_MISMATCH``).
 
     Errors: ``MemoryError`` with ``UNSUPPORTED_ORDER_BY``, ``INVALID_CURSOR``, ``CONFLICT``,
     ``NOT_FOUND``, ``UNSUPPORTED_STRATEGY``, ``INVALID_INPUT``, ``MEMORY_CANCELLED``,
@@ -102,12 +107,21 @@ class MilvusMemoryStore(MilvusReads):
         kind = metadata.get("kind") if isinstance(metadata, dict) else None
         return isinstance(kind, str) and kind in self._embed_kinds
 
-    def _dense(self, contents: Sequence[Any], wanted: Sequence[bool]) -> list[list[float] | None]:
-        out: list[list[float] | None] = [None] * len(contents)
+    def _dense(
+        self, records: Sequence[tuple[Any, Any]], wanted: Sequence[bool]
+    ) -> list[list[float] | None]:
+        """Vectors of the ``(content, metadata)`` records ``wanted``, made of
+        :func:`~ditto_worker.memory.text.embedding_text` (``indexFields`` values first)."""
+        out: list[list[float] | None] = [None] * len(records)
         chosen = [i for i, want in enumerate(wanted) if want]
         if self._embedder is None or not chosen:
             return out
-        vectors = content_vectors(self._embedder, [contents[i] for i in chosen])
+        fields = self._index_fields
+
+        def text_of(record: tuple[Any, Any]) -> str:
+            return embedding_text(record[0], record[1], fields)
+
+        vectors = content_vectors(self._embedder, [records[i] for i in chosen], text_of)
         for i, vector in zip(chosen, vectors, strict=True):
             out[i] = vector
         return out
@@ -133,7 +147,7 @@ class MilvusMemoryStore(MilvusReads):
             metadata=metadata,
             created_us=created,
             updated_us=updated,
-            terms=document_terms(content, key),
+            terms=document_terms(content, key, metadata, self._index_fields),
             dense=dense,
             dims=self._dims,
         )
@@ -163,7 +177,7 @@ class MilvusMemoryStore(MilvusReads):
         ]  # sizes checked before any I/O
         self._check_keys(ns, seen, set(), options)
         dense = self._dense(
-            [d.content for d in drafts], [self._embedded(d.metadata) for d in drafts]
+            [(d.content, d.metadata) for d in drafts], [self._embedded(d.metadata) for d in drafts]
         )
         self._start_mutation(options)
         start = self._clock.take(len(drafts))
@@ -225,7 +239,7 @@ class MilvusMemoryStore(MilvusReads):
             self._needs_vector(e, found[e.id], m.metadata)
             for e, m in zip(entries, items, strict=True)
         ]
-        dense = self._dense([m.content for m in items], refresh)
+        dense = self._dense([(m.content, m.metadata) for m in items], refresh)
         self._start_mutation(options)
         now = self._clock.take(len(entries))
         rows: list[Row] = []
@@ -257,8 +271,10 @@ class MilvusMemoryStore(MilvusReads):
         )
 
     def _needs_vector(self, entry: MemoryUpdateEntry, row: Row, metadata: Any) -> bool:
-        """A fresh vector: wanted by the embed policy and new content or none kept."""
-        return self._embedded(metadata) and (entry.has_content or not row.get("dv"))
+        """A fresh vector: wanted by the embed policy, and new content, new metadata whose
+        ``indexFields`` values are part of the vector's text, or none kept."""
+        changed = entry.has_content or (entry.has_metadata and bool(self._index_fields))
+        return self._embedded(metadata) and (changed or not row.get("dv"))
 
     def _kept_vector(self, row: Row, metadata: Any) -> list[float] | None:
         if not self._embedded(metadata) or not row.get("dv"):

@@ -248,3 +248,31 @@ def test_driver_errors_are_mapped_without_driver_text() -> None:
         MilvusException(code=1, message=secret), MemoryCallOptions(deadline=1.0), False
     )
     assert (late.code, late.safe_message) == ("MEMORY_TIMEOUT", "the memory call's deadline passed")
+
+
+TURNS = [
+    {"content": "I went to a support group yesterday", "metadata": {"speaker": "Caroline"}},
+    {"content": "That sounds great", "metadata": {"speaker": "Melanie"}},
+]
+
+
+def test_index_fields_are_indexed_and_embedded_and_fixed_by_the_collection(
+    tmp_path: Path,
+) -> None:
+    embedder = HashingEmbedder()  # records what it embedded (.texts)
+    with _store(tmp_path, embedder=embedder, index_fields=["speaker"]) as store:
+        memory = create_memory(store)
+        memory.write({"memories": TURNS})
+        assert sorted(embedder.texts) == ["Caroline: I went to a support group yesterday",
+                                          "Melanie: That sounds great"]  # fmt: skip
+        found = memory.search({"query": "Melanie", "strategy": "keyword"}).output
+        assert [h.memory.content for h in found] == ["That sounds great"]
+        embedder.calls.clear()
+        second = found[0].memory.id
+        memory.update({"memories": [{"id": second, "metadata": {"speaker": "Caroline"}}]})
+        assert embedder.texts == ["Caroline: That sounds great"]  # the vector follows
+        assert len(memory.search({"query": "Caroline", "strategy": "keyword"}).output) == 2
+    with _store(tmp_path) as plain:  # the collection keeps the fields it was made with
+        result = create_memory(plain).search({"query": "support"})
+        assert result.error is not None and result.error.code == "EMBEDDING_MISMATCH"
+        assert "indexFields ['speaker']" in result.error.message
