@@ -88,3 +88,67 @@ def test_write_update_search_on_each_backend(tmp_path: Path, backend: tuple[str,
     assert {i.metadata["kind"] for i in task.output.items} == {"checkpoint", "candidate", "report"}
     if name == "qdrant":
         assert after > before  # the vector was regenerated with the content
+
+
+class _Corrupting:
+    """The real local embedder whose answers are corrupted *after* the real response: one
+    dimension short (``dims``), or its identity renamed (``identity``)."""
+
+    def __init__(self, real: Any, fault: str) -> None:
+        self.real, self.fault = real, fault
+
+    @property
+    def identity(self) -> Any:
+        real = self.real.identity
+        if self.fault == "identity":
+            return type(real)(**{**real.__dict__, "model": real.model + "-other"})
+        return real
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        vectors: list[list[float]] = self.real.embed(texts)
+        return [v[:-1] for v in vectors] if self.fault == "dims" else vectors
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fault", ["dims", "identity"])
+def test_qdrant_embedding_faults_fail_explicitly_then_recover(tmp_path: Path, fault: str) -> None:
+    # the seed: "Dimension corruption is injected after a real embedding response"; a
+    # collection fixes the embedding identity (MEM-TASK-6): both fail, nothing is written,
+    # and the original setup serves again afterwards
+    from ditto_plugin_qdrant import QdrantMemoryStore
+
+    from ditto_worker import create_context_worker, create_ditto, create_memory_worker
+    from ditto_worker.memory_tasks import open_memory_storage
+    from ditto_worker.runtime.registry import build_embedder
+
+    namespace = f"tasks_{uuid.uuid4().hex[:10]}"
+    writer = options(tmp_path, allow_write=True)
+    with model(proposing(GERMAN, "de"), None) as fake:
+        with task_runtime(tmp_path, fake, "qdrant", namespace=namespace) as (runtime, _):
+            assert run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                             writer).status == "success"  # fmt: skip
+        embedder = _Corrupting(build_embedder("local"), fault)
+        store = QdrantMemoryStore(path=str(tmp_path / "qdrant"), collection=namespace,
+                                  embedder=embedder, embed_kinds=["preference"])  # fmt: skip
+        from tests.unit._task_kit import create_infer_worker
+
+        infer = create_infer_worker({"baseUrl": fake.server.base_url}, env={}, dotenv_path=None)
+        workers = [create_memory_worker(store, require_scope=True), create_context_worker(), infer]
+        try:
+            with create_ditto(workers=workers) as runtime:
+                broken = run_search(
+                    runtime, {"request": request("search", "s1")}, options(tmp_path)
+                )
+        finally:
+            store.close()
+        assert broken.status == "failed"
+        assert broken.error is not None and broken.error["code"] == "EMBEDDING_MISMATCH"
+        storage = open_memory_storage("qdrant", tmp_path, namespace)
+        try:
+            with task_runtime(tmp_path, fake, "qdrant", namespace=namespace) as (runtime, _):
+                found = run_search(runtime, {"request": request("search", "s2")}, options(tmp_path))
+                items = runtime.invoke("MEMORY.QUERY", {}, scope=ALICE).output.items
+        finally:
+            storage.close()
+    assert found.status == "success", found.error
+    assert [i.metadata["version"] for i in items] == [1]

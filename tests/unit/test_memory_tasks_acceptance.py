@@ -133,3 +133,36 @@ def test_cancelling_a_task_during_inference_ends_it_cancelled_with_nothing_writt
         assert outcome.status == "cancelled"
         assert preferences(runtime) == []
     assert not (tmp_path / "artifacts").exists()
+
+
+def test_an_unavailable_table_fails_explicitly_and_the_task_recovers_on_the_same_database(
+    tmp_path: Path,
+) -> None:
+    # the seed's storage fault: a real SQL table made unavailable; the task fails with
+    # the store's code (no fallback, no switch), then continues against the original
+    # database without repeating a committed stage
+    import sqlite3
+
+    from ditto_worker.memory_tasks import run_task_state
+    from tests.unit.test_memory_task_state import notes
+    from tests.unit.test_memory_task_state import request as task_request
+
+    def rename(old: str, new: str) -> None:
+        with sqlite3.connect(tmp_path / "memory.sqlite") as conn:
+            conn.execute(f"ALTER TABLE {old} RENAME TO {new}")
+
+    with ScriptedModel(notes) as fake, task_runtime(tmp_path, fake) as (runtime, _):
+        first = run_task_state(runtime, {"request": task_request()},
+                               options(tmp_path, stop_after_checkpoint=True))  # fmt: skip
+        assert first.status == "checkpointed"
+        rename("memories", "memories_offline")
+        down = run_task_state(runtime, {"request": task_request()}, options(tmp_path))
+        assert down.status == "failed"
+        assert down.error is not None and down.error["code"] == "MEMORY_BACKEND_ERROR"
+        assert "memories_offline" not in down.error["message"]  # no SQL text leaks
+        rename("memories_offline", "memories")
+        back = run_task_state(runtime, {"request": task_request()}, options(tmp_path))
+        assert back.status == "success", back.error
+        assert fake.calls == 3  # stage 1 was not inferred again
+        assert back.artifact is not None
+        assert [p["restored"] for p in back.artifact["progress"]] == [True, False, False]
