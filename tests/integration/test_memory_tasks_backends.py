@@ -116,9 +116,12 @@ def test_qdrant_embedding_faults_fail_explicitly_then_recover(tmp_path: Path, fa
     # collection fixes the embedding identity (MEM-TASK-6): both fail, nothing is written,
     # and the original setup serves again afterwards
     from ditto_plugin_qdrant import QdrantMemoryStore
-
-    from ditto_worker import create_context_worker, create_ditto, create_memory_worker
-    from ditto_worker.memory_tasks import open_memory_storage
+    from ditto_worker import (
+        create_context_worker,
+        create_ditto,
+        create_infer_worker,
+        create_memory_worker,
+    )
     from ditto_worker.runtime.registry import build_embedder
 
     namespace = f"tasks_{uuid.uuid4().hex[:10]}"
@@ -130,8 +133,6 @@ def test_qdrant_embedding_faults_fail_explicitly_then_recover(tmp_path: Path, fa
         embedder = _Corrupting(build_embedder("local"), fault)
         store = QdrantMemoryStore(path=str(tmp_path / "qdrant"), collection=namespace,
                                   embedder=embedder, embed_kinds=["preference"])  # fmt: skip
-        from tests.unit._task_kit import create_infer_worker
-
         infer = create_infer_worker({"baseUrl": fake.server.base_url}, env={}, dotenv_path=None)
         workers = [create_memory_worker(store, require_scope=True), create_context_worker(), infer]
         try:
@@ -143,12 +144,8 @@ def test_qdrant_embedding_faults_fail_explicitly_then_recover(tmp_path: Path, fa
             store.close()
         assert broken.status == "failed"
         assert broken.error is not None and broken.error["code"] == "EMBEDDING_MISMATCH"
-        storage = open_memory_storage("qdrant", tmp_path, namespace)
-        try:
-            with task_runtime(tmp_path, fake, "qdrant", namespace=namespace) as (runtime, _):
-                found = run_search(runtime, {"request": request("search", "s2")}, options(tmp_path))
-                items = runtime.invoke("MEMORY.QUERY", {}, scope=ALICE).output.items
-        finally:
-            storage.close()
+        with task_runtime(tmp_path, fake, "qdrant", namespace=namespace) as (runtime, _):
+            found = run_search(runtime, {"request": request("search", "s2")}, options(tmp_path))
+            items = runtime.invoke("MEMORY.QUERY", {}, scope=ALICE).output.items
     assert found.status == "success", found.error
     assert [i.metadata["version"] for i in items] == [1]
