@@ -26,6 +26,7 @@ Per conversation, with ``expected`` the labelled ``{field: value}``:
 
     python bench/admission.py                 # naive proposer: alone vs + policy
     python bench/admission.py --by-category   # one row per category as well
+    python bench/admission.py --scaling       # admit() time vs message size (linear?)
 """
 
 from __future__ import annotations
@@ -149,13 +150,45 @@ def evaluate(
     return overall, by_category
 
 
+SCALING_PIECES = ("Please always reply in German. ", "not Deutsch, ", "1 ", "e.g. ", "a@")
+"""Repeated to build long messages: many sentences, one long clause, digit runs, dots."""
+
+
+def scaling(sizes: Sequence[int] = (1_000, 10_000, 40_000)) -> None:
+    """Prints the worst ``admit`` + ``find_secrets`` time per size and µs per character.
+
+    Linear work shows as a flat µs/char column; a quadratic rule shows as one growing with
+    the size (a 40 KB message of "Deutsch " took 170 s before the negation window).
+    """
+    import time
+
+    from ditto_worker.memory_tasks.policy import find_secrets
+
+    for size in sizes:
+        worst = 0.0
+        for piece in SCALING_PIECES:
+            text = piece * (size // len(piece))
+            turns = [Turn("user", text)]
+            began = time.perf_counter()
+            find_secrets(text)
+            admit(Proposal("language", "de", text), turns)
+            admit(Proposal("language", "de", text[:50]), turns)
+            worst = max(worst, time.perf_counter() - began)
+        per_char = worst * 1e6 / size
+        print(f"scaling: {size:>6} chars  worst {worst * 1e3:8.1f} ms  {per_char:6.1f} µs/char")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Prints the report; exit status 1 when the policy admitted anything it should not."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else "")
     parser.add_argument("--decider", choices=sorted(DECIDERS), default="naive")
     parser.add_argument("--by-category", action="store_true")
     parser.add_argument("--set", type=Path, default=SET_PATH)
+    parser.add_argument("--scaling", action="store_true", help="time admit() on long input")
     args = parser.parse_args(argv)
+    if args.scaling:
+        scaling()
+        return 0
     cases = load_cases(args.set)
     print(f"admission set: {len(cases)} conversations ({args.set.name})")
     alone, _ = evaluate(cases, trusting_decider())

@@ -23,11 +23,19 @@ true admission; one that admits a one-off stores something the user never asked 
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections.abc import Sequence
 
 from ditto_worker.memory_tasks.phrases import phrase_pattern
 
-__all__ = ["durability_reasons", "has_preference_cue", "is_negated"]
+__all__ = [
+    "NEGATION_WINDOW",
+    "durability_reasons",
+    "has_preference_cue",
+    "is_negated",
+    "negated",
+]
 
 # fmt: off
 _DURABLE = phrase_pattern(
@@ -154,6 +162,9 @@ _NEGATIONS = phrase_pattern(
 _NEGATIONS_CJK = re.compile(r"不(?![错過过仅少断同久好])|别(?![的人])|没(?!错)|勿|无需|甭|莫")
 """Chinese negations; 不错 (good), 不过 (but), 不仅 (not only), 不少 (many), 别的 (other),
 没错 (right) … are not."""
+_NEGATION_PATTERNS = (_NEGATIONS, _NEGATIONS_CJK)
+NEGATION_WINDOW = 60
+"""How far (characters) before a value's word a negation is looked for, within its clause."""
 _CLAUSE_BREAK = re.compile(
     r"[,;:，、；：—–]|\s-\s|\b(?:but|aber|sondern|mais|pero)\b|不过|但是|可是|而是|但"
 )
@@ -205,12 +216,21 @@ def has_preference_cue(sentence: str) -> bool:
 def is_negated(sentence: str, start: int) -> bool:
     """True when a negation precedes offset ``start`` in the same clause of ``sentence``.
 
-    Clauses end at ``, ; : — ，、；：`` and at "but"/"aber"/"mais"/"pero", so in "Don't use
-    formal language, keep it casual" only "formal" is negated.
+    Clauses end at ``, ; : — ，、；：``, at "but"/"aber"/"mais"/"pero" and at 不过/但是/而是,
+    so in "Don't use formal language, keep it casual" only "formal" is negated; the search
+    reaches back at most :data:`NEGATION_WINDOW` characters.
     """
-    clause_start = 0
-    for brk in _CLAUSE_BREAK.finditer(sentence, 0, start):
-        clause_start = brk.end()
-    return any(
-        p.search(sentence, clause_start, start) is not None for p in (_NEGATIONS, _NEGATIONS_CJK)
-    )
+    return negated(sentence, [start])[0]
+
+
+def negated(sentence: str, starts: Sequence[int]) -> list[bool]:
+    """:func:`is_negated` for each offset in ``starts`` (clause breaks found once)."""
+    breaks = [m.end() for m in _CLAUSE_BREAK.finditer(sentence)]
+    out: list[bool] = []
+    for start in starts:
+        i = bisect.bisect_right(breaks, start) - 1
+        clause_start = max(breaks[i] if i >= 0 else 0, start - NEGATION_WINDOW)
+        out.append(
+            any(p.search(sentence, clause_start, start) is not None for p in _NEGATION_PATTERNS)
+        )
+    return out

@@ -26,6 +26,7 @@ the quote or value is secret-shaped (:mod:`.secret_shapes`).
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from typing import Any
 from ditto_worker.memory_tasks.durability import (
     durability_reasons,
     has_preference_cue,
-    is_negated,
+    negated,
 )
 from ditto_worker.memory_tasks.phrases import phrase_pattern
 from ditto_worker.memory_tasks.secret_shapes import SECRET_KINDS, find_secrets
@@ -202,20 +203,32 @@ class Decision:
         }
 
 
+def _covering(sentences: Sequence[tuple[int, int]], start: int, end: int) -> tuple[int, int]:
+    """The span from the first to the last sentence overlapping ``[start, end)``."""
+    i = max(bisect.bisect_right(sentences, (start, start)) - 1, 0)
+    lo, hi = start, end
+    while i < len(sentences) and sentences[i][0] < end:
+        a, b = sentences[i]
+        if b > start:
+            lo, hi = min(lo, a), max(hi, b)
+        i += 1
+    return lo, hi
+
+
 def _contexts(quote: str, turns: Sequence[Turn], role: str) -> list[str]:
     """The sentences of ``role`` turns overlapping each verbatim occurrence of ``quote``."""
-    found: list[str] = []
+    found: dict[str, None] = {}  # an ordered set
     for turn in turns:
-        if turn.role != role:
+        if turn.role != role or quote not in turn.content:
             continue
+        sentences = list(sentence_spans(turn.content))
+        spans: dict[tuple[int, int], None] = {}
         start = turn.content.find(quote)
         while start >= 0:
-            end = start + len(quote)
-            spans = [(a, b) for a, b in sentence_spans(turn.content) if a < end and b > start]
-            lo, hi = (spans[0][0], spans[-1][1]) if spans else (start, end)
-            found.append(turn.content[min(lo, start) : max(hi, end)])
+            spans[_covering(sentences, start, start + len(quote))] = None
             start = turn.content.find(quote, start + 1)
-    return found
+        found.update((turn.content[lo:hi], None) for lo, hi in spans)
+    return list(found)
 
 
 def _source_reasons(proposal: Proposal, turns: Sequence[Turn]) -> tuple[list[str], list[str]]:
@@ -244,7 +257,7 @@ def _value_reasons(proposal: Proposal, policy: PreferencePolicy) -> list[str]:
     starts = policy.grounding(proposal.field, proposal.value, proposal.quote)
     if not starts:
         return ["value_not_grounded"]
-    if all(is_negated(proposal.quote, s) for s in starts):
+    if all(negated(proposal.quote, starts)):
         return ["value_negated"]
     return []
 

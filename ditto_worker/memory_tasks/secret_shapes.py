@@ -60,7 +60,8 @@ _CREDENTIAL = re.compile(
     re.IGNORECASE,
 )
 _CREDENTIAL_SHAPES = re.compile(
-    r"\bBearer\s+[A-Za-z0-9._~+/-]{12,}|\b[a-z][a-z0-9+.-]*://[^\s/:@]+:[^\s/@]+@",
+    r"\bBearer\s+[A-Za-z0-9._~+/-]{12,}"
+    r"|(?<![A-Za-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://[^\s/:@]{1,256}:[^\s/@]{1,256}@",
     re.IGNORECASE,
 )
 _PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
@@ -70,7 +71,9 @@ _API_KEY = re.compile(
     r"xox[abprs]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35}|hf_[A-Za-z0-9]{30,}|"
     r"[psr]k_(?:live|test)_[A-Za-z0-9]{16,})"
 )
-_JWT = re.compile(r"eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}")
+_JWT = re.compile(
+    r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}"
+)
 _HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{32,}(?![0-9A-Fa-f])")
 _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}={0,2}")
 _DIGIT_RUN = re.compile(r"(?<![\w+-])\+?\d[\d \-.()/]{6,}\d(?![\w-])")
@@ -80,7 +83,10 @@ _UK_NINO = re.compile(
     r"\b(?!BG|GB|NK|KN|TN|NT|ZZ)[A-CEGHJ-PR-TW-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b"
 )
 _PRC_ID = re.compile(r"(?<!\d)\d{17}[\dXx](?![\dA-Za-z])")
-_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}"
+    r"\.[A-Za-z]{2,24}(?![A-Za-z])"
+)
 
 
 def luhn_valid(digits: str) -> bool:
