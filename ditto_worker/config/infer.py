@@ -74,7 +74,11 @@ class LocalModelSettings(_Section):
     )
     port: int = Field(default=0, ge=0, le=65535, description="Loopback port; 0 = any free port.")
     threads: int = Field(
-        default=0, ge=0, description="CPU threads for generation; 0 = every core of the machine."
+        default=0,
+        ge=0,
+        description="CPU threads for generation; 0 = half the cores this process may use, at "
+        "least 1 (1 on a 2-core machine: on a shared machine more threads than free cores "
+        "make every token wait; docs/benchmarks.md).",
     )
     ctx_size: int = Field(
         default=4096, ge=256, description="Context window of the one slot, tokens (prompt + reply)."

@@ -43,6 +43,7 @@ __all__ = [
     "LocalModelError",
     "LocalModelServer",
     "default_cache_dir",
+    "default_threads",
     "healthy",
     "packaged_model_path",
     "rss_bytes",
@@ -166,12 +167,25 @@ def _resolve_model(settings: LocalModelSettings) -> Path:
 # --- the server process ----------------------------------------------------------------
 
 
+def default_threads(cores: int | None = None) -> int:
+    """The generation threads of ``workers.infer.local.threads: 0``: half the cores this
+    process may run on (``os.sched_getaffinity``, else ``os.cpu_count``), at least 1 — so
+    1 on a 2-core machine. llama.cpp's threads spin while they wait for each other; on a
+    shared machine (other workers, other processes) every core taken makes each token wait
+    for the slowest thread: ``bench/infer_threads.py`` measured the packaged model on a
+    loaded 2-core machine (docs/benchmarks.md, issue 25)."""
+    if cores is None:
+        affinity = getattr(os, "sched_getaffinity", None)
+        cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    return max(1, cores // 2)
+
+
 def _params(model: Path, settings: LocalModelSettings, host: str, port: int) -> Any:
     try:
         import xllamacpp
     except ImportError:
         raise LocalModelError(f"xllamacpp is not installed: {_INSTALL_HINT}") from None
-    threads = settings.threads or os.cpu_count() or 1
+    threads = settings.threads or default_threads()
     params = xllamacpp.CommonParams()
     params.model.path = str(model)
     params.model_alias = {MODEL_NAME}

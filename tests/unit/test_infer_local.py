@@ -4,6 +4,7 @@ before every use; a mismatch is refused (docs/runtime.md "INFER worker", provena
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,16 @@ def test_a_model_path_of_your_own_is_used_as_is(tmp_path: Path) -> None:
     assert local._resolve_model(LocalModelSettings(model_path=str(own))) == own
     with pytest.raises(LocalModelError, match="is not a file"):
         local._resolve_model(LocalModelSettings(model_path=str(tmp_path / "absent")))
+
+
+def test_the_default_threads_suit_a_shared_machine() -> None:
+    # issue 25: threads 0 = half the usable cores, at least 1 (1 on a 2-core machine)
+    assert [local.default_threads(n) for n in (1, 2, 3, 4, 8, 16)] == [1, 1, 1, 2, 4, 8]
+    assert 1 <= local.default_threads() <= max(1, (os.cpu_count() or 1) // 2)
+    pytest.importorskip("xllamacpp")
+    from ditto_worker.infer import LocalModelSettings
+
+    chosen = local._params(Path("m.gguf"), LocalModelSettings(threads=0), "127.0.0.1", 0)
+    assert chosen.cpuparams.n_threads == local.default_threads()
+    pinned = local._params(Path("m.gguf"), LocalModelSettings(threads=3), "127.0.0.1", 0)
+    assert (pinned.cpuparams.n_threads, pinned.cpuparams_batch.n_threads) == (3, 3)
