@@ -21,7 +21,7 @@ import pytest
 
 from ditto_worker import Scope
 from ditto_worker.memory_tasks import run_search, run_update, run_write
-from tests.unit._task_kit import options, task_runtime
+from tests.unit._task_kit import ScriptedModel, options, task_runtime
 from tests.unit.test_memory_tasks_preferences import FRENCH, GERMAN, model, proposing, request
 
 ALICE = Scope("acme", "alice")
@@ -149,3 +149,39 @@ def test_qdrant_embedding_faults_fail_explicitly_then_recover(tmp_path: Path, fa
             items = runtime.invoke("MEMORY.QUERY", {}, scope=ALICE).output.items
     assert found.status == "success", found.error
     assert [i.metadata["version"] for i in items] == [1]
+
+
+@pytest.mark.integration
+def test_qdrant_answering_503_fails_explicitly_and_the_task_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the seed's "Qdrant HTTP 503 proxy": the plugin's REST test double (no Qdrant server
+    # runs here) answers 503; the task fails with the store's code, then resumes against
+    # the same collection without repeating a committed stage
+    import sys
+
+    from ditto_worker.memory_tasks import run_task_state
+    from tests.unit.test_memory_task_state import notes
+    from tests.unit.test_memory_task_state import request as task_request
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "qdrant" / "tests"))
+    from rest_double import RestDouble
+
+    double = RestDouble()
+    monkeypatch.setenv("DITTO_WORKER_MEMORY_QDRANT_URL", double.start())
+    try:
+        with ScriptedModel(notes) as fake, task_runtime(tmp_path, fake, "qdrant") as (rt, _):
+            first = run_task_state(rt, {"request": task_request()},
+                                   options(tmp_path, stop_after_checkpoint=True))  # fmt: skip
+            assert first.status == "checkpointed", first.error
+            double.mode = "503"
+            down = run_task_state(rt, {"request": task_request()}, options(tmp_path))
+            assert down.status == "failed"
+            assert down.error is not None and down.error["code"] == "MEMORY_BACKEND_ERROR"
+            assert "127.0.0.1" not in down.error["message"]
+            double.mode = "ok"
+            back = run_task_state(rt, {"request": task_request()}, options(tmp_path))
+            assert back.status == "success", back.error
+            assert fake.calls == 3
+    finally:
+        double.close()
