@@ -249,7 +249,24 @@ def _source_reasons(proposal: Proposal, turns: Sequence[Turn]) -> tuple[list[str
     return [], contexts
 
 
-def _value_reasons(proposal: Proposal, policy: PreferencePolicy) -> list[str]:
+def _negated_in(quote: str, starts: Sequence[int], contexts: Sequence[str]) -> bool:
+    """True when the value's words are negated in the quote or in a sentence around it.
+
+    A fragment cut out of "Please don't reply in German" must not drop the negation, so
+    each word is also judged at the quote's place in each sentence that holds it.
+    """
+    if all(negated(quote, starts)):
+        return True
+    for context in contexts:
+        at = context.find(quote)
+        if at >= 0 and all(negated(context, [at + s for s in starts])):
+            return True
+    return False
+
+
+def _value_reasons(
+    proposal: Proposal, policy: PreferencePolicy, contexts: Sequence[str]
+) -> list[str]:
     if proposal.field not in policy.fields:
         return ["field_not_in_policy"]
     if not policy.allows(proposal.field, proposal.value):
@@ -257,7 +274,7 @@ def _value_reasons(proposal: Proposal, policy: PreferencePolicy) -> list[str]:
     starts = policy.grounding(proposal.field, proposal.value, proposal.quote)
     if not starts:
         return ["value_not_grounded"]
-    if all(negated(proposal.quote, starts)):
+    if _negated_in(proposal.quote, starts, contexts):
         return ["value_negated"]
     return []
 
@@ -287,10 +304,11 @@ def admit(
         A :class:`Decision`; ``admitted`` only when no check failed. Every failed check
         adds its code (:data:`REASONS`) in check order. Durability is judged on the whole
         user sentence(s) the quote lies in (every verbatim occurrence must pass); grounding
-        and negation on the quote itself.
+        on the quote itself; negation on the quote and at its place in those sentences.
     """
     source, contexts = _source_reasons(proposal, turns)
-    reasons = source + _value_reasons(proposal, policy) + _statement_reasons(contexts)
+    value = _value_reasons(proposal, policy, contexts)
+    reasons = source + value + _statement_reasons(contexts)
     if find_secrets(proposal.quote) or find_secrets(proposal.value):
         reasons.append("secret")
     ordered = tuple(code for code in REASONS if code in reasons)

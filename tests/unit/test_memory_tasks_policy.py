@@ -210,6 +210,21 @@ def test_durability_is_judged_on_the_whole_sentence_not_the_fragment() -> None:
     assert _decide("language", "fr", "reply in French", *turns) == ("not_durable_one_off",)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "sentence", "fragment"),
+    [
+        ("language", "de", "Please don't reply in German.", "reply in German"),
+        ("language", "en", "以后不要用英文回复。", "用英文回复"),
+        ("format", "bullets", "Bitte schreib keine Stichpunkte mehr.", "Stichpunkte mehr."),
+        ("tone", "formal", "Never write formally to me.", "write formally to me."),
+    ],
+)
+def test_a_fragment_keeps_the_negation_of_its_sentence(
+    field: str, value: str, sentence: str, fragment: str
+) -> None:
+    assert _decide(field, value, fragment, *_user(sentence)) == ("value_negated",)
+
+
 def test_every_occurrence_of_a_quote_must_be_durable() -> None:
     turns = _user("Reply in German.", "Just this once: Reply in German.")
     assert _decide("language", "de", "Reply in German.", *turns) == ("not_durable_one_off",)
