@@ -90,11 +90,10 @@ def _task_plan(run: TaskRun, stages: list[str], body: Body) -> Plan:
 
 
 def _counting(run: TaskRun, gen: Plan, counter: list[int]) -> Plan:
-    """``gen`` as is, counting the Graphs it yields (exceptions and close passed on)."""
+    """``gen`` as is, counting the Graphs that ran (exceptions and close passed on)."""
     try:
         step = next(gen)
         while True:
-            counter[0] += 1
             try:
                 result = yield step
             except GeneratorExit:
@@ -103,6 +102,7 @@ def _counting(run: TaskRun, gen: Plan, counter: list[int]) -> Plan:
             except BaseException as exc:  # budget exhausted, GraphError: the plan's to handle
                 step = gen.throw(exc)
                 continue
+            counter[0] += 1  # a Graph ran and answered
             step = gen.send(result)
     except StopIteration as stop:
         return stop.value
@@ -166,6 +166,7 @@ def run_task(
         )  # fmt: skip
     except StopAfterCheckpoint:
         return outcome("checkpointed")
+    counter[0] = len(result.graphs)
     if result.status != "success":
         error = result.error
         fields = {} if error is None else {"error": {"code": error.code, "message": error.message}}

@@ -133,3 +133,23 @@ def test_importing_the_tasks_prints_nothing_and_starts_nothing() -> None:
     )
     assert done.stdout == "0\n"
     assert done.stderr == ""
+
+
+def test_every_graph_of_the_task_counts_against_the_one_loop_budget(tmp_path: Path) -> None:
+    # MEM-GRAPH-4: restore, stages and checkpoints share the loop's budget (here 4 Graphs:
+    # restore, note 1, its checkpoint, note 2 — the next checkpoint is one too many)
+    from ditto_worker import create_ditto, create_infer_worker
+    from ditto_worker.config import load_runtime_config
+    from ditto_worker.memory_tasks import open_memory_storage
+
+    config = load_runtime_config(None)
+    config = config.model_copy(update={"graph": config.graph.model_copy(update={"loop_budget": 4})})
+    storage = open_memory_storage("sqlite", tmp_path)
+    with ScriptedModel(notes) as model:
+        infer = create_infer_worker({"baseUrl": model.server.base_url}, env={}, dotenv_path=None)
+        with create_ditto(workers=[*storage.workers, infer], config=config) as runtime:
+            outcome = run_task_state(runtime, {"request": request()}, options(tmp_path))
+    storage.close()
+    assert outcome.status == "failed"
+    assert outcome.error is not None and outcome.error["code"] == "GRAPH_BUDGET_EXHAUSTED"
+    assert outcome.graphs == 4
