@@ -185,3 +185,32 @@ def test_qdrant_answering_503_fails_explicitly_and_the_task_recovers(
             assert fake.calls == 3
     finally:
         double.close()
+
+
+@pytest.mark.integration
+def test_the_working_context_on_real_redis_expires_and_is_restored(tmp_path: Path) -> None:
+    # MEM-TASK-5 on the real cache: a hit within the TTL, a miss after it restored from the
+    # database (the user is unique to this test: keys never meet another test's)
+    import time
+
+    from ditto_worker.config.context import ContextWorkerSettings
+
+    url = os.environ.get("DITTO_TEST_REDIS_URL", "")
+    if not url:
+        if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
+            pytest.fail("DITTO_TEST_REDIS_URL is not set")
+        pytest.skip("DITTO_TEST_REDIS_URL is not set")
+    user = f"alice-{uuid.uuid4().hex[:8]}"
+    settings = ContextWorkerSettings(redis_url=url, ttl_s=1.0)
+    with model(proposing(GERMAN, "de"), None) as fake:
+        with task_runtime(tmp_path, fake, context=settings) as (runtime, _):
+            run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                      options(tmp_path, user=user, allow_write=True))  # fmt: skip
+            runs = []
+            for n, pause in enumerate([0.0, 0.0, 1.5]):
+                time.sleep(pause)
+                runs.append(run_search(runtime, {"request": request("search", f"s{n}")},
+                                       options(tmp_path, user=user)))  # fmt: skip
+    contexts = [(r.artifact["context"]["cacheHit"], r.artifact["context"]["restored"])
+                for r in runs if r.artifact]  # fmt: skip
+    assert contexts == [(False, True), (True, False), (False, True)]
