@@ -166,3 +166,28 @@ def test_an_unavailable_table_fails_explicitly_and_the_task_recovers_on_the_same
         assert fake.calls == 3  # stage 1 was not inferred again
         assert back.artifact is not None
         assert [p["restored"] for p in back.artifact["progress"]] == [True, False, False]
+
+
+def test_paging_a_users_memories_shows_only_hers_never_checkpoints(tmp_path: Path) -> None:
+    # the seed's "pagination/isolation": after tasks of two users, paging alice's memory
+    # space with cursors yields each of her records once, none of bob's, no checkpoint
+    facts = [{"content": f"fact {n}", "metadata": {"kind": "fact"}} for n in range(23)]
+    with model(proposing(GERMAN, "de"), None) as fake:
+        with task_runtime(tmp_path, fake) as (runtime, _):
+            for user in ("alice", "bob"):
+                runtime.invoke("MEMORY.WRITE", {"memories": facts}, scope=Scope("acme", user))
+                run_write(runtime, {"request": request("write", "w1", GERMAN)},
+                          options(tmp_path, user=user, allow_write=True))  # fmt: skip
+            seen: list[Any] = []
+            cursor = None
+            while True:
+                page = {"limit": 7, **({"cursor": cursor} if cursor else {})}
+                out = runtime.invoke("MEMORY.QUERY", page, scope=Scope("acme", "alice")).output
+                seen += out.items
+                cursor = out.next_cursor
+                if cursor is None:
+                    break
+            bob = runtime.invoke("MEMORY.QUERY", {"limit": 100}, scope=Scope("acme", "bob"))
+    assert len(seen) == 24 and len({i.id for i in seen}) == 24
+    assert not {i.id for i in seen} & {i.id for i in bob.output.items}
+    assert {i.metadata["kind"] for i in seen} == {"fact", "preference"}
