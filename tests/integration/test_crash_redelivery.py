@@ -47,7 +47,7 @@ from ditto_worker.testing.effects import (
     effects_sql,
     tally,
 )
-from tests.conftest import postgres_url, stop_worker
+from tests.conftest import mysql_url, postgres_url, stop_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -217,12 +217,76 @@ class PostgresTarget(Target):
             conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+class MysqlTarget(Target):
+    name = "mysql"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.database = f"t_{uuid.uuid4().hex}"
+        self._store: Any = None
+
+    def worker_env(self) -> dict[str, str]:
+        return {
+            "DITTO_WORKER_MEMORY_MYSQL_URL": self.url,
+            "DITTO_WORKER_MEMORY_MYSQL_DATABASE": self.database,
+        }
+
+    def _sql(self, statement: str, params: Any = None) -> list[Any]:
+        import pymysql
+
+        from ditto_plugin_mysql.db import parse_url
+
+        a = parse_url(self.url)
+        conn = pymysql.connect(host=a.host, port=a.port, user=a.user, password=a.password,
+                               autocommit=True)  # fmt: skip
+        try:
+            with conn.cursor() as cur:
+                cur.execute(statement, params)
+                return list(cur.fetchall())
+        finally:
+            conn.close()
+
+    def prepare(self) -> None:
+        from ditto_plugin_mysql import MysqlMemoryStore
+
+        store = MysqlMemoryStore(self.url, database=self.database)
+        store.migrate()
+        store.close()
+        d = f"`{self.database}`"
+        self._sql(f"CREATE TABLE {d}.effects (op VARCHAR(8) NOT NULL, id VARCHAR(64) NOT NULL)")
+        for op in ("INSERT", "UPDATE"):
+            self._sql(f"CREATE TRIGGER {d}.effects_{op.lower()} AFTER {op} ON {d}.memories "
+                      f"FOR EACH ROW INSERT INTO {d}.effects VALUES ('{op}', NEW.id)")  # fmt: skip
+
+    def effects(self) -> Counter[tuple[str, str]]:
+        return tally(self._sql(f"SELECT op, id FROM `{self.database}`.effects"))
+
+    def memory(self) -> Memory:
+        from ditto_plugin_mysql import MysqlMemoryStore
+
+        self._store = self._store or MysqlMemoryStore(self.url, database=self.database)
+        return create_memory(self._store)
+
+    def committed(self, execution_id: str) -> bool:
+        sql = f"SELECT 1 FROM `{self.database}`.executions WHERE execution_id = %s"
+        return bool(self._sql(sql, [execution_id]))
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+        self._sql(f"DROP DATABASE IF EXISTS `{self.database}`")
+
+
+@pytest.fixture(params=["sqlite", "postgres", "mysql"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     """A prepared database of each kind, dropped afterwards."""
-    chosen: Target = (
-        SqliteTarget(tmp_path) if request.param == "sqlite" else PostgresTarget(postgres_url())
-    )
+    chosen: Target
+    if request.param == "mysql":
+        chosen = MysqlTarget(mysql_url())
+    elif request.param == "postgres":
+        chosen = PostgresTarget(postgres_url())
+    else:
+        chosen = SqliteTarget(tmp_path)
     chosen.prepare()
     yield chosen
     chosen.close()
