@@ -45,9 +45,10 @@ running() {
 }
 
 run_server() {
+  mkdir -p "$dir/tmp"  # its own temporary files: never shared with another server's
   chown -R mysql:mysql "$dir"
   mariadbd --no-defaults --user=mysql --datadir="$dir/data" --socket="$sock" \
-    --pid-file="$dir/mariadbd.pid" --log-error="$dir/server.log" \
+    --pid-file="$dir/mariadbd.pid" --log-error="$dir/server.log" --tmpdir="$dir/tmp" \
     --bind-address=127.0.0.1 --port="$port" --skip-name-resolve \
     --innodb-buffer-pool-size=256M --innodb-flush-log-at-trx-commit=0 \
     --innodb-doublewrite=0 --skip-log-bin --max-connections=300 \
