@@ -276,3 +276,17 @@ def test_index_fields_are_indexed_and_embedded_and_fixed_by_the_collection(
         result = create_memory(plain).search({"query": "support"})
         assert result.error is not None and result.error.code == "EMBEDDING_MISMATCH"
         assert "indexFields ['speaker']" in result.error.message
+
+
+def test_the_reference_ditto_yaml_builds_the_store(tmp_path: Path) -> None:
+    from ditto_worker.config import load_runtime_config_file
+    from ditto_worker.runtime.registry import build_store
+
+    repo = Path(__file__).resolve().parents[3]
+    env = {"DITTO_WORKER_MEMORY_MILVUS_URI": str(tmp_path / "ref.db")}
+    config = load_runtime_config_file(repo / "ditto.yaml", env=env)
+    store = build_store(config, "milvus", env=env)
+    assert isinstance(store, MilvusMemoryStore) and store.lite
+    assert store.collection == "ditto_memories" and not store.collection_per_scope
+    assert create_memory(store).write({"memories": [{"content": "x"}]}).status == "success"
+    store.close()
