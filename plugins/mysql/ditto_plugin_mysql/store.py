@@ -74,17 +74,21 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         url: ``mysql://user:password@host:port/database`` (from
             ``DITTO_WORKER_MEMORY_MYSQL_URL`` when built by :func:`create_store`,
             MEM-CONF-5); never logged or shown.
-        database: the database holding the tables (default: the URL's;
-            ``[A-Za-z_][A-Za-z0-9_]{0,63}``); created by the migration if missing.
-        pool_max_size: connections this process's pool keeps and allows.
-        connect_timeout_s: seconds to wait for a new connection.
-        pool_timeout_s: seconds a call waits for a free pooled connection.
-        auto_migrate: run :meth:`migrate` on first use (else require the latest version).
-        embedder: an embedding provider: WRITE and content UPDATE embed and store the
-            vector in the record's transaction; SEARCH gains ``vector`` and ``hybrid``.
-        hybrid: ``RetrievalConfig`` (or its mapping) of the ``hybrid`` strategy.
-        execution_retention_s: how long a committed mutation's execution id is kept.
-        index_fields: metadata fields indexed with the content (``indexFields``).
+        **settings: keyword settings, each optional:
+
+            - ``database``: the database holding the tables (default: the URL's;
+              ``[A-Za-z_][A-Za-z0-9_]{0,63}``); created by the migration if missing.
+            - ``pool_max_size``: connections this process's pool keeps and allows.
+            - ``connect_timeout_s``: seconds to wait for a new connection.
+            - ``pool_timeout_s``: seconds a call waits for a free pooled connection.
+            - ``auto_migrate``: run :meth:`migrate` on first use (else require the latest
+              version).
+            - ``embedder``: an embedding provider: WRITE and content UPDATE embed and store
+              the vector in the record's transaction; SEARCH gains ``vector`` and ``hybrid``.
+            - ``hybrid``: ``RetrievalConfig`` (or its mapping) of the ``hybrid`` strategy.
+            - ``execution_retention_s``: how long a committed mutation's execution id is
+              kept.
+            - ``index_fields``: metadata fields indexed with the content (``indexFields``).
 
     Behaviour (declared in :attr:`capabilities`): atomic batches, unique keys per scope
     (``CONFLICT``, nothing written), ``NOT_FOUND`` for UPDATE of a missing id, keys freed
