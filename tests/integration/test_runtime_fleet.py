@@ -105,6 +105,13 @@ def test_sub_calls_inherit_scope_and_deadline_across_the_broker(fleet: Runtime) 
     task = {"tenant": "acme", "user": "a:b", "space": "task:t:1"}  # issue 25: the space too
     in_task = fleet.invoke("ECHO.CALL", {"node": "ECHO.WHOAMI"}, timeout=10, scope=task)
     assert in_task.output["sub"]["output"]["scope"] == in_task.output["self"]["scope"] == task
+    # issue 25: the operation id travels in its header; a sub-call names its own
+    call = {"node": "ECHO.WHOAMI", "operationId": "op-sub"}
+    with_op = fleet.invoke("ECHO.CALL", call, timeout=10, operation_id="op-1")
+    assert with_op.output["self"]["operationId"] == "op-1"
+    assert with_op.output["sub"]["output"]["operationId"] == "op-sub"
+    bare = fleet.invoke("ECHO.CALL", {"node": "ECHO.WHOAMI"}, timeout=10, operation_id="op-2")
+    assert bare.output["sub"]["output"]["operationId"] is None
 
 
 def test_cancelling_the_caller_cancels_the_sub_call_on_the_fleet(
