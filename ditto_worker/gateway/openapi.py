@@ -40,7 +40,7 @@ def node_openapi(node: str, spec: NodeSpec) -> dict[str, Any]:
 
     The request body and the answer are named schemas in ``components/schemas``:
     ``<Kind><Name>Request`` (the input model's schema; ``{}`` = any JSON without one) and
-    ``<Kind><Name>Result`` (the NodeResult around the output), so generated clients get
+    ``<Kind><Name>NodeResult`` (the NodeResult around the output), so generated clients get
     one named type per node.
     """
     stem = "".join(part.capitalize() for part in node.replace("_", ".").split("."))
@@ -51,8 +51,8 @@ def node_openapi(node: str, spec: NodeSpec) -> dict[str, Any]:
     answer, answer_defs = _schema(NodeResult[output], "validation")
     defs.update(answer_defs)
     defs[f"{stem}Request"] = {**request, "title": f"{stem}Request"}
-    defs[f"{stem}Result"] = {**answer, "title": f"{stem}Result"}
-    body = {"application/json": {"schema": {"$ref": REF.format(model=f"{stem}Result")}}}
+    defs[f"{stem}NodeResult"] = {**answer, "title": f"{stem}NodeResult"}
+    body = {"application/json": {"schema": {"$ref": REF.format(model=f"{stem}NodeResult")}}}
     responses = {
         status: {"description": _DESCRIPTIONS.get(status, "A NodeResult."), "content": body}
         for status in ANSWERED_STATUSES
@@ -70,12 +70,21 @@ def node_openapi(node: str, spec: NodeSpec) -> dict[str, Any]:
 
 
 def merge_components(document: dict[str, Any]) -> dict[str, Any]:
-    """Move every route's ``x-ditto-defs`` into ``components/schemas`` (in place)."""
+    """Move every route's ``x-ditto-defs`` into ``components/schemas`` (in place).
+
+    Raises:
+        ValueError: two different schemas share a name.
+    """
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     for item in document.get("paths", {}).values():
         for operation in item.values():
-            if isinstance(operation, dict):
-                schemas.update(operation.pop(_DEFS_KEY, {}))
+            if not isinstance(operation, dict):
+                continue
+            for name, schema in operation.pop(_DEFS_KEY, {}).items():
+                if schemas.setdefault(name, schema) != schema:
+                    # two models of one name (a node's NodeResult vs a contract model):
+                    # one would silently replace the other in every generated client
+                    raise ValueError(f"two different OpenAPI schemas are named {name!r}")
     return document
 
 

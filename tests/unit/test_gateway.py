@@ -372,7 +372,7 @@ def test_the_openapi_document_has_each_nodes_schemas(client: TestClient) -> None
     assert set(request["properties"]) >= {"ids", "keys"}
     assert request.get("additionalProperties") is False
     answer = named(get["responses"]["200"]["content"]["application/json"]["schema"])
-    assert answer["title"] == "MemoryGetResult"
+    assert answer["title"] == "MemoryGetNodeResult"
     assert set(answer["properties"]) >= {"executionId", "node", "status", "output", "error"}
     assert {"401", "403", "413", "422", "429", "503", "504"} <= set(get["responses"])
     any_json = document["paths"]["/v1/nodes/PROBE.WHOAMI"]["post"]["requestBody"]

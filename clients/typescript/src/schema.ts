@@ -298,6 +298,29 @@ export interface components {
              */
             sourceNode: string;
         };
+        /** ContextLoadNodeResult */
+        ContextLoadNodeResult: {
+            /** @description Set when status is not success. */
+            error?: components["schemas"]["ErrorInfo"] | null;
+            /**
+             * Executionid
+             * @description The call's execution id (the Celery task id on the fleet).
+             */
+            executionId: string;
+            /**
+             * Node
+             * @description The node id, e.g. ``MEMORY.GET``.
+             */
+            node: string;
+            /** @description The raw output on success. */
+            output?: components["schemas"]["ContextLoadOutput"] | null;
+            /**
+             * Status
+             * @description success | failed | cancelled | timeout.
+             * @enum {string}
+             */
+            status: "success" | "failed" | "cancelled" | "timeout";
+        };
         /**
          * ContextLoadOutput
          * @description ``CONTEXT.LOAD`` output. ``found: false`` (never created, or expired): restore the
@@ -331,29 +354,6 @@ export interface components {
              */
             name: string;
         };
-        /** ContextLoadResult */
-        ContextLoadResult: {
-            /** @description Set when status is not success. */
-            error?: components["schemas"]["ErrorInfo"] | null;
-            /**
-             * Executionid
-             * @description The call's execution id (the Celery task id on the fleet).
-             */
-            executionId: string;
-            /**
-             * Node
-             * @description The node id, e.g. ``MEMORY.GET``.
-             */
-            node: string;
-            /** @description The raw output on success. */
-            output?: components["schemas"]["ContextLoadOutput"] | null;
-            /**
-             * Status
-             * @description success | failed | cancelled | timeout.
-             * @enum {string}
-             */
-            status: "success" | "failed" | "cancelled" | "timeout";
-        };
         /**
          * ContextState
          * @description A whole context: its items in order, ids distinct.
@@ -378,21 +378,8 @@ export interface components {
              */
             ingress: components["schemas"]["ContextItem"][];
         };
-        /**
-         * ContextUpdateOutput
-         * @description Pure-mode ``CONTEXT.UPDATE`` output: the merged context.
-         */
-        ContextUpdateOutput: {
-            /**
-             * Items
-             * @description The merged items, in context order.
-             */
-            items: components["schemas"]["ContextItem"][];
-        };
-        /** ContextUpdateRequest */
-        ContextUpdateRequest: components["schemas"]["ContextUpdateInput"] | components["schemas"]["ContextCacheUpdateInput"];
-        /** ContextUpdateResult */
-        ContextUpdateResult: {
+        /** ContextUpdateNodeResult */
+        ContextUpdateNodeResult: {
             /** @description Set when status is not success. */
             error?: components["schemas"]["ErrorInfo"] | null;
             /**
@@ -418,6 +405,19 @@ export interface components {
             status: "success" | "failed" | "cancelled" | "timeout";
         };
         /**
+         * ContextUpdateOutput
+         * @description Pure-mode ``CONTEXT.UPDATE`` output: the merged context.
+         */
+        ContextUpdateOutput: {
+            /**
+             * Items
+             * @description The merged items, in context order.
+             */
+            items: components["schemas"]["ContextItem"][];
+        };
+        /** ContextUpdateRequest */
+        ContextUpdateRequest: components["schemas"]["ContextUpdateInput"] | components["schemas"]["ContextCacheUpdateInput"];
+        /**
          * ErrorInfo
          * @description The error of a non-successful NodeResult.
          */
@@ -432,6 +432,29 @@ export interface components {
              * @description Safe message: no credentials, URLs, SQL or driver text.
              */
             message: string;
+        };
+        /** InferGenerateNodeResult */
+        InferGenerateNodeResult: {
+            /** @description Set when status is not success. */
+            error?: components["schemas"]["ErrorInfo"] | null;
+            /**
+             * Executionid
+             * @description The call's execution id (the Celery task id on the fleet).
+             */
+            executionId: string;
+            /**
+             * Node
+             * @description The node id, e.g. ``MEMORY.GET``.
+             */
+            node: string;
+            /** @description The raw output on success. */
+            output?: components["schemas"]["InferGenerateOutput"] | null;
+            /**
+             * Status
+             * @description success | failed | cancelled | timeout.
+             * @enum {string}
+             */
+            status: "success" | "failed" | "cancelled" | "timeout";
         };
         /**
          * InferGenerateOutput
@@ -499,29 +522,6 @@ export interface components {
              */
             temperature?: number | null;
         };
-        /** InferGenerateResult */
-        InferGenerateResult: {
-            /** @description Set when status is not success. */
-            error?: components["schemas"]["ErrorInfo"] | null;
-            /**
-             * Executionid
-             * @description The call's execution id (the Celery task id on the fleet).
-             */
-            executionId: string;
-            /**
-             * Node
-             * @description The node id, e.g. ``MEMORY.GET``.
-             */
-            node: string;
-            /** @description The raw output on success. */
-            output?: components["schemas"]["InferGenerateOutput"] | null;
-            /**
-             * Status
-             * @description success | failed | cancelled | timeout.
-             * @enum {string}
-             */
-            status: "success" | "failed" | "cancelled" | "timeout";
-        };
         /**
          * InferMessage
          * @description One chat message, passed to the endpoint as is.
@@ -556,6 +556,29 @@ export interface components {
              */
             promptTokens: number;
         };
+        /** MemoryDeleteNodeResult */
+        MemoryDeleteNodeResult: {
+            /** @description Set when status is not success. */
+            error?: components["schemas"]["ErrorInfo"] | null;
+            /**
+             * Executionid
+             * @description The call's execution id (the Celery task id on the fleet).
+             */
+            executionId: string;
+            /**
+             * Node
+             * @description The node id, e.g. ``MEMORY.GET``.
+             */
+            node: string;
+            /** @description The raw output on success. */
+            output?: components["schemas"]["MemoryDeleteOutput"] | null;
+            /**
+             * Status
+             * @description success | failed | cancelled | timeout.
+             * @enum {string}
+             */
+            status: "success" | "failed" | "cancelled" | "timeout";
+        };
         /**
          * MemoryDeleteOutput
          * @description MEMORY.DELETE output: ids actually deleted by this call (MEM-DELETE-2).
@@ -577,29 +600,6 @@ export interface components {
              * @description Ids to delete; duplicates are removed.
              */
             ids: string[];
-        };
-        /** MemoryDeleteResult */
-        MemoryDeleteResult: {
-            /** @description Set when status is not success. */
-            error?: components["schemas"]["ErrorInfo"] | null;
-            /**
-             * Executionid
-             * @description The call's execution id (the Celery task id on the fleet).
-             */
-            executionId: string;
-            /**
-             * Node
-             * @description The node id, e.g. ``MEMORY.GET``.
-             */
-            node: string;
-            /** @description The raw output on success. */
-            output?: components["schemas"]["MemoryDeleteOutput"] | null;
-            /**
-             * Status
-             * @description success | failed | cancelled | timeout.
-             * @enum {string}
-             */
-            status: "success" | "failed" | "cancelled" | "timeout";
         };
         /**
          * MemoryDraft
@@ -624,24 +624,8 @@ export interface components {
                 [key: string]: unknown;
             } | null;
         };
-        /**
-         * MemoryGetRequest
-         * @description MEMORY.GET input: exact reads by ids and/or keys, union (MEM-GET-1).
-         */
-        MemoryGetRequest: {
-            /**
-             * Ids
-             * @description Ids to read.
-             */
-            ids?: string[] | null;
-            /**
-             * Keys
-             * @description Keys to read.
-             */
-            keys?: string[] | null;
-        };
-        /** MemoryGetResult */
-        MemoryGetResult: {
+        /** MemoryGetNodeResult */
+        MemoryGetNodeResult: {
             /** @description Set when status is not success. */
             error?: components["schemas"]["ErrorInfo"] | null;
             /**
@@ -665,6 +649,22 @@ export interface components {
              * @enum {string}
              */
             status: "success" | "failed" | "cancelled" | "timeout";
+        };
+        /**
+         * MemoryGetRequest
+         * @description MEMORY.GET input: exact reads by ids and/or keys, union (MEM-GET-1).
+         */
+        MemoryGetRequest: {
+            /**
+             * Ids
+             * @description Ids to read.
+             */
+            ids?: string[] | null;
+            /**
+             * Keys
+             * @description Keys to read.
+             */
+            keys?: string[] | null;
         };
         /**
          * MemoryItem
@@ -698,6 +698,29 @@ export interface components {
              * @description The operation id of the WRITE or UPDATE that produced the record's current state, when that call carried one (MEM-RUN-7; omitted otherwise). Set by the store, never by an input; a task reads it with GET to tell whether its operation already happened.
              */
             operationId?: string | null;
+        };
+        /** MemoryQueryNodeResult */
+        MemoryQueryNodeResult: {
+            /** @description Set when status is not success. */
+            error?: components["schemas"]["ErrorInfo"] | null;
+            /**
+             * Executionid
+             * @description The call's execution id (the Celery task id on the fleet).
+             */
+            executionId: string;
+            /**
+             * Node
+             * @description The node id, e.g. ``MEMORY.GET``.
+             */
+            node: string;
+            /** @description The raw output on success. */
+            output?: components["schemas"]["MemoryQueryOutput"] | null;
+            /**
+             * Status
+             * @description success | failed | cancelled | timeout.
+             * @enum {string}
+             */
+            status: "success" | "failed" | "cancelled" | "timeout";
         };
         /**
          * MemoryQueryOutput
@@ -743,8 +766,8 @@ export interface components {
              */
             orderBy?: components["schemas"]["OrderBy"][] | null;
         };
-        /** MemoryQueryResult */
-        MemoryQueryResult: {
+        /** MemorySearchNodeResult */
+        MemorySearchNodeResult: {
             /** @description Set when status is not success. */
             error?: components["schemas"]["ErrorInfo"] | null;
             /**
@@ -757,8 +780,11 @@ export interface components {
              * @description The node id, e.g. ``MEMORY.GET``.
              */
             node: string;
-            /** @description The raw output on success. */
-            output?: components["schemas"]["MemoryQueryOutput"] | null;
+            /**
+             * Output
+             * @description The raw output on success.
+             */
+            output?: components["schemas"]["MemorySearchResult"][] | null;
             /**
              * Status
              * @description success | failed | cancelled | timeout.
@@ -851,6 +877,32 @@ export interface components {
                 [key: string]: unknown;
             } | null;
         };
+        /** MemoryUpdateNodeResult */
+        MemoryUpdateNodeResult: {
+            /** @description Set when status is not success. */
+            error?: components["schemas"]["ErrorInfo"] | null;
+            /**
+             * Executionid
+             * @description The call's execution id (the Celery task id on the fleet).
+             */
+            executionId: string;
+            /**
+             * Node
+             * @description The node id, e.g. ``MEMORY.GET``.
+             */
+            node: string;
+            /**
+             * Output
+             * @description The raw output on success.
+             */
+            output?: components["schemas"]["MemoryItem"][] | null;
+            /**
+             * Status
+             * @description success | failed | cancelled | timeout.
+             * @enum {string}
+             */
+            status: "success" | "failed" | "cancelled" | "timeout";
+        };
         /**
          * MemoryUpdateRequest
          * @description MEMORY.UPDATE input.
@@ -862,8 +914,8 @@ export interface components {
              */
             memories: components["schemas"]["MemoryUpdateEntry"][];
         };
-        /** MemoryUpdateResult */
-        MemoryUpdateResult: {
+        /** MemoryWriteNodeResult */
+        MemoryWriteNodeResult: {
             /** @description Set when status is not success. */
             error?: components["schemas"]["ErrorInfo"] | null;
             /**
@@ -899,32 +951,6 @@ export interface components {
              */
             memories: components["schemas"]["MemoryDraft"][];
         };
-        /** MemoryWriteResult */
-        MemoryWriteResult: {
-            /** @description Set when status is not success. */
-            error?: components["schemas"]["ErrorInfo"] | null;
-            /**
-             * Executionid
-             * @description The call's execution id (the Celery task id on the fleet).
-             */
-            executionId: string;
-            /**
-             * Node
-             * @description The node id, e.g. ``MEMORY.GET``.
-             */
-            node: string;
-            /**
-             * Output
-             * @description The raw output on success.
-             */
-            output?: components["schemas"]["MemoryItem"][] | null;
-            /**
-             * Status
-             * @description success | failed | cancelled | timeout.
-             * @enum {string}
-             */
-            status: "success" | "failed" | "cancelled" | "timeout";
-        };
         /**
          * OrderBy
          * @description One sort term of QUERY (MEM-QUERY-1).
@@ -942,6 +968,32 @@ export interface components {
              * @description A metadata field (dots reach nested keys) or id/key/createdAt/updatedAt.
              */
             field: string;
+        };
+        /** RetrievalSearchNodeResult */
+        RetrievalSearchNodeResult: {
+            /** @description Set when status is not success. */
+            error?: components["schemas"]["ErrorInfo"] | null;
+            /**
+             * Executionid
+             * @description The call's execution id (the Celery task id on the fleet).
+             */
+            executionId: string;
+            /**
+             * Node
+             * @description The node id, e.g. ``MEMORY.GET``.
+             */
+            node: string;
+            /**
+             * Output
+             * @description The raw output on success.
+             */
+            output?: components["schemas"]["MemorySearchResult"][] | null;
+            /**
+             * Status
+             * @description success | failed | cancelled | timeout.
+             * @enum {string}
+             */
+            status: "success" | "failed" | "cancelled" | "timeout";
         };
         /**
          * RetrievalSearchRequest
@@ -979,32 +1031,6 @@ export interface components {
             strategy?: string | null;
             /** @description The retrieval target to search. */
             target: components["schemas"]["RetrievalTarget"];
-        };
-        /** RetrievalSearchResult */
-        RetrievalSearchResult: {
-            /** @description Set when status is not success. */
-            error?: components["schemas"]["ErrorInfo"] | null;
-            /**
-             * Executionid
-             * @description The call's execution id (the Celery task id on the fleet).
-             */
-            executionId: string;
-            /**
-             * Node
-             * @description The node id, e.g. ``MEMORY.GET``.
-             */
-            node: string;
-            /**
-             * Output
-             * @description The raw output on success.
-             */
-            output?: components["schemas"]["MemorySearchResult"][] | null;
-            /**
-             * Status
-             * @description success | failed | cancelled | timeout.
-             * @enum {string}
-             */
-            status: "success" | "failed" | "cancelled" | "timeout";
         };
         /**
          * RetrievalTarget
@@ -1107,7 +1133,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextLoadResult"];
+                    "application/json": components["schemas"]["ContextLoadNodeResult"];
                 };
             };
             /** @description UNAUTHENTICATED: no valid bearer token. */
@@ -1116,7 +1142,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextLoadResult"];
+                    "application/json": components["schemas"]["ContextLoadNodeResult"];
                 };
             };
             /** @description PERMISSION_DENIED: the node, space or scope is not allowed. */
@@ -1125,7 +1151,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextLoadResult"];
+                    "application/json": components["schemas"]["ContextLoadNodeResult"];
                 };
             };
             /** @description UNKNOWN_NODE or NOT_FOUND. */
@@ -1134,7 +1160,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextLoadResult"];
+                    "application/json": components["schemas"]["ContextLoadNodeResult"];
                 };
             };
             /** @description CONFLICT. */
@@ -1143,7 +1169,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextLoadResult"];
+                    "application/json": components["schemas"]["ContextLoadNodeResult"];
                 };
             };
             /** @description PAYLOAD_TOO_LARGE. */
@@ -1152,7 +1178,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextLoadResult"];
+                    "application/json": components["schemas"]["ContextLoadNodeResult"];
                 };
             };
             /** @description INVALID_INPUT (the field at fault named) and other input codes. */
@@ -1161,7 +1187,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextLoadResult"];
+                    "application/json": components["schemas"]["ContextLoadNodeResult"];
                 };
             };
             /** @description OVERLOADED: too many calls in flight; Retry-After. */
@@ -1170,7 +1196,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextLoadResult"];
+                    "application/json": components["schemas"]["ContextLoadNodeResult"];
                 };
             };
             /** @description Cancelled (the client closed the connection, or the call was revoked). */
@@ -1179,7 +1205,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextLoadResult"];
+                    "application/json": components["schemas"]["ContextLoadNodeResult"];
                 };
             };
             /** @description A code without its own status (a plugin's own code). */
@@ -1188,7 +1214,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextLoadResult"];
+                    "application/json": components["schemas"]["ContextLoadNodeResult"];
                 };
             };
             /** @description INVALID_BACKEND_OUTPUT or INFER_INVALID_OUTPUT. */
@@ -1197,7 +1223,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextLoadResult"];
+                    "application/json": components["schemas"]["ContextLoadNodeResult"];
                 };
             };
             /** @description FLEET_UNAVAILABLE or a *_UNAVAILABLE backend; Retry-After. */
@@ -1206,7 +1232,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextLoadResult"];
+                    "application/json": components["schemas"]["ContextLoadNodeResult"];
                 };
             };
             /** @description The call's deadline passed (*_TIMEOUT). */
@@ -1215,7 +1241,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextLoadResult"];
+                    "application/json": components["schemas"]["ContextLoadNodeResult"];
                 };
             };
         };
@@ -1239,7 +1265,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextUpdateResult"];
+                    "application/json": components["schemas"]["ContextUpdateNodeResult"];
                 };
             };
             /** @description UNAUTHENTICATED: no valid bearer token. */
@@ -1248,7 +1274,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextUpdateResult"];
+                    "application/json": components["schemas"]["ContextUpdateNodeResult"];
                 };
             };
             /** @description PERMISSION_DENIED: the node, space or scope is not allowed. */
@@ -1257,7 +1283,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextUpdateResult"];
+                    "application/json": components["schemas"]["ContextUpdateNodeResult"];
                 };
             };
             /** @description UNKNOWN_NODE or NOT_FOUND. */
@@ -1266,7 +1292,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextUpdateResult"];
+                    "application/json": components["schemas"]["ContextUpdateNodeResult"];
                 };
             };
             /** @description CONFLICT. */
@@ -1275,7 +1301,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextUpdateResult"];
+                    "application/json": components["schemas"]["ContextUpdateNodeResult"];
                 };
             };
             /** @description PAYLOAD_TOO_LARGE. */
@@ -1284,7 +1310,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextUpdateResult"];
+                    "application/json": components["schemas"]["ContextUpdateNodeResult"];
                 };
             };
             /** @description INVALID_INPUT (the field at fault named) and other input codes. */
@@ -1293,7 +1319,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextUpdateResult"];
+                    "application/json": components["schemas"]["ContextUpdateNodeResult"];
                 };
             };
             /** @description OVERLOADED: too many calls in flight; Retry-After. */
@@ -1302,7 +1328,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextUpdateResult"];
+                    "application/json": components["schemas"]["ContextUpdateNodeResult"];
                 };
             };
             /** @description Cancelled (the client closed the connection, or the call was revoked). */
@@ -1311,7 +1337,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextUpdateResult"];
+                    "application/json": components["schemas"]["ContextUpdateNodeResult"];
                 };
             };
             /** @description A code without its own status (a plugin's own code). */
@@ -1320,7 +1346,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextUpdateResult"];
+                    "application/json": components["schemas"]["ContextUpdateNodeResult"];
                 };
             };
             /** @description INVALID_BACKEND_OUTPUT or INFER_INVALID_OUTPUT. */
@@ -1329,7 +1355,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextUpdateResult"];
+                    "application/json": components["schemas"]["ContextUpdateNodeResult"];
                 };
             };
             /** @description FLEET_UNAVAILABLE or a *_UNAVAILABLE backend; Retry-After. */
@@ -1338,7 +1364,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextUpdateResult"];
+                    "application/json": components["schemas"]["ContextUpdateNodeResult"];
                 };
             };
             /** @description The call's deadline passed (*_TIMEOUT). */
@@ -1347,7 +1373,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ContextUpdateResult"];
+                    "application/json": components["schemas"]["ContextUpdateNodeResult"];
                 };
             };
         };
@@ -1371,7 +1397,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["InferGenerateResult"];
+                    "application/json": components["schemas"]["InferGenerateNodeResult"];
                 };
             };
             /** @description UNAUTHENTICATED: no valid bearer token. */
@@ -1380,7 +1406,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["InferGenerateResult"];
+                    "application/json": components["schemas"]["InferGenerateNodeResult"];
                 };
             };
             /** @description PERMISSION_DENIED: the node, space or scope is not allowed. */
@@ -1389,7 +1415,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["InferGenerateResult"];
+                    "application/json": components["schemas"]["InferGenerateNodeResult"];
                 };
             };
             /** @description UNKNOWN_NODE or NOT_FOUND. */
@@ -1398,7 +1424,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["InferGenerateResult"];
+                    "application/json": components["schemas"]["InferGenerateNodeResult"];
                 };
             };
             /** @description CONFLICT. */
@@ -1407,7 +1433,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["InferGenerateResult"];
+                    "application/json": components["schemas"]["InferGenerateNodeResult"];
                 };
             };
             /** @description PAYLOAD_TOO_LARGE. */
@@ -1416,7 +1442,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["InferGenerateResult"];
+                    "application/json": components["schemas"]["InferGenerateNodeResult"];
                 };
             };
             /** @description INVALID_INPUT (the field at fault named) and other input codes. */
@@ -1425,7 +1451,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["InferGenerateResult"];
+                    "application/json": components["schemas"]["InferGenerateNodeResult"];
                 };
             };
             /** @description OVERLOADED: too many calls in flight; Retry-After. */
@@ -1434,7 +1460,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["InferGenerateResult"];
+                    "application/json": components["schemas"]["InferGenerateNodeResult"];
                 };
             };
             /** @description Cancelled (the client closed the connection, or the call was revoked). */
@@ -1443,7 +1469,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["InferGenerateResult"];
+                    "application/json": components["schemas"]["InferGenerateNodeResult"];
                 };
             };
             /** @description A code without its own status (a plugin's own code). */
@@ -1452,7 +1478,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["InferGenerateResult"];
+                    "application/json": components["schemas"]["InferGenerateNodeResult"];
                 };
             };
             /** @description INVALID_BACKEND_OUTPUT or INFER_INVALID_OUTPUT. */
@@ -1461,7 +1487,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["InferGenerateResult"];
+                    "application/json": components["schemas"]["InferGenerateNodeResult"];
                 };
             };
             /** @description FLEET_UNAVAILABLE or a *_UNAVAILABLE backend; Retry-After. */
@@ -1470,7 +1496,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["InferGenerateResult"];
+                    "application/json": components["schemas"]["InferGenerateNodeResult"];
                 };
             };
             /** @description The call's deadline passed (*_TIMEOUT). */
@@ -1479,7 +1505,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["InferGenerateResult"];
+                    "application/json": components["schemas"]["InferGenerateNodeResult"];
                 };
             };
         };
@@ -1503,7 +1529,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryDeleteResult"];
+                    "application/json": components["schemas"]["MemoryDeleteNodeResult"];
                 };
             };
             /** @description UNAUTHENTICATED: no valid bearer token. */
@@ -1512,7 +1538,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryDeleteResult"];
+                    "application/json": components["schemas"]["MemoryDeleteNodeResult"];
                 };
             };
             /** @description PERMISSION_DENIED: the node, space or scope is not allowed. */
@@ -1521,7 +1547,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryDeleteResult"];
+                    "application/json": components["schemas"]["MemoryDeleteNodeResult"];
                 };
             };
             /** @description UNKNOWN_NODE or NOT_FOUND. */
@@ -1530,7 +1556,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryDeleteResult"];
+                    "application/json": components["schemas"]["MemoryDeleteNodeResult"];
                 };
             };
             /** @description CONFLICT. */
@@ -1539,7 +1565,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryDeleteResult"];
+                    "application/json": components["schemas"]["MemoryDeleteNodeResult"];
                 };
             };
             /** @description PAYLOAD_TOO_LARGE. */
@@ -1548,7 +1574,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryDeleteResult"];
+                    "application/json": components["schemas"]["MemoryDeleteNodeResult"];
                 };
             };
             /** @description INVALID_INPUT (the field at fault named) and other input codes. */
@@ -1557,7 +1583,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryDeleteResult"];
+                    "application/json": components["schemas"]["MemoryDeleteNodeResult"];
                 };
             };
             /** @description OVERLOADED: too many calls in flight; Retry-After. */
@@ -1566,7 +1592,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryDeleteResult"];
+                    "application/json": components["schemas"]["MemoryDeleteNodeResult"];
                 };
             };
             /** @description Cancelled (the client closed the connection, or the call was revoked). */
@@ -1575,7 +1601,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryDeleteResult"];
+                    "application/json": components["schemas"]["MemoryDeleteNodeResult"];
                 };
             };
             /** @description A code without its own status (a plugin's own code). */
@@ -1584,7 +1610,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryDeleteResult"];
+                    "application/json": components["schemas"]["MemoryDeleteNodeResult"];
                 };
             };
             /** @description INVALID_BACKEND_OUTPUT or INFER_INVALID_OUTPUT. */
@@ -1593,7 +1619,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryDeleteResult"];
+                    "application/json": components["schemas"]["MemoryDeleteNodeResult"];
                 };
             };
             /** @description FLEET_UNAVAILABLE or a *_UNAVAILABLE backend; Retry-After. */
@@ -1602,7 +1628,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryDeleteResult"];
+                    "application/json": components["schemas"]["MemoryDeleteNodeResult"];
                 };
             };
             /** @description The call's deadline passed (*_TIMEOUT). */
@@ -1611,7 +1637,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryDeleteResult"];
+                    "application/json": components["schemas"]["MemoryDeleteNodeResult"];
                 };
             };
         };
@@ -1635,7 +1661,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryGetResult"];
+                    "application/json": components["schemas"]["MemoryGetNodeResult"];
                 };
             };
             /** @description UNAUTHENTICATED: no valid bearer token. */
@@ -1644,7 +1670,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryGetResult"];
+                    "application/json": components["schemas"]["MemoryGetNodeResult"];
                 };
             };
             /** @description PERMISSION_DENIED: the node, space or scope is not allowed. */
@@ -1653,7 +1679,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryGetResult"];
+                    "application/json": components["schemas"]["MemoryGetNodeResult"];
                 };
             };
             /** @description UNKNOWN_NODE or NOT_FOUND. */
@@ -1662,7 +1688,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryGetResult"];
+                    "application/json": components["schemas"]["MemoryGetNodeResult"];
                 };
             };
             /** @description CONFLICT. */
@@ -1671,7 +1697,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryGetResult"];
+                    "application/json": components["schemas"]["MemoryGetNodeResult"];
                 };
             };
             /** @description PAYLOAD_TOO_LARGE. */
@@ -1680,7 +1706,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryGetResult"];
+                    "application/json": components["schemas"]["MemoryGetNodeResult"];
                 };
             };
             /** @description INVALID_INPUT (the field at fault named) and other input codes. */
@@ -1689,7 +1715,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryGetResult"];
+                    "application/json": components["schemas"]["MemoryGetNodeResult"];
                 };
             };
             /** @description OVERLOADED: too many calls in flight; Retry-After. */
@@ -1698,7 +1724,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryGetResult"];
+                    "application/json": components["schemas"]["MemoryGetNodeResult"];
                 };
             };
             /** @description Cancelled (the client closed the connection, or the call was revoked). */
@@ -1707,7 +1733,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryGetResult"];
+                    "application/json": components["schemas"]["MemoryGetNodeResult"];
                 };
             };
             /** @description A code without its own status (a plugin's own code). */
@@ -1716,7 +1742,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryGetResult"];
+                    "application/json": components["schemas"]["MemoryGetNodeResult"];
                 };
             };
             /** @description INVALID_BACKEND_OUTPUT or INFER_INVALID_OUTPUT. */
@@ -1725,7 +1751,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryGetResult"];
+                    "application/json": components["schemas"]["MemoryGetNodeResult"];
                 };
             };
             /** @description FLEET_UNAVAILABLE or a *_UNAVAILABLE backend; Retry-After. */
@@ -1734,7 +1760,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryGetResult"];
+                    "application/json": components["schemas"]["MemoryGetNodeResult"];
                 };
             };
             /** @description The call's deadline passed (*_TIMEOUT). */
@@ -1743,7 +1769,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryGetResult"];
+                    "application/json": components["schemas"]["MemoryGetNodeResult"];
                 };
             };
         };
@@ -1767,7 +1793,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryQueryResult"];
+                    "application/json": components["schemas"]["MemoryQueryNodeResult"];
                 };
             };
             /** @description UNAUTHENTICATED: no valid bearer token. */
@@ -1776,7 +1802,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryQueryResult"];
+                    "application/json": components["schemas"]["MemoryQueryNodeResult"];
                 };
             };
             /** @description PERMISSION_DENIED: the node, space or scope is not allowed. */
@@ -1785,7 +1811,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryQueryResult"];
+                    "application/json": components["schemas"]["MemoryQueryNodeResult"];
                 };
             };
             /** @description UNKNOWN_NODE or NOT_FOUND. */
@@ -1794,7 +1820,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryQueryResult"];
+                    "application/json": components["schemas"]["MemoryQueryNodeResult"];
                 };
             };
             /** @description CONFLICT. */
@@ -1803,7 +1829,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryQueryResult"];
+                    "application/json": components["schemas"]["MemoryQueryNodeResult"];
                 };
             };
             /** @description PAYLOAD_TOO_LARGE. */
@@ -1812,7 +1838,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryQueryResult"];
+                    "application/json": components["schemas"]["MemoryQueryNodeResult"];
                 };
             };
             /** @description INVALID_INPUT (the field at fault named) and other input codes. */
@@ -1821,7 +1847,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryQueryResult"];
+                    "application/json": components["schemas"]["MemoryQueryNodeResult"];
                 };
             };
             /** @description OVERLOADED: too many calls in flight; Retry-After. */
@@ -1830,7 +1856,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryQueryResult"];
+                    "application/json": components["schemas"]["MemoryQueryNodeResult"];
                 };
             };
             /** @description Cancelled (the client closed the connection, or the call was revoked). */
@@ -1839,7 +1865,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryQueryResult"];
+                    "application/json": components["schemas"]["MemoryQueryNodeResult"];
                 };
             };
             /** @description A code without its own status (a plugin's own code). */
@@ -1848,7 +1874,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryQueryResult"];
+                    "application/json": components["schemas"]["MemoryQueryNodeResult"];
                 };
             };
             /** @description INVALID_BACKEND_OUTPUT or INFER_INVALID_OUTPUT. */
@@ -1857,7 +1883,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryQueryResult"];
+                    "application/json": components["schemas"]["MemoryQueryNodeResult"];
                 };
             };
             /** @description FLEET_UNAVAILABLE or a *_UNAVAILABLE backend; Retry-After. */
@@ -1866,7 +1892,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryQueryResult"];
+                    "application/json": components["schemas"]["MemoryQueryNodeResult"];
                 };
             };
             /** @description The call's deadline passed (*_TIMEOUT). */
@@ -1875,7 +1901,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryQueryResult"];
+                    "application/json": components["schemas"]["MemoryQueryNodeResult"];
                 };
             };
         };
@@ -1899,7 +1925,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemorySearchResult"];
+                    "application/json": components["schemas"]["MemorySearchNodeResult"];
                 };
             };
             /** @description UNAUTHENTICATED: no valid bearer token. */
@@ -1908,7 +1934,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemorySearchResult"];
+                    "application/json": components["schemas"]["MemorySearchNodeResult"];
                 };
             };
             /** @description PERMISSION_DENIED: the node, space or scope is not allowed. */
@@ -1917,7 +1943,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemorySearchResult"];
+                    "application/json": components["schemas"]["MemorySearchNodeResult"];
                 };
             };
             /** @description UNKNOWN_NODE or NOT_FOUND. */
@@ -1926,7 +1952,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemorySearchResult"];
+                    "application/json": components["schemas"]["MemorySearchNodeResult"];
                 };
             };
             /** @description CONFLICT. */
@@ -1935,7 +1961,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemorySearchResult"];
+                    "application/json": components["schemas"]["MemorySearchNodeResult"];
                 };
             };
             /** @description PAYLOAD_TOO_LARGE. */
@@ -1944,7 +1970,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemorySearchResult"];
+                    "application/json": components["schemas"]["MemorySearchNodeResult"];
                 };
             };
             /** @description INVALID_INPUT (the field at fault named) and other input codes. */
@@ -1953,7 +1979,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemorySearchResult"];
+                    "application/json": components["schemas"]["MemorySearchNodeResult"];
                 };
             };
             /** @description OVERLOADED: too many calls in flight; Retry-After. */
@@ -1962,7 +1988,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemorySearchResult"];
+                    "application/json": components["schemas"]["MemorySearchNodeResult"];
                 };
             };
             /** @description Cancelled (the client closed the connection, or the call was revoked). */
@@ -1971,7 +1997,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemorySearchResult"];
+                    "application/json": components["schemas"]["MemorySearchNodeResult"];
                 };
             };
             /** @description A code without its own status (a plugin's own code). */
@@ -1980,7 +2006,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemorySearchResult"];
+                    "application/json": components["schemas"]["MemorySearchNodeResult"];
                 };
             };
             /** @description INVALID_BACKEND_OUTPUT or INFER_INVALID_OUTPUT. */
@@ -1989,7 +2015,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemorySearchResult"];
+                    "application/json": components["schemas"]["MemorySearchNodeResult"];
                 };
             };
             /** @description FLEET_UNAVAILABLE or a *_UNAVAILABLE backend; Retry-After. */
@@ -1998,7 +2024,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemorySearchResult"];
+                    "application/json": components["schemas"]["MemorySearchNodeResult"];
                 };
             };
             /** @description The call's deadline passed (*_TIMEOUT). */
@@ -2007,7 +2033,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemorySearchResult"];
+                    "application/json": components["schemas"]["MemorySearchNodeResult"];
                 };
             };
         };
@@ -2031,7 +2057,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryUpdateResult"];
+                    "application/json": components["schemas"]["MemoryUpdateNodeResult"];
                 };
             };
             /** @description UNAUTHENTICATED: no valid bearer token. */
@@ -2040,7 +2066,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryUpdateResult"];
+                    "application/json": components["schemas"]["MemoryUpdateNodeResult"];
                 };
             };
             /** @description PERMISSION_DENIED: the node, space or scope is not allowed. */
@@ -2049,7 +2075,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryUpdateResult"];
+                    "application/json": components["schemas"]["MemoryUpdateNodeResult"];
                 };
             };
             /** @description UNKNOWN_NODE or NOT_FOUND. */
@@ -2058,7 +2084,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryUpdateResult"];
+                    "application/json": components["schemas"]["MemoryUpdateNodeResult"];
                 };
             };
             /** @description CONFLICT. */
@@ -2067,7 +2093,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryUpdateResult"];
+                    "application/json": components["schemas"]["MemoryUpdateNodeResult"];
                 };
             };
             /** @description PAYLOAD_TOO_LARGE. */
@@ -2076,7 +2102,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryUpdateResult"];
+                    "application/json": components["schemas"]["MemoryUpdateNodeResult"];
                 };
             };
             /** @description INVALID_INPUT (the field at fault named) and other input codes. */
@@ -2085,7 +2111,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryUpdateResult"];
+                    "application/json": components["schemas"]["MemoryUpdateNodeResult"];
                 };
             };
             /** @description OVERLOADED: too many calls in flight; Retry-After. */
@@ -2094,7 +2120,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryUpdateResult"];
+                    "application/json": components["schemas"]["MemoryUpdateNodeResult"];
                 };
             };
             /** @description Cancelled (the client closed the connection, or the call was revoked). */
@@ -2103,7 +2129,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryUpdateResult"];
+                    "application/json": components["schemas"]["MemoryUpdateNodeResult"];
                 };
             };
             /** @description A code without its own status (a plugin's own code). */
@@ -2112,7 +2138,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryUpdateResult"];
+                    "application/json": components["schemas"]["MemoryUpdateNodeResult"];
                 };
             };
             /** @description INVALID_BACKEND_OUTPUT or INFER_INVALID_OUTPUT. */
@@ -2121,7 +2147,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryUpdateResult"];
+                    "application/json": components["schemas"]["MemoryUpdateNodeResult"];
                 };
             };
             /** @description FLEET_UNAVAILABLE or a *_UNAVAILABLE backend; Retry-After. */
@@ -2130,7 +2156,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryUpdateResult"];
+                    "application/json": components["schemas"]["MemoryUpdateNodeResult"];
                 };
             };
             /** @description The call's deadline passed (*_TIMEOUT). */
@@ -2139,7 +2165,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryUpdateResult"];
+                    "application/json": components["schemas"]["MemoryUpdateNodeResult"];
                 };
             };
         };
@@ -2163,7 +2189,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryWriteResult"];
+                    "application/json": components["schemas"]["MemoryWriteNodeResult"];
                 };
             };
             /** @description UNAUTHENTICATED: no valid bearer token. */
@@ -2172,7 +2198,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryWriteResult"];
+                    "application/json": components["schemas"]["MemoryWriteNodeResult"];
                 };
             };
             /** @description PERMISSION_DENIED: the node, space or scope is not allowed. */
@@ -2181,7 +2207,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryWriteResult"];
+                    "application/json": components["schemas"]["MemoryWriteNodeResult"];
                 };
             };
             /** @description UNKNOWN_NODE or NOT_FOUND. */
@@ -2190,7 +2216,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryWriteResult"];
+                    "application/json": components["schemas"]["MemoryWriteNodeResult"];
                 };
             };
             /** @description CONFLICT. */
@@ -2199,7 +2225,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryWriteResult"];
+                    "application/json": components["schemas"]["MemoryWriteNodeResult"];
                 };
             };
             /** @description PAYLOAD_TOO_LARGE. */
@@ -2208,7 +2234,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryWriteResult"];
+                    "application/json": components["schemas"]["MemoryWriteNodeResult"];
                 };
             };
             /** @description INVALID_INPUT (the field at fault named) and other input codes. */
@@ -2217,7 +2243,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryWriteResult"];
+                    "application/json": components["schemas"]["MemoryWriteNodeResult"];
                 };
             };
             /** @description OVERLOADED: too many calls in flight; Retry-After. */
@@ -2226,7 +2252,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryWriteResult"];
+                    "application/json": components["schemas"]["MemoryWriteNodeResult"];
                 };
             };
             /** @description Cancelled (the client closed the connection, or the call was revoked). */
@@ -2235,7 +2261,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryWriteResult"];
+                    "application/json": components["schemas"]["MemoryWriteNodeResult"];
                 };
             };
             /** @description A code without its own status (a plugin's own code). */
@@ -2244,7 +2270,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryWriteResult"];
+                    "application/json": components["schemas"]["MemoryWriteNodeResult"];
                 };
             };
             /** @description INVALID_BACKEND_OUTPUT or INFER_INVALID_OUTPUT. */
@@ -2253,7 +2279,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryWriteResult"];
+                    "application/json": components["schemas"]["MemoryWriteNodeResult"];
                 };
             };
             /** @description FLEET_UNAVAILABLE or a *_UNAVAILABLE backend; Retry-After. */
@@ -2262,7 +2288,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryWriteResult"];
+                    "application/json": components["schemas"]["MemoryWriteNodeResult"];
                 };
             };
             /** @description The call's deadline passed (*_TIMEOUT). */
@@ -2271,7 +2297,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryWriteResult"];
+                    "application/json": components["schemas"]["MemoryWriteNodeResult"];
                 };
             };
         };
@@ -2295,7 +2321,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RetrievalSearchResult"];
+                    "application/json": components["schemas"]["RetrievalSearchNodeResult"];
                 };
             };
             /** @description UNAUTHENTICATED: no valid bearer token. */
@@ -2304,7 +2330,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RetrievalSearchResult"];
+                    "application/json": components["schemas"]["RetrievalSearchNodeResult"];
                 };
             };
             /** @description PERMISSION_DENIED: the node, space or scope is not allowed. */
@@ -2313,7 +2339,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RetrievalSearchResult"];
+                    "application/json": components["schemas"]["RetrievalSearchNodeResult"];
                 };
             };
             /** @description UNKNOWN_NODE or NOT_FOUND. */
@@ -2322,7 +2348,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RetrievalSearchResult"];
+                    "application/json": components["schemas"]["RetrievalSearchNodeResult"];
                 };
             };
             /** @description CONFLICT. */
@@ -2331,7 +2357,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RetrievalSearchResult"];
+                    "application/json": components["schemas"]["RetrievalSearchNodeResult"];
                 };
             };
             /** @description PAYLOAD_TOO_LARGE. */
@@ -2340,7 +2366,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RetrievalSearchResult"];
+                    "application/json": components["schemas"]["RetrievalSearchNodeResult"];
                 };
             };
             /** @description INVALID_INPUT (the field at fault named) and other input codes. */
@@ -2349,7 +2375,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RetrievalSearchResult"];
+                    "application/json": components["schemas"]["RetrievalSearchNodeResult"];
                 };
             };
             /** @description OVERLOADED: too many calls in flight; Retry-After. */
@@ -2358,7 +2384,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RetrievalSearchResult"];
+                    "application/json": components["schemas"]["RetrievalSearchNodeResult"];
                 };
             };
             /** @description Cancelled (the client closed the connection, or the call was revoked). */
@@ -2367,7 +2393,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RetrievalSearchResult"];
+                    "application/json": components["schemas"]["RetrievalSearchNodeResult"];
                 };
             };
             /** @description A code without its own status (a plugin's own code). */
@@ -2376,7 +2402,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RetrievalSearchResult"];
+                    "application/json": components["schemas"]["RetrievalSearchNodeResult"];
                 };
             };
             /** @description INVALID_BACKEND_OUTPUT or INFER_INVALID_OUTPUT. */
@@ -2385,7 +2411,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RetrievalSearchResult"];
+                    "application/json": components["schemas"]["RetrievalSearchNodeResult"];
                 };
             };
             /** @description FLEET_UNAVAILABLE or a *_UNAVAILABLE backend; Retry-After. */
@@ -2394,7 +2420,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RetrievalSearchResult"];
+                    "application/json": components["schemas"]["RetrievalSearchNodeResult"];
                 };
             };
             /** @description The call's deadline passed (*_TIMEOUT). */
@@ -2403,7 +2429,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RetrievalSearchResult"];
+                    "application/json": components["schemas"]["RetrievalSearchNodeResult"];
                 };
             };
         };
