@@ -261,7 +261,8 @@ def test_sqlite_disk_full(small_disk: Path, scan: Scan) -> None:
         memory = create_memory(store)
         record_id, seeded = seed(memory)
         filler = small_disk / "filler"
-        with open(filler, "wb") as f:  # take every free block
+        with open(filler, "wb", buffering=0) as f:  # take every free block (unbuffered:
+            # a buffered file would retry its rest on close and raise ENOSPC there)
             try:
                 while True:
                     f.write(b"\0" * 65536)

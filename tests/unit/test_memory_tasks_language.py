@@ -9,6 +9,8 @@ below fails any connection).
 from __future__ import annotations
 
 import socket
+import threading
+from typing import Any
 
 import pytest
 
@@ -70,11 +72,24 @@ MESSAGES: dict[str, list[str]] = {
 
 @pytest.fixture(autouse=True)
 def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("language identification must not use the network")
+    # only this test's thread is refused: a background thread an earlier test of the
+    # same session left running (a fleet client's cancel watcher reconnecting to Redis)
+    # is not language identification, and must not fail here instead
+    test_thread = threading.get_ident()
+    connect, create_connection = socket.socket.connect, socket.create_connection
 
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+    def refuse_connect(self: socket.socket, *args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() == test_thread:
+            raise AssertionError("language identification must not use the network")
+        return connect(self, *args, **kwargs)
+
+    def refuse_create(*args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() == test_thread:
+            raise AssertionError("language identification must not use the network")
+        return create_connection(*args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", refuse_connect)
+    monkeypatch.setattr(socket, "create_connection", refuse_create)
 
 
 @pytest.mark.parametrize(
