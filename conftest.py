@@ -27,7 +27,9 @@ try:
     from sybil import Example, Sybil
     from sybil.parsers.markdown import CodeBlockParser, SkipParser
 except ImportError:  # the docs extra (part of dev) is missing: only the docs are not run
-    if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
+    from ditto_worker.testing.services import services_required
+
+    if services_required():
         raise  # CI and scripts/test.sh install it: there a missing Sybil is a failure
     Sybil = None  # type: ignore[assignment,misc]
     Example = Any  # type: ignore[assignment,misc]

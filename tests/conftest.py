@@ -3,7 +3,8 @@
 Redis comes from ``DITTO_TEST_REDIS_URL`` (``scripts/test.sh`` and ``.ci/run`` start one);
 without it, a throwaway ``redis-server`` is started on a free loopback port when the binary
 exists. A missing Redis skips integration tests locally and fails them when
-``DITTO_REQUIRE_SERVICES=1`` (set by ``scripts/test.sh``; STYLE.md).
+``DITTO_REQUIRE_SERVICES=1`` (set by ``scripts/test.sh``) or ``CI=true`` (STYLE.md;
+:mod:`ditto_worker.testing.services`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import redis
@@ -22,17 +23,17 @@ from ditto_worker.config import FleetSettings, RuntimeConfig, load_runtime_confi
 from ditto_worker.contracts import NODE_QUEUES
 from ditto_worker.fleet.client import DittoClient
 from ditto_worker.fleet.launch import create_worker_app
+from ditto_worker.testing import services
 from ditto_worker.testing.servers import RedisServer, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_DB = 3  # integration tests use this Redis database, flushed before each test
 
 
-def missing_service(reason: str) -> None:
-    """Skip locally; fail when ``DITTO_REQUIRE_SERVICES=1`` (CI)."""
-    if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"required service missing: {reason}")
-    pytest.skip(reason)
+def missing_service(reason: str) -> NoReturn:
+    """Skip locally; fail when ``DITTO_REQUIRE_SERVICES=1`` or ``CI=true``
+    (:func:`ditto_worker.testing.services.missing_service`)."""
+    services.missing_service(reason)
 
 
 def postgres_url() -> str:

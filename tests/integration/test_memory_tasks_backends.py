@@ -21,19 +21,11 @@ import pytest
 
 from ditto_worker import Scope
 from ditto_worker.memory_tasks import run_search, run_update, run_write
+from tests.conftest import missing_service, postgres_url
 from tests.unit._task_kit import ScriptedModel, options, task_runtime
 from tests.unit.test_memory_tasks_preferences import FRENCH, GERMAN, model, proposing, request
 
 ALICE = Scope("acme", "alice")
-
-
-def _postgres_url() -> str:
-    url = os.environ.get("DITTO_TEST_POSTGRES_URL", "")
-    if not url:
-        if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
-            pytest.fail("DITTO_TEST_POSTGRES_URL is not set")
-        pytest.skip("DITTO_TEST_POSTGRES_URL is not set")
-    return url
 
 
 @pytest.fixture(params=["sqlite", "postgres", "qdrant"])
@@ -41,14 +33,14 @@ def backend(request: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str
     name = request.param
     namespace = f"tasks_{uuid.uuid4().hex[:10]}"
     if name == "postgres":
-        monkeypatch.setenv("DITTO_WORKER_MEMORY_POSTGRES_URL", _postgres_url())
+        monkeypatch.setenv("DITTO_WORKER_MEMORY_POSTGRES_URL", postgres_url())
     if name == "qdrant":
         monkeypatch.delenv("DITTO_WORKER_MEMORY_QDRANT_URL", raising=False)
     yield name, namespace
     if name == "postgres":
         import psycopg
 
-        with psycopg.connect(_postgres_url(), autocommit=True) as conn:
+        with psycopg.connect(postgres_url(), autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{namespace}" CASCADE')
 
 
@@ -197,9 +189,7 @@ def test_the_working_context_on_real_redis_expires_and_is_restored(tmp_path: Pat
 
     url = os.environ.get("DITTO_TEST_REDIS_URL", "")
     if not url:
-        if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
-            pytest.fail("DITTO_TEST_REDIS_URL is not set")
-        pytest.skip("DITTO_TEST_REDIS_URL is not set")
+        missing_service("DITTO_TEST_REDIS_URL is not set")
     user = f"alice-{uuid.uuid4().hex[:8]}"
     settings = ContextWorkerSettings(redis_url=url, ttl_s=1.0)
     with model(proposing(GERMAN, "de"), None) as fake:

@@ -2,7 +2,7 @@
 --backend sqlite`` then ``ditto-worker example search --directory <that directory>`` with
 the packaged local model (Qwen2.5-Coder-0.5B through llama.cpp, offline). Minutes on a
 loaded 2-core machine, so marked slow. Fails, not skips, without the model when
-DITTO_REQUIRE_SERVICES=1."""
+DITTO_REQUIRE_SERVICES=1 or CI=true."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ditto_worker.memory_tasks.language import is_in_language
+from tests.conftest import missing_service
 
 
 def _command(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -36,9 +37,7 @@ def test_write_then_search_applies_the_preference_with_the_local_model(tmp_path:
 
         packaged_model_path()
     except Exception as exc:  # the model's parts or xllamacpp are missing
-        if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
-            raise
-        pytest.skip(f"the local model is not installed: {exc}")
+        missing_service(f"the local model is not installed: {exc}")
     wrote = _command("write", "--backend", "sqlite", cwd=tmp_path)
     assert wrote.returncode == 0, wrote.stderr[-2000:]
     assert "admission: admitted" in wrote.stdout

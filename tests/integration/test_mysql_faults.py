@@ -25,6 +25,7 @@ import pytest
 
 from ditto_worker import MemoryError, create_memory
 from ditto_worker.memory.core import Memory
+from ditto_worker.testing.services import services_required
 from tests.conftest import REPO, missing_service
 from tests.integration.test_storage_faults import (
     Scan,
@@ -70,7 +71,7 @@ class OwnMysql:
 
 @pytest.fixture(scope="module")
 def own_mysql() -> Iterator[OwnMysql]:
-    if shutil.which("mariadbd") is None and os.environ.get("DITTO_REQUIRE_SERVICES") != "1":
+    if shutil.which("mariadbd") is None and not services_required():
         missing_service("mariadbd is not installed (bash scripts/mysql.sh start installs it)")
     server = OwnMysql()
     try:

@@ -36,6 +36,7 @@ from ditto_worker.config import FleetSettings
 from ditto_worker.fleet.celery_app import fleet_nodes
 from ditto_worker.fleet.client import DittoClient
 from ditto_worker.testing.servers import RedisServer
+from tests.conftest import missing_service
 from tests.unit._fake_chat import FakeChatServer, reply_script
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -151,9 +152,7 @@ def fleet(tmp_path: Path, chat: FakeChatServer) -> Iterator[Fleet]:
     """``honcho start`` with the repo's Procfile (and a Redis of its own, started apart);
     yields once Flower sees every worker."""
     if shutil.which("redis-server") is None:
-        if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
-            pytest.fail("required service missing: redis-server")
-        pytest.skip("no redis-server on PATH")
+        missing_service("no redis-server on PATH")
     redis = RedisServer().start()
     flower_port = next(p for p in iter(free_port, None) if p != redis.port)
     gateway_port = next(p for p in iter(free_port, None) if p not in (redis.port, flower_port))

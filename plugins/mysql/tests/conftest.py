@@ -1,7 +1,7 @@
 """Fixtures: a real MySQL/MariaDB server (``DITTO_TEST_MYSQL_URL``, started by
 ``scripts/mysql.sh``) and a store in its own database per test, dropped in teardown.
 
-Without a server the tests skip locally and fail when ``DITTO_REQUIRE_SERVICES=1``
+Without a server the tests skip locally and fail when ``DITTO_REQUIRE_SERVICES=1`` or ``CI=true``
 (STYLE.md), as the Redis and PostgreSQL tests do.
 """
 
@@ -16,12 +16,9 @@ import pytest
 
 from ditto_plugin_mysql import MysqlMemoryStore
 from ditto_plugin_mysql.db import parse_url
+from ditto_worker.testing.services import missing_service
 
-
-def _missing(reason: str) -> None:
-    if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"required service missing: {reason}")
-    pytest.skip(reason)
+_missing = missing_service  # skip locally, fail with DITTO_REQUIRE_SERVICES=1 or CI=true
 
 
 def admin(url: str) -> pymysql.connections.Connection:

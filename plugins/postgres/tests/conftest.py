@@ -1,7 +1,7 @@
 """Fixtures: a real PostgreSQL server (``DITTO_TEST_POSTGRES_URL``, started by
 ``scripts/postgres.sh``) and a store in its own schema per test, dropped in teardown.
 
-Without a server the tests skip locally and fail when ``DITTO_REQUIRE_SERVICES=1``
+Without a server the tests skip locally and fail when ``DITTO_REQUIRE_SERVICES=1`` or ``CI=true``
 (STYLE.md), as the Redis tests do.
 """
 
@@ -15,12 +15,9 @@ import psycopg
 import pytest
 
 from ditto_plugin_postgres import PostgresMemoryStore
+from ditto_worker.testing.services import missing_service
 
-
-def _missing(reason: str) -> None:
-    if os.environ.get("DITTO_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"required service missing: {reason}")
-    pytest.skip(reason)
+_missing = missing_service  # skip locally, fail with DITTO_REQUIRE_SERVICES=1 or CI=true
 
 
 @pytest.fixture(scope="session")
