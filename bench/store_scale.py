@@ -43,6 +43,18 @@ scripts/postgres.sh start``); the bench works in a schema of its own, dropped at
     python bench/store_scale.py --stores sqlite,postgres,qdrant --n 20000 --embedder hashing
     python bench/store_scale.py --stores sqlite,postgres,mysql --n 10000 --embedder hashing
     python bench/store_scale.py --tenants 0,4,100 --pipeline   # issue 19, see below
+    python bench/store_scale.py --stores sqlite,postgres,mysql,qdrant,milvus --sizes 10000,100000 \
+        --embedder hashing --cap milvus=10000 --budget-s 60 --json scale.json --plot scale.png
+    python bench/store_scale.py --from-json scale.json --plot scale.png   # print/plot again
+
+``--sizes`` measures several collection sizes in one run: each store is grown from one
+size to the next and measured at each. ``--cap STORE=SIZE`` keeps a slow store (Milvus
+Lite evaluates every filter in Python) below the larger sizes; the output says in words
+which store was not measured at which size. ``--budget-s`` bounds the seconds spent per
+query kind and size (at least 3 calls), so a p50 may be over fewer calls than
+``--queries``: the table shows that count in brackets. ``--plot FILE.png`` draws p50
+against collection size per store and query kind (matplotlib, the ``bench`` extra);
+``--json`` keeps the figures, the command and the load average of the run.
 
 ``--pipeline`` (issue 19) measures the retrieval pipeline instead
 (``create_retrieval_memory_search_provider`` with the conversation pipeline, local
@@ -72,6 +84,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import scale_report
 
 from ditto_worker import Scope, create_memory
 
@@ -153,15 +167,23 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[int(0.95 * (len(ordered) - 1))]
 
 
-def timed(call: Callable[[dict[str, Any]], Any], inputs: list[dict[str, Any]]) -> list[float]:
-    """Latency (ms) of each call; a failed NodeResult stops the bench."""
-    samples = []
+def timed(
+    call: Callable[[dict[str, Any]], Any], inputs: list[dict[str, Any]], budget_s: float = 0.0
+) -> list[float]:
+    """Latency (ms) of each call; a failed NodeResult stops the bench. With ``budget_s``
+    > 0 the calls stop once that many seconds have passed (at least 3 calls are made), so
+    a store that takes seconds per call gives a p50 over fewer calls (the table says how
+    many)."""
+    samples: list[float] = []
+    started = time.perf_counter()
     for input in inputs:
         start = time.perf_counter()
         result = call(input)
         samples.append((time.perf_counter() - start) * 1000)
         if result.status != "success":
             raise SystemExit(f"call failed: {result.error}")
+        if budget_s > 0 and len(samples) >= 3 and time.perf_counter() - started > budget_s:
+            break
     return samples
 
 
@@ -186,21 +208,30 @@ def tenant(index: int, tenants: int) -> Scope | None:
     return Scope("bench", f"t{index % tenants}") if tenants else None
 
 
-def load(memory: Any, n: int, seed: int, words: list[str], batch: int, tenants: int = 0) -> float:
-    """WRITE ``n`` drafts in batches (round-robin over ``tenants`` scopes); memories/s."""
+def load(
+    memory: Any,
+    source: Iterator[dict[str, Any]],
+    count: int,
+    batch: int,
+    tenants: int = 0,
+    done: int = 0,
+) -> float:
+    """WRITE the next ``count`` drafts of ``source`` in batches (round-robin over
+    ``tenants`` scopes; ``done`` memories were written before); memories/s."""
     start = time.perf_counter()
     pending: list[dict[str, Any]] = []
-    done = 0
-    for draft in drafts(n, seed, words):
+    wrote = 0
+    for _, draft in zip(range(count), source, strict=False):
         pending.append(draft)
         if len(pending) == batch:
-            done += _write(memory, pending, tenant(done // batch, tenants))
+            wrote += _write(memory, pending, tenant((done + wrote) // batch, tenants))
             pending = []
-            if done % (batch * 20) == 0:
-                print(f"  {done:>9,} written, {time.perf_counter() - start:7.1f} s", flush=True)
+            if wrote % (batch * 20) == 0:
+                print(f"  {done + wrote:>9,} written, {time.perf_counter() - start:7.1f} s",
+                      flush=True)  # fmt: skip
     if pending:
-        done += _write(memory, pending, tenant(done // batch, tenants))
-    return done / (time.perf_counter() - start)
+        wrote += _write(memory, pending, tenant((done + wrote) // batch, tenants))
+    return wrote / (time.perf_counter() - start)
 
 
 def _write(memory: Any, batch: list[dict[str, Any]], scope: Scope | None = None) -> int:
@@ -210,32 +241,41 @@ def _write(memory: Any, batch: list[dict[str, Any]], scope: Scope | None = None)
     return len(result.output)
 
 
+Row = tuple[float, float, int]
+"""p50 ms, p95 ms and the number of calls they are over."""
+
+
 def measure(
-    memory: Any, inputs: dict[str, list[dict[str, Any]]], caps: Any = None
-) -> dict[str, tuple[float, float]]:
-    """p50/p95 per query kind, after 20 warm-up calls of each (kinds the store does not
-    declare are left out: a metadata ``orderBy``, ``vector``/``hybrid`` without vectors)."""
-    rows: dict[str, tuple[float, float]] = {}
+    memory: Any, inputs: dict[str, list[dict[str, Any]]], caps: Any = None, budget_s: float = 0.0
+) -> dict[str, Row]:
+    """p50/p95 per query kind, after up to 20 warm-up calls of each (kinds the store does
+    not declare are left out: a metadata ``orderBy``, ``vector``/``hybrid`` without
+    vectors); ``budget_s`` bounds each kind's calls (:func:`timed`; its warm-up a quarter
+    of it)."""
+    rows: dict[str, Row] = {}
+
+    def kind(name: str, call: Callable[[dict[str, Any]], Any], given: list[dict[str, Any]]) -> None:
+        timed(call, given[:20], budget_s / 4)
+        samples = timed(call, given, budget_s)
+        rows[name] = (*percentiles(samples), len(samples))
+
     kinds = ["eq", "range", "sorted", "and"]
     if caps is not None and "metadata.*" not in caps.order_by_fields:
         kinds.remove("sorted")
-    for kind in kinds:
-        timed(memory.query, inputs[kind][:20])
-        rows[f"QUERY {kind}"] = percentiles(timed(memory.query, inputs[kind]))
-    firsts = [memory.query(q).output for q in inputs["eq"]]
+    for name in kinds:
+        kind(f"QUERY {name}", memory.query, inputs[name])
+    firsts = [memory.query(q).output for q in inputs["eq"][: rows["QUERY eq"][2]]]
     seconds = [
         {**q, "cursor": page.next_cursor}
-        for q, page in zip(inputs["eq"], firsts, strict=True)
+        for q, page in zip(inputs["eq"], firsts, strict=False)
         if page.next_cursor
     ]
     if seconds:  # small --n: a user may have fewer than QUERY_LIMIT memories
-        rows["QUERY page2"] = percentiles(timed(memory.query, seconds))
-    timed(memory.search, inputs["search"][:20])
-    rows["SEARCH keyword"] = percentiles(timed(memory.search, inputs["search"]))
+        kind("QUERY page2", memory.query, seconds)
+    kind("SEARCH keyword", memory.search, inputs["search"])
     for strategy in ("vector", "hybrid"):
         if caps is not None and strategy in caps.search_strategies:
-            timed(memory.search, inputs[strategy][:20])
-            rows[f"SEARCH {strategy}"] = percentiles(timed(memory.search, inputs[strategy]))
+            kind(f"SEARCH {strategy}", memory.search, inputs[strategy])
     return rows
 
 
@@ -343,18 +383,32 @@ def _mysql_store(embedder: Any = None) -> Iterator[Any]:
 
 def run(
     name: str, args: argparse.Namespace, words: list[str], inputs: Any, tenants: int = 0
-) -> dict[str, Any]:
-    """Load and measure one store (as tenant ``t0`` of ``tenants``); returns its figures."""
+) -> dict[int, dict[str, Any]]:
+    """Load and measure one store (as tenant ``t0`` of ``tenants``) at each of
+    ``args.sizes`` in turn: one store grown from one size to the next (the drafts are one
+    seeded sequence, so the first 10,000 of a 100,000 load are the 10,000 of a 10,000 load);
+    a size above the store's ``--cap`` is not loaded. Returns the figures per size."""
     spread = f" over {tenants} tenants" if tenants else ""
-    print(f"== {name}: writing {args.n:,} memories{spread} in batches of {args.batch:,}")
-    started = time.perf_counter()
+    cap = args.caps.get(name)
+    sizes = [size for size in args.sizes if cap is None or size <= cap]
+    figures: dict[int, dict[str, Any]] = {}
     with open_store(name, embedder_of(args.embedder)) as store:
         memory = Scoped(create_memory(store), tenant(0, tenants))
-        rate = load(memory, args.n, args.seed, words, args.batch, tenants)
-        loaded = time.perf_counter() - started
-        print(f"  WRITE {rate:,.0f} memories/s ({loaded:.1f} s)", flush=True)
-        rows = measure(memory, inputs, getattr(store, "capabilities", None))
-    return {"rate": rate, "load_s": loaded, "rows": rows, "total_s": time.perf_counter() - started}
+        source, done = drafts(max(sizes, default=0), args.seed, words), 0
+        for size in sizes:
+            print(f"== {name}: writing to {size:,} memories{spread} in batches of {args.batch:,}")
+            started = time.perf_counter()
+            rate = load(memory, source, size - done, args.batch, tenants, done)
+            loaded, done = time.perf_counter() - started, size
+            print(f"  WRITE {rate:,.0f} memories/s ({loaded:.1f} s)", flush=True)
+            caps = getattr(store, "capabilities", None)
+            rows = measure(memory, inputs, caps, args.budget_s)
+            total = time.perf_counter() - started
+            figures[size] = {"rate": rate, "load_s": loaded, "rows": rows, "total_s": total}
+    for size in args.sizes:
+        if size not in figures:
+            print(f"== {name}: CAPPED at {cap:,} memories (--cap): not measured at {size:,}")
+    return figures
 
 
 class CachedEmbedder:
@@ -430,6 +484,23 @@ def pipeline_bench(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="memories per store")
+    parser.add_argument(
+        "--sizes", type=lambda text: [int(x) for x in text.split(",")], default=None,
+        help="collection sizes measured in one run, e.g. 10000,100000 (each store grows "
+        "from one to the next); default --n",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cap", default="",
+        help="largest size per store, e.g. milvus=10000: larger sizes are not loaded for "
+        "it and the output says so",
+    )  # fmt: skip
+    parser.add_argument(
+        "--budget-s", type=float, default=0.0,
+        help="seconds per query kind and size (at least 3 calls; 0: every --queries call)",
+    )  # fmt: skip
+    parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--from-json", help="print/plot a saved --json file; measure nothing")
+    parser.add_argument("--plot", help="PNG: p50 vs collection size per store (matplotlib)")
     parser.add_argument("--million", action="store_true", help="1,000,000 memories")
     parser.add_argument("--batch", type=int, default=1000, help="memories per WRITE")
     parser.add_argument("--queries", type=int, default=200, help="calls per query kind")
@@ -448,33 +519,49 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.pipeline:
         return pipeline_bench(args)
+    if args.from_json:
+        report = scale_report.load_report(args.from_json)
+    else:
+        report = measure_stores(args)
+    scale_report.print_report(report)
+    if args.json:
+        scale_report.save_report(report, args.json)
+    if args.plot:
+        scale_report.plot_report(report, args.plot)
+        print(f"plot: {args.plot}")
+    return 0
+
+
+def measure_stores(args: argparse.Namespace) -> dict[str, Any]:
+    """Run every store of ``--stores`` (and tenant count of ``--tenants``) at every size
+    of ``--sizes``; the report :mod:`scale_report` prints, saves and plots."""
     if args.million:
-        args.n = 1_000_000
+        args.sizes = [1_000_000]
+    elif args.sizes is None:
+        args.sizes = [args.n]
+    args.sizes = sorted(set(args.sizes))
+    args.caps = scale_report.parse_caps(args.cap)
     words = vocabulary()
     inputs = query_inputs(args.queries, args.seed, words)
     label = {"qdrant": "qdrant-local", "milvus": "milvus-lite"}
-    results = {
+    load_before = os.getloadavg()
+    stores = {
         label.get(name, name) + (f"/{count}t" if count else ""): run(
             name, args, words, inputs, count
         )
         for name in args.stores.split(",")
         for count in (int(c) for c in args.tenants.split(","))
     }
-    names = list(results)
-    print(f"\n{args.n:,} memories; {args.queries} calls per query kind; latency p50 / p95 ms")
-    print(f"{'':<16}" + "".join(f"{name:>22}" for name in names))
-    print(f"{'WRITE mem/s':<16}" + "".join(f"{results[n]['rate']:>22,.0f}" for n in names))
-    every = list(dict.fromkeys(row for n in names for row in results[n]["rows"]))
-    for row in every:
-        cells = "".join(
-            f"{results[n]['rows'][row][0]:>12.2f} / {results[n]['rows'][row][1]:>7.2f}"
-            if row in results[n]["rows"]
-            else f"{'-':>22}"
-            for n in names
-        )
-        print(f"{row:<16}{cells}")
-    print(f"{'time s':<16}" + "".join(f"{results[n]['total_s']:>22.1f}" for n in names))
-    return 0
+    return {
+        "command": "python bench/store_scale.py " + " ".join(sys.argv[1:]),
+        "sizes": args.sizes,
+        "queries": args.queries,
+        "budget_s": args.budget_s,
+        "embedder": args.embedder,
+        "caps": {label.get(k, k): v for k, v in args.caps.items()},
+        "load_average": {"start": list(load_before), "end": list(os.getloadavg())},
+        "stores": stores,
+    }
 
 
 if __name__ == "__main__":
