@@ -197,6 +197,27 @@ def test_hybrid_native_and_through_the_pipeline_provider(
     assert mismatch.error is not None and mismatch.error.code == "EMBEDDING_MISMATCH"
 
 
+def test_vector_strategy_embeds_the_query_without_mentioned_names(
+    store: SqliteMemoryStore, embedder: HashingEmbedder
+) -> None:
+    """Issue 28 item 7: ``vector`` strips names as ``hybrid`` does (a name dominates a
+    sentence embedding); with mention fields off, the query is embedded as given."""
+    _write(store, [
+        {"content": "I adopted a puppy", "metadata": {"speaker": "Gina"}},
+        {"content": "I bought new shoes", "metadata": {"speaker": "Jon"}},
+    ])  # fmt: skip
+    query = "What did Gina's puppy eat?"
+    for config, embedded in (
+        ({"mention": {"fields": ["speaker"]}}, "What did puppy eat?"),
+        ({"mention": {"fields": ["speaker"], "stripFromVectorQuery": False}}, query),
+        ({}, query),
+    ):
+        provider = create_retrieval_memory_search_provider(store, embedder, config)
+        hits = create_memory(store, provider).search({"query": query, "strategy": "vector"})
+        assert hits.status == "success" and hits.output
+        assert embedder.texts[-1] == embedded
+
+
 def test_create_store_embedding_setting(tmp_path: Path) -> None:
     env = {"DITTO_WORKER_MEMORY_SQLITE_PATH": str(tmp_path / "c.sqlite")}
     assert create_store({"embedding": "none"}, env).embedder is None
