@@ -3,16 +3,23 @@
 One throwaway Redis, ONE worker process (``ditto-worker worker --nodes memory``, threads
 pool) and ONE gateway process (``ditto-worker serve`` with a broker: every call is
 enqueued on the fleet through the same client Python callers use). MEMORY.GET of one
-record is called two ways, in interleaved rounds so a noisy neighbour hits both alike:
+record is called three ways, in interleaved rounds so a noisy neighbour hits all alike:
 
-  (p) ``await runtime.ainvoke`` — the Python fleet client (``create_ditto`` with a broker);
-  (h) ``POST /v1/nodes/MEMORY.GET`` through httpx's keep-alive ``AsyncClient``.
+  (python) ``await runtime.ainvoke`` — the Python fleet client (``create_ditto`` with a
+      broker);
+  (asgi) the gateway app in this process over that same client, called through httpx's
+      ``ASGITransport`` (no socket, no server process): what the app itself costs (auth,
+      validation, JSON in and out, the FastAPI stack);
+  (http) ``POST /v1/nodes/MEMORY.GET`` to the ``ditto-worker serve`` process through
+      httpx's keep-alive ``AsyncClient``.
 
 At 1, 10 and 100 concurrent callers it prints p50/p99 latency (ms) and throughput
-(calls/s) per path and the ratios h/p. Targets (issue 26): HTTP p50 <= 1.3x the direct
-client at 1 caller; throughput >= 0.5x at 100 callers. On this 2-core machine the gateway
-process, the worker, Redis and the callers share the cores: what HTTP adds is one more
-process hop (parse, auth, validate, JSON out) on the critical path.
+(calls/s) per path and the ratios to python. Targets (issue 26): HTTP p50 <= 1.3x the
+direct client at 1 caller; throughput >= 0.5x at 100 callers. asgi - python is the app's
+share of the difference; http - asgi is the HTTP transport's (the socket both ways,
+uvicorn's parsing, one more process to wake on a shared machine). On this 2-core machine
+the gateway process, the worker, Redis and the callers share the cores, so at 100
+callers the HTTP path also pays the HTTP client's and the gateway's CPU.
 
     python bench/gateway.py                      # 5 rounds, 200 calls per level
     python bench/gateway.py --rounds 7 --calls 400
@@ -34,6 +41,8 @@ from typing import Any
 
 import httpx
 
+from ditto_worker.gateway.app import create_app
+from ditto_worker.gateway.settings import load_gateway_settings
 from ditto_worker.testing.gateway import GatewayServer
 from ditto_worker.testing.servers import RedisServer, stop_process
 
@@ -81,7 +90,9 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def measure(args: argparse.Namespace, gateway: GatewayServer, runtime: Any) -> None:
+async def measure(
+    args: argparse.Namespace, gateway: GatewayServer, runtime: Any, folder: Path
+) -> None:
     scope = {"tenant": "bench", "user": "ada"}
     written = await runtime.ainvoke("MEMORY.WRITE", {"memories": [{"key": "k", "content": "v"}]},
                                     scope=scope, timeout=30)  # fmt: skip
@@ -89,8 +100,11 @@ async def measure(args: argparse.Namespace, gateway: GatewayServer, runtime: Any
     body = {"keys": ["k"]}
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with httpx.AsyncClient(base_url=gateway.url, limits=limits, headers=headers,
-                                 timeout=60) as http:  # fmt: skip
+    app = create_app(runtime, load_gateway_settings(folder / "ditto.yaml"))
+    in_process = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://app",
+                                   headers=headers, timeout=60)  # fmt: skip
+    async with in_process, httpx.AsyncClient(base_url=gateway.url, limits=limits,
+                                             headers=headers, timeout=60) as http:  # fmt: skip
 
         async def direct() -> None:
             result = await runtime.ainvoke("MEMORY.GET", body, scope=scope, timeout=60)
@@ -100,13 +114,18 @@ async def measure(args: argparse.Namespace, gateway: GatewayServer, runtime: Any
             answer = await http.post("/v1/nodes/MEMORY.GET", json=body)
             assert answer.status_code == 200 and answer.json()["output"], answer.text
 
-        for _ in range(20):  # warm both paths (connections, pools)
-            await direct()
-            await over_http()
+        async def over_asgi() -> None:
+            answer = await in_process.post("/v1/nodes/MEMORY.GET", json=body)
+            assert answer.status_code == 200 and answer.json()["output"], answer.text
+
+        paths = (("python", direct), ("asgi", over_asgi), ("http", over_http))
+        for _ in range(20):  # warm every path (connections, pools)
+            for _name, fn in paths:
+                await fn()
         rows: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
         for round_no in range(args.rounds):
             for callers in LEVELS:
-                for name, fn in (("python", direct), ("http", over_http)):
+                for name, fn in paths:
                     lat, rate = await timed(args.calls, callers, fn)
                     rows.setdefault((callers, name), []).append(
                         (pct(lat, 0.5), pct(lat, 0.99), rate)
@@ -120,14 +139,18 @@ def report(rows: dict[tuple[int, str], list[tuple[float, float, float]]]) -> Non
     print(f"{'callers':>7} {'path':>6} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>9}")
     for callers in LEVELS:
         med = {}
-        for name in ("python", "http"):
+        for name in ("python", "asgi", "http"):
             p50, p99, rate = (
                 statistics.median(v[i] for v in rows[(callers, name)]) for i in range(3)
             )
             med[name] = (p50, p99, rate)
             print(f"{callers:>7} {name:>6} {p50:>8.2f} {p99:>8.2f} {rate:>9.0f}")
-        (p50p, _, ratep), (p50h, _, rateh) = med["python"], med["http"]
-        print(f"{callers:>7} {'h/p':>6} {p50h / p50p:>7.2f}x {'':>8} {rateh / ratep:>8.2f}x")
+        (p50p, _, ratep) = med["python"]
+        for name, label in (("asgi", "a/p"), ("http", "h/p")):
+            p50, _, rate = med[name]
+            print(f"{callers:>7} {label:>6} {p50 / p50p:>7.2f}x {'':>8} {rate / ratep:>8.2f}x")
+        app_ms, transport_ms = med["asgi"][0] - p50p, med["http"][0] - med["asgi"][0]
+        print(f"{callers:>7} p50 added: app {app_ms:.2f} ms, HTTP hop {transport_ms:.2f} ms")
     print("targets: p50 h/p <= 1.3x at 1 caller; throughput h/p >= 0.5x at 100 callers")
 
 
@@ -154,7 +177,7 @@ def main() -> None:
             with GatewayServer(folder) as gateway:
                 runtime = create_ditto(None, load_runtime_config_file(folder / "ditto.yaml"))
                 try:
-                    asyncio.run(measure(args, gateway, runtime))
+                    asyncio.run(measure(args, gateway, runtime, folder))
                 finally:
                     runtime.close()
         finally:
