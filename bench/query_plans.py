@@ -17,8 +17,14 @@ Embeddings are ``HashingEmbedder(dims=384)`` (the MiniLM's dimensions without lo
 model): plans depend on the statements and the data's shape, not on vector values. This
 prints SQL (with values): a diagnostic for developers, never a log.
 
+Then (issue 28) the QUERY kinds of ``bench/store_scale.py`` (``eq``, ``sorted``, ``and``)
+on ``--records`` of its synthetic memories, each in a store without and with
+``queryFields`` ``--query-fields`` declared: the plans say whether the declared fields'
+indexes are used (``--records 0`` skips this part).
+
     python bench/query_plans.py                          # sqlite and postgres, 4 tenants
     python bench/query_plans.py --stores sqlite --tenants 100
+    python bench/query_plans.py --stores sqlite --records 100000
 
 The PostgreSQL URL comes from ``DITTO_WORKER_MEMORY_POSTGRES_URL`` or
 ``DITTO_TEST_POSTGRES_URL`` (``bash scripts/postgres.sh start``).
@@ -36,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from store_scale import REPO, _write, open_store  # noqa: E402
+from store_scale import REPO, _write, drafts, open_store, query_inputs, vocabulary  # noqa: E402
 
 from ditto_worker import Scope, create_memory  # noqa: E402
 
@@ -114,11 +120,50 @@ def postgres_statements() -> Iterator[Callable[[], list[tuple[str, list[str]]]]]
         psycopg.Cursor.execute = original  # type: ignore[method-assign]
 
 
+def _print(title: str, statements: list[tuple[str, list[str]]]) -> None:
+    print(f"\n=== {title}: {len(statements)} distinct SELECTs")
+    for sql, plan in statements:
+        print(f"--- {_abridged(sql)}")
+        for line in plan:
+            indent = len(line) - len(line.lstrip())
+            print(f"    {' ' * indent}{_abridged(line, 150)}")
+
+
+def query_plans(name: str, records: int, fields: list[str]) -> None:
+    """Plans of QUERY eq / sorted / and (store_scale's inputs) on ``records`` synthetic
+    memories, without and with ``fields`` declared (``queryFields``)."""
+    words = vocabulary()
+    inputs = query_inputs(1, 7, words)
+    for declared in ([], fields):
+        with open_store(name, None, declared) as store:
+            memory = create_memory(store)
+            batch: list[dict[str, Any]] = []
+            for draft in drafts(records, 7, words):
+                batch.append(draft)
+                if len(batch) == 1000:
+                    _write(memory, batch)
+                    batch = []
+            if batch:
+                _write(memory, batch)
+            for kind in ("eq", "sorted", "and"):
+                call = inputs[kind][0]
+                memory.query(call)  # warm
+                recorder = sqlite_statements(store) if name == "sqlite" else postgres_statements()
+                with recorder as plans:
+                    result = memory.query(call)
+                    statements = plans()
+                assert result.status == "success", result.error
+                title = f"{name}, {records:,} records, QUERY {kind} {call.get('filter')} "
+                _print(f"{title}{call.get('orderBy', '')}, queryFields {declared}", statements)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", default="sqlite,postgres", help="comma-separated")
     parser.add_argument("--tenants", type=int, default=4, help="scopes in the shared store")
     parser.add_argument("--conversation", default="30.json", help="data/locomo file")
+    parser.add_argument("--records", type=int, default=20000, help="QUERY part: memories")
+    parser.add_argument("--query-fields", default="user,kind,n,score", help="QUERY part")
     args = parser.parse_args(argv)
 
     from ditto_worker.cli.demo import load_conversation
@@ -148,13 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                     result = memory.search(call, scope=scope)
                     statements = plans()
                 assert result.status == "success", result.error
-                print(f"\n=== {name}, tenant t0 of {args.tenants}, {strategy}: "
-                      f"{len(statements)} distinct SELECTs")  # fmt: skip
-                for sql, plan in statements:
-                    print(f"--- {_abridged(sql)}")
-                    for line in plan:
-                        indent = len(line) - len(line.lstrip())
-                        print(f"    {' ' * indent}{_abridged(line, 150)}")
+                _print(f"{name}, tenant t0 of {args.tenants}, {strategy}", statements)
+    for name in args.stores.split(",") if args.records else ():
+        query_plans(name, args.records, args.query_fields.split(","))
     return 0
 
 

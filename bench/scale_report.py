@@ -90,6 +90,22 @@ def print_report(report: dict[str, Any]) -> None:
             if size not in stores[name]:
                 cap = report["caps"].get(name.split("/")[0])
                 print(f"NOT MEASURED at {size:,}: {name} is capped at {cap:,} memories (--cap)")
+        _ratios(stores, size)
+
+
+def _ratios(stores: dict[str, dict[int, Any]], size: int) -> None:
+    """p50 of each ``+qf`` store (``--query-fields``) over the same store's without."""
+    for declared in [n for n in stores if n.endswith("+qf") and size in stores[n]]:
+        plain = stores.get(declared.removesuffix("+qf"), {}).get(size)
+        if plain is None:
+            continue
+        rows = stores[declared][size]["rows"]
+        cells = ", ".join(
+            f"{row.removeprefix('QUERY ')} {rows[row][0] / plain['rows'][row][0]:.3f}x"
+            for row in rows
+            if row.startswith("QUERY") and row in plain["rows"] and plain["rows"][row][0]
+        )
+        print(f"p50 {declared} / without: {cells}")
 
 
 def plot_report(report: dict[str, Any], path: str) -> None:

@@ -56,6 +56,11 @@ query kind and size (at least 3 calls), so a p50 may be over fewer calls than
 against collection size per store and query kind (matplotlib, the ``bench`` extra);
 ``--json`` keeps the figures, the command and the load average of the run.
 
+    python bench/store_scale.py --stores sqlite --query-fields user,kind,n,score  # issue 28
+
+``--query-fields`` (issue 28) runs each SQL store twice in one run, without and with those
+``queryFields`` declared (label ``+qf``), and prints the p50 ratios of the QUERY kinds.
+
 ``--pipeline`` (issue 19) measures the retrieval pipeline instead
 (``create_retrieval_memory_search_provider`` with the conversation pipeline, local
 all-MiniLM-L6-v2): the LoCoMo conversation ``--conversation`` (663 turns) in a store of
@@ -80,7 +85,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -294,10 +299,11 @@ def embedder_of(kind: str) -> Any:
 
 
 @contextmanager
-def open_store(name: str, embedder: Any = None) -> Iterator[Any]:
+def open_store(name: str, embedder: Any = None, query_fields: Sequence[str] = ()) -> Iterator[Any]:
     """A fresh, empty store ``sqlite`` (temp file), ``postgres`` (own schema), ``mysql``
     (own database), ``qdrant`` (local mode in a temp folder) or ``milvus`` (Milvus Lite 3
-    in a temp folder)."""
+    in a temp folder); ``query_fields``: the SQL stores' ``queryFields``."""
+    declared = {"query_fields": list(query_fields)} if query_fields else {}
     if name == "milvus":
         from ditto_plugin_milvus import MilvusMemoryStore
 
@@ -325,7 +331,7 @@ def open_store(name: str, embedder: Any = None) -> Iterator[Any]:
         from ditto_plugin_sqlite import SqliteMemoryStore
 
         folder = tempfile.mkdtemp(prefix="ditto-bench-")
-        store = SqliteMemoryStore(Path(folder) / "bench.sqlite", embedder=embedder)
+        store = SqliteMemoryStore(Path(folder) / "bench.sqlite", embedder=embedder, **declared)
         try:
             yield store
         finally:
@@ -333,7 +339,7 @@ def open_store(name: str, embedder: Any = None) -> Iterator[Any]:
             shutil.rmtree(folder, ignore_errors=True)
         return
     if name == "mysql":
-        with _mysql_store(embedder) as mysql:
+        with _mysql_store(embedder, declared) as mysql:
             yield mysql
         return
     import psycopg
@@ -346,7 +352,7 @@ def open_store(name: str, embedder: Any = None) -> Iterator[Any]:
     if not url:
         raise SystemExit("postgres: set DITTO_WORKER_MEMORY_POSTGRES_URL (scripts/postgres.sh)")
     schema = f"bench_{uuid.uuid4().hex[:12]}"
-    pg = PostgresMemoryStore(url, schema=schema, embedder=embedder)
+    pg = PostgresMemoryStore(url, schema=schema, embedder=embedder, **declared)
     try:
         yield pg
     finally:
@@ -356,7 +362,7 @@ def open_store(name: str, embedder: Any = None) -> Iterator[Any]:
 
 
 @contextmanager
-def _mysql_store(embedder: Any = None) -> Iterator[Any]:
+def _mysql_store(embedder: Any = None, declared: Any = None) -> Iterator[Any]:
     """A MySQL store in a database of its own (``DITTO_WORKER_MEMORY_MYSQL_URL`` or
     ``DITTO_TEST_MYSQL_URL``: ``bash scripts/mysql.sh start``), dropped at the end."""
     import pymysql
@@ -368,7 +374,7 @@ def _mysql_store(embedder: Any = None) -> Iterator[Any]:
     if not url:
         raise SystemExit("mysql: set DITTO_WORKER_MEMORY_MYSQL_URL (scripts/mysql.sh)")
     database = f"bench_{uuid.uuid4().hex[:12]}"
-    store = MysqlMemoryStore(url, database=database, embedder=embedder)
+    store = MysqlMemoryStore(url, database=database, embedder=embedder, **(declared or {}))
     try:
         yield store
     finally:
@@ -382,17 +388,20 @@ def _mysql_store(embedder: Any = None) -> Iterator[Any]:
 
 
 def run(
-    name: str, args: argparse.Namespace, words: list[str], inputs: Any, tenants: int = 0
-) -> dict[int, dict[str, Any]]:
+    name: str, args: argparse.Namespace, words: list[str], inputs: Any, tenants: int = 0,
+    query_fields: Sequence[str] = (),
+) -> dict[int, dict[str, Any]]:  # fmt: skip
     """Load and measure one store (as tenant ``t0`` of ``tenants``) at each of
     ``args.sizes`` in turn: one store grown from one size to the next (the drafts are one
     seeded sequence, so the first 10,000 of a 100,000 load are the 10,000 of a 10,000 load);
-    a size above the store's ``--cap`` is not loaded. Returns the figures per size."""
+    a size above the store's ``--cap`` is not loaded; ``query_fields``: its ``queryFields``.
+    Returns the figures per size."""
     spread = f" over {tenants} tenants" if tenants else ""
+    spread += f", queryFields {list(query_fields)}" if query_fields else ""
     cap = args.caps.get(name)
     sizes = [size for size in args.sizes if cap is None or size <= cap]
     figures: dict[int, dict[str, Any]] = {}
-    with open_store(name, embedder_of(args.embedder)) as store:
+    with open_store(name, embedder_of(args.embedder), query_fields) as store:
         memory = Scoped(create_memory(store), tenant(0, tenants))
         source, done = drafts(max(sizes, default=0), args.seed, words), 0
         for size in sizes:
@@ -513,6 +522,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tenants", default="0", help="comma-separated tenant counts; 0 = unscoped, e.g. 0,100"
     )
+    parser.add_argument(
+        "--query-fields", default="",
+        help="comma-separated queryFields (e.g. user,kind,n,score): each SQL store is also "
+        "run with them declared (label +qf), beside the same store without",
+    )  # fmt: skip
     parser.add_argument("--pipeline", action="store_true", help="the retrieval pipeline bench")
     parser.add_argument("--conversation", default="30.json", help="--pipeline: data/locomo file")
     parser.add_argument("--questions", type=int, default=40, help="--pipeline: questions")
@@ -545,12 +559,15 @@ def measure_stores(args: argparse.Namespace) -> dict[str, Any]:
     inputs = query_inputs(args.queries, args.seed, words)
     label = {"qdrant": "qdrant-local", "milvus": "milvus-lite"}
     load_before = os.getloadavg()
+    declared = tuple(f for f in args.query_fields.split(",") if f)
+    variants = [()] + ([declared] if declared else [])
     stores = {
-        label.get(name, name) + (f"/{count}t" if count else ""): run(
-            name, args, words, inputs, count
+        label.get(name, name) + (f"/{count}t" if count else "") + ("+qf" if fields else ""): run(
+            name, args, words, inputs, count, fields
         )
         for name in args.stores.split(",")
         for count in (int(c) for c in args.tenants.split(","))
+        for fields in (variants if name in ("sqlite", "postgres", "mysql") else [()])
     }
     return {
         "command": "python bench/store_scale.py " + " ".join(sys.argv[1:]),

@@ -18,9 +18,17 @@ import json
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ditto_worker.errors import ConfigError
+from ditto_worker.errors import ConfigError, MemoryError
+from ditto_worker.memory.filters import parse_field
 
-__all__ = ["INDEX_SETTING", "decode_fields", "encode_fields", "fields_mismatch", "parse_fields"]
+__all__ = [
+    "INDEX_SETTING",
+    "decode_fields",
+    "encode_fields",
+    "fields_mismatch",
+    "parse_fields",
+    "parse_query_fields",
+]
 
 INDEX_SETTING: Final = "index_fields"
 """The store setting holding the fields the index was built with (a JSON list)."""
@@ -40,6 +48,31 @@ def parse_fields(value: Any) -> tuple[str, ...]:
         raise ConfigError("indexFields must be a list of metadata field names")
     if len(set(value)) != len(value):
         raise ConfigError("indexFields names a field twice")
+    return tuple(value)
+
+
+def parse_query_fields(value: Any) -> tuple[str, ...]:
+    """``queryFields`` from settings (issue 28): the metadata fields a deployment filters
+    and sorts QUERY on, named as in filters (``user``, ``profile.city``), each indexed
+    by the SQL stores. Unlike ``indexFields`` it changes no result, only plans: a field
+    declared or removed later is indexed or unindexed when a store opens.
+
+    Raises:
+        ConfigError: not a list of distinct metadata field names (a reserved field,
+            ``id``/``key``/``createdAt``/``updatedAt``, is a column with its own index).
+    """
+    if value is None:
+        return ()
+    message = "queryFields must be a list of distinct metadata field names"
+    if not isinstance(value, list | tuple) or len(set(map(str, value))) != len(value):
+        raise ConfigError(message)
+    for name in value:
+        try:
+            ref = parse_field(name)
+        except MemoryError as exc:
+            raise ConfigError(f"{message} ({name!r})") from exc
+        if ref.reserved or "\x00" in name:
+            raise ConfigError(f"{message} ({name!r})")
     return tuple(value)
 
 

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from ditto_plugin_sqlite.store import SqliteMemoryStore
 from ditto_worker.errors import ConfigError
-from ditto_worker.memory.indexing import parse_fields
+from ditto_worker.memory.indexing import parse_fields, parse_query_fields
 
 __all__ = ["DEFAULT_PATH", "SqliteMemoryStore", "create_store"]
 
@@ -24,7 +24,15 @@ _ENV_PATH: Final = "DITTO_WORKER_MEMORY_SQLITE_PATH"
 _ENV_BUSY: Final = "DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS"
 _ENV_EMBEDDING: Final = "DITTO_WORKER_MEMORY_SQLITE_EMBEDDING"
 _SETTINGS: Final = frozenset(
-    {"path", "busyTimeoutMs", "embedding", "hybrid", "executionRetentionS", "indexFields"}
+    {
+        "path",
+        "busyTimeoutMs",
+        "embedding",
+        "hybrid",
+        "executionRetentionS",
+        "indexFields",
+        "queryFields",
+    }
 )
 
 
@@ -55,8 +63,10 @@ def create_store(
             the ``hybrid`` strategy), ``executionRetentionS`` (how long a committed
             execution id is remembered for exactly-once replays, s; default 86400),
             ``indexFields`` (metadata fields indexed with the content for keyword and
-            vector search, default ``[]``; :mod:`ditto_worker.memory.indexing`). Other
-            keys are rejected.
+            vector search, default ``[]``; :mod:`ditto_worker.memory.indexing`),
+            ``queryFields`` (metadata fields QUERY filters and sorts on, given indexes,
+            default ``[]``; :mod:`ditto_plugin_sqlite.query_index`). Other keys are
+            rejected.
         env: the environment (default ``os.environ``). ``DITTO_WORKER_MEMORY_SQLITE_PATH``,
             ``DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS`` and
             ``DITTO_WORKER_MEMORY_SQLITE_EMBEDDING`` override the settings; ``http`` reads
@@ -113,4 +123,5 @@ def create_store(
         hybrid=hybrid,
         execution_retention_s=retention_s,
         index_fields=parse_fields(settings.get("indexFields")),
+        query_fields=parse_query_fields(settings.get("queryFields")),
     )

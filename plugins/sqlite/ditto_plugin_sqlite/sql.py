@@ -12,6 +12,12 @@ the table aliased ``m``:
 Each field yields a *type* expression, never NULL (``json_type`` names, or ``'missing'``)
 and a *value* expression (booleans read as 0/1, so typed predicates always check the type
 first; numbers compare only with numbers, strings only with strings).
+
+Declared fields (``queryFields``, issue 28): a plain field the store declares gets its
+path as a SQL string literal instead of a parameter, so the expressions are exactly those
+of the store's expression indexes (:mod:`ditto_plugin_sqlite.query_index`, built from the
+same functions) and SQLite can use them. The literal is the configured name (quotes
+doubled), never text from a request: a request naming another field gets parameters.
 """
 
 from __future__ import annotations
@@ -33,12 +39,17 @@ from ditto_worker.memory.filters import (
 )
 
 __all__ = [
+    "Declared",
     "Sql",
     "compile_filter",
+    "field_expressions",
     "in_namespace",
+    "indexable",
     "keyset_condition",
     "order_clause",
     "sort_columns",
+    "sort_expressions",
+    "uses_declared",
 ]
 
 _RESERVED_COLUMNS: Final = {
@@ -63,12 +74,30 @@ def _plain(segment: str) -> bool:
     return not any(ch in segment for ch in '"\\') and all(ord(ch) >= 0x20 for ch in segment)
 
 
-def _field_sql(ref: FieldRef) -> tuple[Sql, Sql]:
+Declared = frozenset[str]
+"""The names of a store's declared ``queryFields``."""
+
+
+def field_expressions(path: Sequence[str], column: str = "m.metadata") -> tuple[str, str]:
+    """(type, value) expressions of a plain metadata ``path`` with the path as a literal:
+    the text the filter compiler emits for a declared field, and the text its index is
+    built on (``column`` ``metadata``, no alias)."""
+    literal = "'" + ("$" + "".join(f'."{segment}"' for segment in path)).replace("'", "''") + "'"
+    return (
+        f"COALESCE(json_type({column}, {literal}), 'missing')",
+        f"json_extract({column}, {literal})",
+    )
+
+
+def _field_sql(ref: FieldRef, declared: Declared = frozenset()) -> tuple[Sql, Sql]:
     """(type expression, value expression) of a field."""
     if ref.reserved:
         type_text, value_text = _RESERVED_COLUMNS[ref.name]
         return Sql(type_text), Sql(value_text)
     if all(_plain(segment) for segment in ref.path):
+        if ref.name in declared:
+            type_text, value_text = field_expressions(ref.path)
+            return Sql(type_text), Sql(value_text)
         path = "$" + "".join(f'."{segment}"' for segment in ref.path)
         return (
             Sql("COALESCE(json_type(m.metadata, ?), 'missing')", [path]),
@@ -90,15 +119,20 @@ def _field_sql(ref: FieldRef) -> tuple[Sql, Sql]:
     )
 
 
+def indexable(ref: FieldRef, declared: Declared) -> bool:
+    """True when ``ref`` is a declared field with an index (a plain path)."""
+    return ref.name in declared and not ref.reserved and all(map(_plain, ref.path))
+
+
 def _bind(value: Scalar) -> Any:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
         return float(value)
     return value
 
 
-def _typed(ref: FieldRef, sql_op: str, value: Scalar) -> Sql:
+def _typed(ref: FieldRef, sql_op: str, value: Scalar, declared: Declared) -> Sql:
     """``field <sql_op> value`` for a scalar, never NULL, never across types."""
-    type_sql, value_sql = _field_sql(ref)
+    type_sql, value_sql = _field_sql(ref, declared)
     if value is None:
         return Sql(f"({type_sql.text} IN ('missing', 'null'))", type_sql.params)
     if isinstance(value, bool):
@@ -119,28 +153,42 @@ def _join(op: str, parts: Sequence[Sql], empty: str) -> Sql:
     )
 
 
-def compile_filter(node: FilterNode | None) -> Sql:
-    """Compile a parsed filter to a boolean SQL expression over ``m`` (0/1, never NULL)."""
+def compile_filter(node: FilterNode | None, declared: Declared = frozenset()) -> Sql:
+    """Compile a parsed filter to a boolean SQL expression over ``m`` (0/1, never NULL);
+    ``declared`` fields get the expressions of their indexes (module doc)."""
     if node is None:
         return Sql("1")
     if isinstance(node, And):
-        return _join("AND", [compile_filter(child) for child in node.children], "1")
+        return _join("AND", [compile_filter(c, declared) for c in node.children], "1")
     if isinstance(node, Or):
-        return _join("OR", [compile_filter(child) for child in node.children], "0")
+        return _join("OR", [compile_filter(c, declared) for c in node.children], "0")
     if isinstance(node, Exists):
-        type_sql, _ = _field_sql(node.field)
+        type_sql, _ = _field_sql(node.field, declared)
         op = "<>" if node.exists else "="
         return Sql(f"({type_sql.text} {op} 'missing')", type_sql.params)
     if isinstance(node, In):
-        found = _join("OR", [_typed(node.field, "=", value) for value in node.values], "0")
+        found = _join(
+            "OR", [_typed(node.field, "=", value, declared) for value in node.values], "0"
+        )
         return Sql(f"(NOT {found.text})", found.params) if node.negate else found
     if node.op == "$ne":
-        equal = _typed(node.field, "=", node.value)
+        equal = _typed(node.field, "=", node.value, declared)
         return Sql(f"(NOT {equal.text})", equal.params)
-    return _typed(node.field, _SQL_OPS[node.op], node.value)
+    return _typed(node.field, _SQL_OPS[node.op], node.value, declared)
 
 
-def in_namespace(where: Sql, namespace: str, lookup: bool = True) -> Sql:
+def uses_declared(node: FilterNode | None, terms: Sequence[SortTerm], declared: Declared) -> bool:
+    """True when a sort term or a filter condition is on an indexed declared field."""
+    if any(indexable(term.field, declared) for term in terms):
+        return True
+    if node is None:
+        return False
+    if isinstance(node, And | Or):
+        return any(uses_declared(child, (), declared) for child in node.children)
+    return indexable(node.field, declared)
+
+
+def in_namespace(where: Sql, namespace: str, lookup: bool = True, indexed: bool = False) -> Sql:
     """``where`` confined to one tenant namespace (exact ``=`` on a bound parameter, so
     ``_``/``%`` are plain characters; :mod:`ditto_worker.memory.scope`).
 
@@ -150,26 +198,37 @@ def in_namespace(where: Sql, namespace: str, lookup: bool = True) -> Sql:
     use the index; without ANALYZE statistics it would assume the index is selective).
     ``lookup=False`` writes it so for every namespace: the rows are found otherwise (a
     keyword search's candidates are its scope's already) and the test is a check.
+    ``indexed`` (the query reads a declared field, whose indexes lead with the namespace;
+    the store keeps statistics then): ``m.namespace`` for every namespace.
     """
-    column = "+m.namespace" if namespace == "" or not lookup else "m.namespace"
+    plus = not lookup or (namespace == "" and not indexed)
+    column = "+m.namespace" if plus else "m.namespace"
     return Sql(f"({column} = ? AND {where.text})", [namespace, *where.params])
 
 
-def sort_columns(terms: Sequence[SortTerm]) -> Sql:
+def sort_expressions(type_text: str, value_text: str) -> tuple[str, str]:
+    """(rank, value) sort expressions of a field's type and value expressions (the typed
+    order of :func:`ditto_worker.memory.filters.sort_key`); also a declared field's
+    sort index columns (:mod:`ditto_plugin_sqlite.query_index`)."""
+    rank = (
+        f"CASE {type_text} WHEN 'integer' THEN 1 WHEN 'real' THEN 1 WHEN 'text' THEN 2 "
+        "WHEN 'object' THEN 3 WHEN 'array' THEN 4 WHEN 'true' THEN 5 WHEN 'false' THEN 5 "
+        "ELSE 0 END"
+    )
+    value = (
+        f"CASE WHEN {type_text} IN ('integer', 'real', 'text', 'true', 'false') "
+        f"THEN {value_text} ELSE 0 END"
+    )
+    return rank, value
+
+
+def sort_columns(terms: Sequence[SortTerm], declared: Declared = frozenset()) -> Sql:
     """Select-list items ``rank_i AS r{i}, value_i AS v{i}`` for each term (typed order of
     :func:`ditto_worker.memory.filters.sort_key`), with a leading comma; empty for no terms."""
     parts: list[Sql] = []
     for index, term in enumerate(terms):
-        type_sql, value_sql = _field_sql(term.field)
-        rank = (
-            f"CASE {type_sql.text} WHEN 'integer' THEN 1 WHEN 'real' THEN 1 WHEN 'text' THEN 2 "
-            "WHEN 'object' THEN 3 WHEN 'array' THEN 4 WHEN 'true' THEN 5 WHEN 'false' THEN 5 "
-            "ELSE 0 END"
-        )
-        value = (
-            f"CASE WHEN {type_sql.text} IN ('integer', 'real', 'text', 'true', 'false') "
-            f"THEN {value_sql.text} ELSE 0 END"
-        )
+        type_sql, value_sql = _field_sql(term.field, declared)
+        rank, value = sort_expressions(type_sql.text, value_sql.text)
         parts.append(
             Sql(
                 f", {rank} AS r{index}, {value} AS v{index}",

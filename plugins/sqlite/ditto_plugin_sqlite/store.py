@@ -27,6 +27,7 @@ from ditto_plugin_sqlite.executions import DEFAULT_RETENTION_S, claim_replay, re
 from ditto_plugin_sqlite.fts import index_record, unindex_records
 from ditto_plugin_sqlite.fts import rebuild as rebuild_keywords
 from ditto_plugin_sqlite.operations import record_operation, replay_operation
+from ditto_plugin_sqlite.query_index import QueryIndexes
 from ditto_plugin_sqlite.rows import CHUNK as _CHUNK
 from ditto_plugin_sqlite.rows import COLUMNS as _COLUMNS
 from ditto_plugin_sqlite.rows import Row as _Row
@@ -44,6 +45,7 @@ from ditto_plugin_sqlite.sql import (
     keyset_condition,
     order_clause,
     sort_columns,
+    uses_declared,
 )
 from ditto_worker.contracts import (
     MemoryDeleteInput,
@@ -99,6 +101,8 @@ class SqliteMemoryStore(SearchMixin):
         hybrid: settings of the ``hybrid`` strategy, a
             :class:`ditto_worker.retrieval.RetrievalConfig` or its mapping (camelCase
             keys, ``plugins.sqlite.hybrid``); default: ``RetrievalConfig()``.
+        query_fields: ``queryFields``, metadata fields QUERY filters and sorts on, given
+            expression indexes at open (:mod:`ditto_plugin_sqlite.query_index`).
 
     Behaviour (declared in :attr:`capabilities`):
         * WRITE/UPDATE/DELETE batches commit atomically, all or nothing (MEM-PY-11).
@@ -143,6 +147,7 @@ class SqliteMemoryStore(SearchMixin):
         hybrid: Any = None,
         execution_retention_s: float = DEFAULT_RETENTION_S,
         index_fields: Sequence[str] = (),
+        query_fields: Sequence[str] = (),
     ) -> None:
         self._path = os.fspath(path)
         self._index_fields = tuple(index_fields)
@@ -169,6 +174,12 @@ class SqliteMemoryStore(SearchMixin):
                 if stored != embedder.identity:
                     self._mismatch = vec.mismatch_message(embedder.identity, stored)
             self._index_mismatch = self._claim_index_fields(conn)
+        self._query = QueryIndexes(query_fields)
+        with transaction(self._conn(), None, write=False) as conn:
+            ready = self._query.in_step(conn)
+        if not ready:
+            with transaction(self._conn(), None, write=True) as conn:
+                self._query.sync(conn)
 
     def _claim_index_fields(self, conn: sqlite3.Connection) -> str | None:
         """Record ``indexFields`` in an empty database; the mismatch message when the
@@ -390,8 +401,10 @@ class SqliteMemoryStore(SearchMixin):
                 input.cursor, fingerprint, len(terms), self._cursor_secret(), namespace=ns
             )
         limit = input.limit or _DEFAULT_QUERY_LIMIT
-        columns = sort_columns(terms)
-        where = in_namespace(compile_filter(node), ns)
+        declared = self._query.declared
+        columns = sort_columns(terms, declared)
+        indexed = uses_declared(node, terms, declared)
+        where = in_namespace(compile_filter(node, declared), ns, indexed=indexed)
         after = keyset_condition(terms, cursor) if cursor is not None else Sql("1")
         sql = (
             f"SELECT * FROM (SELECT m.seq AS seq, m.id, m.key, m.content, m.metadata,"
@@ -459,6 +472,9 @@ class SqliteMemoryStore(SearchMixin):
             output = [to_wire(i) for i in items]
             record(conn, eid, "MEMORY.WRITE", output, self._retention_s, ns)
             record_operation(conn, op, output, ns)
+        if seqs and self._query.stale(seqs[-1]):  # the planner's statistics, after a doubling
+            with self._tx(None, write=True) as conn:
+                self._query.analyze(conn)
         return items
 
     def update(

@@ -1,0 +1,45 @@
+"""The conformance suite's QUERY and cursor parts against an SQLite store that declares
+the fields they use as ``queryFields`` (issue 28 item 3): declared fields compile to the
+expressions of their indexes (path literals, odd names included) and give the same
+results as undeclared ones."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ditto_plugin_sqlite import SqliteMemoryStore
+from ditto_worker.testing._conformance_query import ODD_FIELDS
+from ditto_worker.testing.conformance import (  # noqa: F401
+    conformance,
+    conformance_capabilities,
+    conformance_search,
+    test_cursor_is_bound_to_its_namespace,
+    test_cursor_is_bound_to_its_query,
+    test_cursors_cannot_be_forged_or_altered,
+    test_default_order_is_creation_order,
+    test_filter_semantics,
+    test_odd_metadata_field_names,
+    test_page_size_and_last_page,
+    test_paging_across_inserts_and_deletes,
+    test_paging_matches_one_page,
+    test_typed_sort_order,
+    test_updated_sort_key_may_move,
+)
+
+DECLARED = [
+    *("n", "s", "i", "flag", "nested", "nested.x", "nested.x.y", "tag", "tags", "kind"),
+    *("topic", "g", "k", "o", "a", "tenant"),
+    *(name for name in ODD_FIELDS if not name.startswith("$")),
+    *(f"nest.{name}" for name in ODD_FIELDS if not name.startswith("$")),
+]
+
+
+@pytest.fixture
+def conformance_store(tmp_path: Path) -> Iterator[SqliteMemoryStore]:
+    store = SqliteMemoryStore(tmp_path / "memory.sqlite", query_fields=DECLARED)
+    assert store._query.declared  # the compiled expressions are the indexed ones
+    yield store
+    store.close()
