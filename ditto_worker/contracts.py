@@ -12,6 +12,7 @@ fields that were never set are omitted, ``content`` is always present.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Annotated, Any, Final, Generic, Literal, TypeVar
 
 from pydantic import (
@@ -177,39 +178,56 @@ def check_json(value: Any) -> Any:
     object keys alike), ``int`` within 64 bits, finite ``float``, and lists / str-keyed
     dicts of those, nested at most :data:`MAX_JSON_DEPTH` levels. NaN and Infinity are not
     JSON (RFC 8259) and would not survive the stores' JSON columns.
+
+    Runs on every content and metadata value that crosses a contract (each WRITE item, each
+    reply item a fleet client parses), so the common shapes take exact-type fast paths.
     """
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    valid = True
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            valid = valid and _valid_text(item)
-        elif isinstance(item, list | dict):
-            if depth >= MAX_JSON_DEPTH:
-                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
-            if isinstance(item, dict):
-                if not all(isinstance(k, str) for k in item):
-                    raise ValueError("object keys must be strings")
-                valid = valid and all(map(_valid_text, item))
-                stack.extend((v, depth + 1) for v in item.values())
-            else:
-                stack.extend((v, depth + 1) for v in item)
-        else:
-            _check_scalar(item)
-    if not valid:
+    if not _json_text_ok(value, 0):
         raise ValueError(f"{_surrogate_path(value)} {LONE_SURROGATE}")
     return value
+
+
+def _json_text_ok(item: Any, depth: int) -> bool:
+    """Whether every string in ``item`` is valid text; raises ``ValueError`` for anything
+    that is not JSON data (a lone surrogate is reported by the caller, with its path, only
+    when nothing else is wrong)."""
+    kind = type(item)
+    if kind is str:
+        return item.isascii() or _valid_text(item)
+    if kind is dict or kind is list or isinstance(item, list | dict):
+        return _container_text_ok(item, depth)
+    if isinstance(item, str):
+        return _valid_text(item)
+    _check_scalar(item)
+    return True
+
+
+def _container_text_ok(item: list[Any] | dict[Any, Any], depth: int) -> bool:
+    if depth >= MAX_JSON_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    valid = True
+    children: Iterable[Any] = item
+    if isinstance(item, dict):
+        for key in item:
+            if type(key) is not str and not isinstance(key, str):
+                raise ValueError("object keys must be strings")
+            if not key.isascii():
+                valid = _valid_text(key) and valid
+        children = item.values()
+    for child in children:
+        valid = _json_text_ok(child, depth + 1) and valid
+    return valid
 
 
 def _check_scalar(item: Any) -> None:
     if item is None or isinstance(item, bool):
         return
-    if isinstance(item, int):
-        if not -_INT64 <= item < _INT64:
-            raise ValueError("integer outside the 64-bit range")
-    elif isinstance(item, float):
+    if isinstance(item, float):
         if not math.isfinite(item):
             raise ValueError("NaN and Infinity are not JSON numbers")
+    elif isinstance(item, int):
+        if not -_INT64 <= item < _INT64:
+            raise ValueError("integer outside the 64-bit range")
     else:
         raise ValueError(f"a {type(item).__name__} is not JSON data")
 
@@ -241,8 +259,19 @@ class ValidTextModel(BaseModel):
         return value
 
 
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
 class _Wire(ValidTextModel):
-    """Base of every contract model: strict, camelCase aliases, unset optionals omitted."""
+    """Base of every contract model: strict, camelCase aliases, unset optionals omitted.
+
+    An optional field (one with a default) whose value is ``None`` is left out of every
+    dump: each such field gets ``exclude_if`` when its class is made, so pydantic-core
+    omits it without a Python serializer per record (issue 28: a fleet reply of 1,000
+    items is dumped in the worker on every WRITE). An optional ``content`` field keeps a
+    ``null`` that was given, and is for :class:`_SetContentWire` models only.
+    """
 
     model_config = ConfigDict(
         strict=True,
@@ -254,17 +283,34 @@ class _Wire(ValidTextModel):
         defer_build=True,
     )
 
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        changed = False
+        for name, field in cls.model_fields.items():
+            if field.is_required() or field.exclude_if is not None:
+                continue
+            if name == "content":
+                if not issubclass(cls, _SetContentWire):
+                    raise TypeError(f"{cls.__name__}: an optional content needs _SetContentWire")
+                continue
+            field.exclude_if = _is_none
+            changed = True
+        if changed and cls.__pydantic_complete__:  # built already (not deferred): again
+            cls.model_rebuild(force=True)
+
+
+class _SetContentWire(_Wire):
+    """A contract model with an optional ``content``: present (``null`` included) in a
+    dump exactly when it was given (MEM-UPDATE-1: presence, not truthiness, decides)."""
+
     @model_serializer(mode="wrap")
-    def _omit_unset(
+    def _omit_unset_content(
         self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
     ) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for name, field in type(self).model_fields.items():
-            if field.is_required() or (name == "content" and name in self.model_fields_set):
-                continue
-            wire = (field.alias or name) if info.by_alias else name
-            if data.get(wire) is None:
-                data.pop(wire, None)
+        if "content" not in self.model_fields_set and data.get("content") is None:
+            data.pop("content", None)
         return data
 
 
@@ -400,7 +446,7 @@ class MemoryWriteInput(_Wire):
     memories: list[MemoryDraft] = Field(description="Drafts; ids are assigned by the store.")
 
 
-class MemoryUpdateEntry(_Wire):
+class MemoryUpdateEntry(_SetContentWire):
     """One partial update by id (MEM-UPDATE-1). Presence, not truthiness, decides."""
 
     id: Identifier = Field(description="Target record id; must exist (MEM-UPDATE-2).")
