@@ -1,0 +1,420 @@
+"""Export and import of memories as JSON Lines (``ditto-worker export`` / ``import``).
+
+The file (format :data:`FORMAT`, UTF-8, one JSON object per line):
+
+* line 1, the header: ``{"format": "ditto-memory-export", "version": 1, "store": NAME}``;
+* every other line one memory, in the source's creation order per scope:
+  ``{"scope": {"tenant", "user", "space"} | null, "id", "key"?, "content",
+  "metadata"?, "operationId"?}``. ``id`` is the source store's id (used to tell lines
+  apart, never written: the target assigns its own ids, MEM-WRITE-1).
+
+Export reads through the public QUERY path, one page (``page_size`` records) at a time
+with the store's cursor, so a store is never held in memory. Import writes through the
+public WRITE path (the SDK over the target plugin: validation, the plugin's own embedding
+under the target's identity, MEM-RET-4; vectors are never in the file). It checks every
+line before writing anything (:class:`TransferError` names the line and the field), then:
+
+* records that carry an ``operationId`` are written under it, all records of one
+  operation id in one scope in one WRITE (where the last of them is in the file), so the
+  target keeps the id with them and its ledger (MEM-RUN-7);
+* runs of other records (one scope, at most ``batch_size``) are written under an operation
+  id made from their content (``ditto-import:<sha256>``), which they carry afterwards.
+
+So a re-run of the same file (same ``batch_size``) replays every WRITE: the store applies
+nothing twice. A target that keeps no operation ids (``capabilities.operation_ids``
+false: MySQL, Milvus today) cannot do that: records whose key the target already holds
+with the same content and metadata are skipped, others are written, their operation ids
+are dropped, and the summary counts what a re-run would write again (keyless records).
+
+Not carried, because the contract has no way to read or set them: ids (new ones),
+``createdAt``/``updatedAt`` (the import's time; creation order is kept, except that the
+records of one operation id are written together), vectors (re-embedded), keyword
+statistics (rebuilt by the target). Log lines and errors never carry content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+from pydantic import ValidationError
+
+from ditto_worker.contracts import MemoryItem, to_wire
+from ditto_worker.errors import DittoError, MemoryError
+from ditto_worker.memory.operations import json_equal
+from ditto_worker.operation import check_operation_id
+from ditto_worker.scope import Scope, parse_scope
+
+__all__ = [
+    "FORMAT",
+    "ExportSummary",
+    "ImportSummary",
+    "Record",
+    "TransferError",
+    "export_memories",
+    "import_memories",
+    "read_records",
+]
+
+FORMAT: Final = "ditto-memory-export"
+"""The header's ``format``; its ``version`` is :data:`VERSION`."""
+VERSION: Final = 1
+_FIELDS: Final = frozenset({"scope", "id", "key", "content", "metadata", "operationId"})
+_IMPORT_PREFIX: Final = "ditto-import:"
+
+
+class TransferError(DittoError):
+    """An export or import that cannot go on: a bad line (its number and field), or a
+    store's refusal (its error code and safe message, the lines of the batch). Never
+    carries memory content."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One memory line, checked.
+
+    Attributes:
+        line: its 1-based line number in the file.
+        scope: the scope on the line (``None``: unscoped).
+        source_id: the source store's id.
+        draft: the WRITE draft (wire names): ``key``?, ``content``, ``metadata``?.
+        operation_id: the record's operation id, or ``None``.
+    """
+
+    line: int
+    scope: Scope | None
+    source_id: str
+    draft: dict[str, Any]
+    operation_id: str | None
+
+
+@dataclass
+class ExportSummary:
+    """What an export wrote: memories per scope label (``unscoped`` or ``tenant/user/space``)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ImportSummary:
+    """What an import did.
+
+    Attributes:
+        records: memory lines read.
+        writes: WRITE calls made (a replayed one included).
+        skipped: records skipped because the target holds their key with equal content and
+            metadata (targets without operation ids only).
+        dropped_operation_ids: records whose operation id the target could not keep.
+        not_idempotent: keyless records written to a target without operation ids: a
+            re-run would write them again.
+    """
+
+    records: int = 0
+    writes: int = 0
+    skipped: int = 0
+    dropped_operation_ids: int = 0
+    not_idempotent: int = 0
+
+
+def scope_label(scope: Scope | None) -> str:
+    """``unscoped`` or ``tenant/user/space`` (for summaries; ids, never content)."""
+    return "unscoped" if scope is None else f"{scope.tenant}/{scope.user}/{scope.space}"
+
+
+# --- export -------------------------------------------------------------------------------
+
+
+def export_memories(
+    memory: Any, scopes: list[Scope | None], out: TextIO, store: str, page_size: int = 1000
+) -> ExportSummary:
+    """Write the header and every memory of each of ``scopes`` to ``out``.
+
+    Args:
+        memory: the SDK (``create_memory(store)``) over the source store.
+        scopes: the scopes to export, in order (``None``: the unscoped namespace).
+        out: a text stream; one line per memory.
+        store: the source store's plugin name (recorded in the header).
+        page_size: records per QUERY page (1-10000).
+
+    Raises:
+        TransferError: a QUERY failed (its code and safe message).
+    """
+    summary = ExportSummary()
+    header = {"format": FORMAT, "version": VERSION, "store": store}
+    out.write(json.dumps(header) + "\n")
+    for scope in scopes:
+        count = 0
+        cursor: str | None = None
+        while True:
+            query: dict[str, Any] = {"limit": page_size}
+            if cursor:
+                query["cursor"] = cursor
+            result = memory.query(query, scope=scope)
+            if result.status != "success":
+                raise TransferError(
+                    f"QUERY failed in scope {scope_label(scope)}: {result.error.code}: "
+                    f"{result.error.message}"
+                )
+            for item in result.output.items:
+                out.write(_line(scope, item) + "\n")
+            count += len(result.output.items)
+            cursor = result.output.next_cursor
+            if not cursor:
+                break
+        summary.counts[scope_label(scope)] = count
+    return summary
+
+
+def _line(scope: Scope | None, item: MemoryItem) -> str:
+    data: dict[str, Any] = {"scope": None if scope is None else scope.to_header()}
+    if scope is not None:
+        data["scope"]["space"] = scope.space
+    data.update(to_wire(item))
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+# --- reading and checking -----------------------------------------------------------------
+
+
+def _bad(line: int, where: str, message: str) -> TransferError:
+    return TransferError(f"line {line}: {where}: {message}")
+
+
+def _header(text: str) -> None:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise _bad(1, "header", f"not a ditto-worker export (expected format {FORMAT!r})")
+    if data.get("version") != VERSION:
+        raise _bad(1, "header.version", f"version {VERSION} is the one this release reads")
+
+
+def parse_record(text: str, line: int) -> Record:
+    """One memory line as a :class:`Record`.
+
+    Raises:
+        TransferError: ``line N: <field>: <reason>`` — not JSON (with the column), not an
+            object, an unknown or missing field, a scope, id, key, content, metadata or
+            operationId the contracts refuse. The reason never quotes the value.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _bad(line, "JSON", f"{exc.msg} at column {exc.colno}") from None
+    if not isinstance(data, dict):
+        raise _bad(line, "line", "must be a JSON object")
+    unknown = sorted(set(data) - _FIELDS)
+    if unknown:
+        raise _bad(line, unknown[0], "unknown field")
+    for name in ("id", "content"):
+        if name not in data:
+            raise _bad(line, name, "missing")
+    try:
+        scope = parse_scope(data.get("scope"))
+    except MemoryError as exc:
+        raise _bad(line, "scope", exc.safe_message) from None
+    try:
+        check_operation_id(data.get("operationId"))
+        item = MemoryItem.model_validate({k: v for k, v in data.items() if k != "scope"})
+    except MemoryError as exc:
+        raise _bad(line, "operationId", exc.safe_message) from None
+    except ValidationError as exc:
+        first = exc.errors(include_input=False, include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "line"
+        raise _bad(line, where, first["msg"]) from None
+    draft = {k: v for k, v in to_wire(item).items() if k in ("key", "content", "metadata")}
+    return Record(line, scope, item.id, draft, item.operation_id)
+
+
+def read_records(path: Path) -> Iterator[Record]:
+    """The memory lines of the export file ``path``, checked one by one (the header
+    first); blank lines are skipped.
+
+    Raises:
+        TransferError: a bad header or line (:func:`parse_record`), or a file that is not
+            UTF-8.
+    """
+    with path.open(encoding="utf-8", newline="\n") as lines:
+        try:
+            for number, text in enumerate(lines, 1):
+                if number == 1:
+                    _header(text)
+                elif text.strip():
+                    yield parse_record(text, number)
+        except UnicodeDecodeError:
+            raise TransferError(f"{path.name}: not UTF-8 text") from None
+
+
+def _digest(*parts: Any) -> bytes:
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def check_file(path: Path, override: Scope | None) -> dict[tuple[str, str], int]:
+    """Check every line of ``path`` before anything is written.
+
+    Returns:
+        The number of records per ``(namespace, operation id)``.
+
+    Raises:
+        TransferError: a bad line, or a line repeating an earlier line's id or key in the
+            same target scope (it would be written twice or conflict).
+    """
+    seen: set[bytes] = set()
+    groups: dict[tuple[str, str], int] = {}
+    for record in read_records(path):
+        ns = _namespace(override or record.scope)
+        for name, value in (("id", record.source_id), ("key", record.draft.get("key"))):
+            if value is None:
+                continue
+            mark = _digest(name, ns, value)[:12]
+            if mark in seen:
+                raise _bad(record.line, name, "repeats an earlier line's in the same scope")
+            seen.add(mark)
+        if record.operation_id is not None:
+            group = (ns, record.operation_id)
+            groups[group] = groups.get(group, 0) + 1
+    return groups
+
+
+def _namespace(scope: Scope | None) -> str:
+    return "" if scope is None else scope.namespace
+
+
+# --- import -------------------------------------------------------------------------------
+
+
+_INDEX = re.compile(r"memories\[(\d+)\]")
+
+
+class _Importer:
+    """The write pass of :func:`import_memories`."""
+
+    def __init__(
+        self, memory: Any, keeps_ids: bool, override: Scope | None, batch_size: int
+    ) -> None:
+        self.memory, self.keeps_ids, self.override = memory, keeps_ids, override
+        self.batch_size = batch_size
+        self.summary = ImportSummary()
+        self.run: list[Record] = []
+        self.groups: dict[tuple[str, str], list[Record]] = {}
+
+    def scope_of(self, record: Record) -> Scope | None:
+        return self.override or record.scope
+
+    def add(self, record: Record, sizes: dict[tuple[str, str], int]) -> None:
+        self.summary.records += 1
+        scope = self.scope_of(record)
+        if record.operation_id is not None and self.keeps_ids:
+            group = (_namespace(scope), record.operation_id)
+            members = self.groups.setdefault(group, [])
+            members.append(record)
+            if len(members) == sizes[group]:
+                self.flush()  # creation order: what came before is written first
+                self.write(scope, self.groups.pop(group), record.operation_id)
+            return
+        if record.operation_id is not None:
+            self.summary.dropped_operation_ids += 1
+        if self.run and (len(self.run) >= self.batch_size or self.scope_of(self.run[0]) != scope):
+            self.flush()
+        self.run.append(record)
+
+    def flush(self) -> None:
+        if not self.run:
+            return
+        records, self.run = self.run, []
+        scope = self.scope_of(records[0])
+        if self.keeps_ids:
+            made = _digest(_namespace(scope), [(r.source_id, r.draft) for r in records]).hex()
+            self.write(scope, records, _IMPORT_PREFIX + made[:48])
+            return
+        records = self.unwritten(scope, records)
+        self.summary.not_idempotent += sum(1 for r in records if "key" not in r.draft)
+        if records:
+            self.write(scope, records, None)
+
+    def unwritten(self, scope: Scope | None, records: list[Record]) -> list[Record]:
+        """``records`` less those whose key the target holds with equal content and
+        metadata (written by an earlier run).
+
+        Raises:
+            TransferError: the target holds a key with other content or metadata.
+        """
+        keys = [r.draft["key"] for r in records if "key" in r.draft]
+        if not keys:
+            return records
+        result = self.memory.get({"keys": keys}, scope=scope)
+        self.check(result, records)
+        held = {item.key: item for item in result.output}
+        left = []
+        for record in records:
+            item = held.get(record.draft.get("key"))
+            if item is None:
+                left.append(record)
+                continue
+            same = json_equal(item.content, record.draft["content"]) and json_equal(
+                item.metadata or {}, record.draft.get("metadata") or {}
+            )
+            if not same:
+                raise _bad(record.line, "key", "the target holds it with other content")
+            self.summary.skipped += 1
+        return left
+
+    def write(self, scope: Scope | None, records: list[Record], operation_id: str | None) -> None:
+        drafts = [r.draft for r in records]
+        result = self.memory.write({"memories": drafts}, scope=scope, operation_id=operation_id)
+        self.summary.writes += 1
+        self.check(result, records)
+
+    def check(self, result: Any, records: list[Record]) -> None:
+        if result.status == "success":
+            return
+        message = result.error.message
+        found = _INDEX.search(message)
+        if found and int(found.group(1)) < len(records):
+            where = f"line {records[int(found.group(1))].line}"
+        else:
+            lines = sorted(r.line for r in records)
+            where = f"lines {lines[0]}-{lines[-1]}" if len(lines) > 1 else f"line {lines[0]}"
+        raise TransferError(
+            f"{where}: {result.error.code}: {message} (the batches before it are written)"
+        )
+
+
+def import_memories(
+    memory: Any,
+    path: Path,
+    keeps_operation_ids: bool,
+    override: Scope | None = None,
+    batch_size: int = 500,
+) -> ImportSummary:
+    """Import the export file ``path`` through ``memory`` (module doc).
+
+    Args:
+        memory: the SDK (``create_memory(store)``) over the target store.
+        path: the export file (a seekable file: it is read twice, checked then written).
+        keeps_operation_ids: the target declares ``capabilities.operation_ids``.
+        override: write every record into this scope instead of the one on its line.
+        batch_size: records per WRITE for records without an operation id (a re-run is a
+            replay only with the same batch size).
+
+    Returns:
+        What was done (:class:`ImportSummary`).
+
+    Raises:
+        TransferError: a bad line (nothing written), or a WRITE/GET the target refused
+            (the batches before it stay written; a re-run replays them).
+    """
+    sizes = check_file(path, override)
+    importer = _Importer(memory, keeps_operation_ids, override, batch_size)
+    for record in read_records(path):
+        importer.add(record, sizes)
+    importer.flush()
+    return importer.summary
