@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
+from urllib.parse import unquote
 
 from pydantic import ValidationError
 
@@ -48,7 +49,7 @@ from ditto_worker.contracts import MemoryItem, to_wire
 from ditto_worker.errors import DittoError, MemoryError
 from ditto_worker.memory.operations import json_equal
 from ditto_worker.operation import check_operation_id
-from ditto_worker.scope import Scope, parse_scope
+from ditto_worker.scope import DEFAULT_SPACE, UNSCOPED, Scope, parse_scope
 
 __all__ = [
     "FORMAT",
@@ -58,6 +59,7 @@ __all__ = [
     "TransferError",
     "export_memories",
     "import_memories",
+    "list_scopes",
     "read_records",
 ]
 
@@ -119,6 +121,45 @@ class ImportSummary:
     skipped: int = 0
     dropped_operation_ids: int = 0
     not_idempotent: int = 0
+
+
+def scope_of_namespace(namespace: str) -> Scope | None:
+    """The scope whose :attr:`~ditto_worker.scope.Scope.namespace` is ``namespace``
+    (``""``: ``None``, the unscoped one): the percent-encoded parts split at ``:``.
+
+    Raises:
+        TransferError: a namespace no scope makes.
+    """
+    if namespace == UNSCOPED:
+        return None
+    parts = [unquote(part) for part in namespace.split(":")]
+    try:
+        if len(parts) == 3 and parts[2] == DEFAULT_SPACE:
+            scope = Scope(parts[0], parts[1])
+        elif len(parts) == 4 and parts[2] == "task":
+            scope = Scope.for_task(parts[0], parts[1], parts[3])
+        else:
+            scope = None
+    except MemoryError:
+        scope = None
+    if scope is None or scope.namespace != namespace:
+        raise TransferError("the store lists a namespace that no scope makes")
+    return scope
+
+
+def list_scopes(store: Any) -> list[Scope | None]:
+    """Every scope holding memories in ``store``, by its ``namespaces()`` (SQLite,
+    PostgreSQL, MySQL, Qdrant, the in-memory store): the unscoped one first.
+
+    Raises:
+        TransferError: the store cannot list its namespaces.
+    """
+    listing = getattr(store, "namespaces", None)
+    if not callable(listing):
+        raise TransferError(
+            "this store cannot list its scopes; name each with --scope (and --unscoped)"
+        )
+    return [scope_of_namespace(ns) for ns in listing()]
 
 
 def scope_label(scope: Scope | None) -> str:

@@ -78,6 +78,14 @@ def export(
         typer.Option("--output", "-o", dir_okay=False, help="File to write; default stdout."),
     ] = None,
     scope: _ScopesOpt = None,
+    all_scopes: Annotated[
+        bool,
+        typer.Option(
+            "--all-scopes",
+            help="Every scope of the store (sqlite, postgres, mysql, qdrant list theirs); "
+            "not with --scope.",
+        ),
+    ] = False,
     unscoped: Annotated[
         bool,
         typer.Option(
@@ -93,19 +101,22 @@ def export(
     """Write a store's memories as JSON Lines: keys, content, metadata, operation ids.
 
     The first line is a header naming the format and the store; every other line is one
-    memory with its scope, in creation order. Scopes are not listed by the store: name
-    each with --scope (and --unscoped for the memories stored without a scope). Memories
+    memory with its scope, in creation order. Name each scope with --scope (and
+    --unscoped for the memories stored without a scope), or give --all-scopes. Memories
     are read page by page with QUERY and its cursor, never all at once. Ids, timestamps
     and vectors are not carried (the target assigns ids and embeds again). A summary
     (counts only) goes to stderr. Exit 0 when done, 1 when the store refused a read, 2
     for a config or option error.
     """
-    from ditto_worker.cli.transfer import export_memories
+    from ditto_worker.cli.transfer import export_memories, list_scopes
 
     scopes = _scopes(scope, unscoped)
     name = store or load_config(config, None).memory_worker.store
-    with _memory("export", config, store) as (memory, _):
+    if all_scopes and (scope or unscoped):
+        fail("export", "--all-scopes exports every scope: give no --scope or --unscoped")
+    with _memory("export", config, store) as (memory, plugin):
         try:
+            scopes = list_scopes(plugin) if all_scopes else scopes
             if output is None:
                 summary = export_memories(memory, scopes, sys.stdout, name, page_size)
             else:

@@ -180,6 +180,13 @@ class InMemoryMemoryStore:
     def __len__(self) -> int:
         return len(self._records)
 
+    def namespaces(self) -> list[str]:
+        """The namespaces holding at least one memory, sorted (``""``: the unscoped one;
+        :attr:`ditto_worker.scope.Scope.namespace` otherwise). An operator's listing for
+        ``ditto-worker export --all-scopes``, never reached by a node call."""
+        with self._lock:
+            return sorted({record.namespace for record in self._records.values()})
+
     def get(
         self, input: MemoryGetInput, options: MemoryCallOptions | None = None
     ) -> list[MemoryItem]:

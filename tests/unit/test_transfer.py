@@ -20,7 +20,9 @@ from ditto_worker.cli.transfer import (
     TransferError,
     export_memories,
     import_memories,
+    list_scopes,
     parse_record,
+    scope_of_namespace,
 )
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.testing import InMemoryMemoryStore
@@ -303,3 +305,26 @@ def test_the_commands_on_the_embedded_store(
     assert refused.exit_code == 1 and "import: line 4: id: missing" in refused.output
     wrong = runner.invoke(app, ["export", "--scope", "tenant=acme"], env=env)
     assert wrong.exit_code == 2 and "--scope: user missing" in wrong.output
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [None, Scope("acme", "alice"), Scope("a:b%c", "u:1"), Scope.for_task("t", "u", "x:y%")],
+)
+def test_namespaces_map_back_to_their_scopes(scope: Scope | None) -> None:
+    ns = "" if scope is None else scope.namespace
+    assert scope_of_namespace(ns) == scope
+
+
+@pytest.mark.parametrize("namespace", ["a:b", "a:b:other", "a:b:task", "%ZZ:b:memory"])
+def test_a_namespace_no_scope_makes_is_refused(namespace: str) -> None:
+    with pytest.raises(TransferError, match="no scope makes"):
+        scope_of_namespace(namespace)
+
+
+def test_all_scopes_are_listed_by_the_store() -> None:
+    store = InMemoryMemoryStore()
+    _fill(create_memory(store))
+    assert list_scopes(store) == [None, ALICE, TASK]
+    with pytest.raises(TransferError, match="cannot list its scopes"):
+        list_scopes(object())

@@ -114,6 +114,17 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
 
     # --- reads ----------------------------------------------------------------------------
 
+    def namespaces(self) -> list[str]:
+        """The namespaces holding at least one memory, sorted (``""``: the unscoped one;
+        :attr:`ditto_worker.scope.Scope.namespace` otherwise). An operator's listing for
+        ``ditto-worker export --all-scopes``, never reached by a node call."""
+        with self._read(None) as conn, conn.cursor() as cur:
+            cur.execute(
+                "SELECT s.namespace FROM scopes AS s WHERE EXISTS "
+                "(SELECT 1 FROM memories AS m WHERE m.scope = s.id)"
+            )
+            return sorted(str(row[0]) for row in cur.fetchall())
+
     def get(
         self, input: MemoryGetInput, options: MemoryCallOptions | None = None
     ) -> list[MemoryItem]:

@@ -368,6 +368,16 @@ class PostgresMemoryStore(SearchMixin):
 
     # --- MemoryStore ----------------------------------------------------------------------
 
+    def namespaces(self) -> list[str]:
+        """The namespaces holding at least one memory, sorted (``""``: the unscoped one;
+        :attr:`ditto_worker.scope.Scope.namespace` otherwise). An operator's listing for
+        ``ditto-worker export --all-scopes``, never reached by a node call."""
+        with self._tx(None) as conn:
+            rows = conn.execute(
+                f"SELECT DISTINCT namespace FROM {self._table} ORDER BY namespace"
+            ).fetchall()
+        return [str(row[0]) for row in rows]
+
     def get(
         self, input: MemoryGetInput, options: MemoryCallOptions | None = None
     ) -> list[MemoryItem]:

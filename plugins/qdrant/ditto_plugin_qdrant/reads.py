@@ -107,6 +107,17 @@ class QdrantReads(QdrantCollection, NativeSearch):
             out += self._scroll_all(flt, options, fields)
         return out
 
+    def namespaces(self) -> list[str]:
+        """The namespaces holding at least one memory, sorted (``""``: the unscoped one;
+        :attr:`ditto_worker.scope.Scope.namespace` otherwise). An operator's listing for
+        ``ditto-worker export --all-scopes``, never reached by a node call. Reads
+        the ``ns`` of every memory point."""
+        memories = models.Filter(
+            must=[models.FieldCondition(key="rec", match=models.MatchValue(value=MEMORY))]
+        )
+        points = self._scroll_all(memories, None, ["ns"])
+        return sorted({str((point.payload or {}).get("ns", "")) for point in points})
+
     def get(
         self, input: MemoryGetInput, options: MemoryCallOptions | None = None
     ) -> list[MemoryItem]:

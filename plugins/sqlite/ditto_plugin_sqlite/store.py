@@ -353,6 +353,14 @@ class SqliteMemoryStore(SearchMixin):
 
     # --- MemoryStore ----------------------------------------------------------------------
 
+    def namespaces(self) -> list[str]:
+        """The namespaces holding at least one memory, sorted (``""``: the unscoped one;
+        :attr:`ditto_worker.scope.Scope.namespace` otherwise). An operator's listing for
+        ``ditto-worker export --all-scopes``, never reached by a node call."""
+        with self._tx(None, write=False) as conn:
+            rows = conn.execute("SELECT DISTINCT namespace FROM memories ORDER BY namespace")
+            return [str(row[0]) for row in rows.fetchall()]
+
     def get(
         self, input: MemoryGetInput, options: MemoryCallOptions | None = None
     ) -> list[MemoryItem]:
