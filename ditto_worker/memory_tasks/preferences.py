@@ -199,7 +199,8 @@ def propose(run: TaskRun, policy: Any) -> Plan:
     """Ask the model for proposals and decide each in code.
 
     Returns:
-        ``[Decision.to_json(), …]`` in the model's order (empty when it proposed none).
+        ``[Decision.to_json(), …]`` in conversation order of their quotes (empty when it
+        proposed none).
 
     Raises:
         NodeError: INFER failed; ``INVALID_INPUT`` for a malformed conversation.
@@ -220,4 +221,19 @@ def propose(run: TaskRun, policy: Any) -> Plan:
         run, "infer-proposal", messages, rules.proposal_schema(candidates, policy)
     )
     proposals = rules.proposals_from_json(reply)
-    return [rules.admit(p, turns, policy).to_json() for p in proposals]
+    decisions = [rules.admit(p, turns, policy) for p in proposals]
+    return [d.to_json() for d in _in_conversation_order(decisions, candidates)]
+
+
+def _in_conversation_order(decisions: list[Any], candidates: list[Any]) -> list[Any]:
+    """``decisions`` ordered by where their quote is in the conversation (the first
+    candidate it is part of; a quote found in none goes first), the model's order kept
+    among equals, so "the last admitted per field" is the user's latest statement."""
+
+    def position(decision: Any) -> int:
+        for candidate in candidates:
+            if decision.quote and decision.quote in candidate.text:
+                return int(candidate.index)
+        return -1
+
+    return sorted(decisions, key=position)

@@ -10,7 +10,8 @@ content". Stages:
 1. **permission** — the host's (``TaskOptions.allow_write``); without it no model is
    called and nothing is written (admission ``denied``);
 2. ``propose`` — :func:`~ditto_worker.memory_tasks.preferences.propose`: every proposal
-   decided by code; only admitted ones go on (one per field);
+   decided by code; only admitted ones go on (one per field: the last in conversation
+   order, a later statement revises an earlier one);
 3. ``candidate`` — the change (records, versions, operation id ``<taskId>:<kind>``) is
    committed in the task space *before* the mutation;
 4. ``mutate`` — the preference records are read back first (MEMORY.GET): a record that
@@ -65,11 +66,15 @@ def _decide(run: TaskRun) -> Plan:
 
 
 def _admitted(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    first: dict[str, dict[str, Any]] = {}
+    """One admitted decision per field: the last in conversation order (``propose``
+    orders the decisions so), as a later statement revises an earlier one ("reply in
+    German … actually, from now on in English")."""
+    last: dict[str, dict[str, Any]] = {}
     for decision in decisions:
-        if decision["admitted"] and decision["field"] not in first:
-            first[decision["field"]] = decision
-    return list(first.values())
+        if decision["admitted"]:
+            last.pop(decision["field"], None)
+            last[decision["field"]] = decision
+    return list(last.values())
 
 
 def _admission(decisions: list[dict[str, Any]], extra: list[str]) -> dict[str, Any]:

@@ -246,3 +246,29 @@ def test_a_message_not_in_the_remembered_language_fails_after_its_attempts(
         assert found.status == "failed"
         assert found.error is not None and found.error["code"] == "INFER_INVALID_OUTPUT"
         assert fake.calls == 3
+
+
+@pytest.mark.parametrize("later_first", [False, True])
+def test_a_later_statement_revises_an_earlier_one_whatever_the_models_order(
+    tmp_path: Path, later_first: bool
+) -> None:
+    # per field the last admitted statement in the conversation is stored: the model
+    # listing the revision first must not make the task store the superseded value
+    first, later = "Please always reply in German.", "Actually, from now on reply in English."
+    conversation = [{"role": "user", "content": first}, {"role": "assistant", "content": "OK."},
+                    {"role": "user", "content": later}]  # fmt: skip
+    listed = [
+        {"candidate_index": 0, "quote": first, "field": "language", "value": "de"},
+        {"candidate_index": 1, "quote": later, "field": "language", "value": "en"},
+    ]
+    proposals = {"proposals": listed[::-1] if later_first else listed}
+    with model(proposals, "en") as fake, task_runtime(tmp_path, fake) as (runtime, _):
+        wrote = run_write(
+            runtime, {"request": {"taskId": "w1", "kind": "write", "conversation": conversation}},
+            options(tmp_path, allow_write=True),
+        )  # fmt: skip
+        assert wrote.status == "success", wrote.error
+        [saved] = preferences(runtime)
+    assert (saved.metadata["value"], saved.metadata["quote"]) == ("en", later)
+    assert wrote.artifact is not None
+    assert [p["value"] for p in wrote.artifact["admission"]["proposals"]] == ["de", "en"]
