@@ -1,4 +1,6 @@
-"""Export and import of memories as JSON Lines (``ditto-worker export`` / ``import``).
+"""Export and import of memories as JSON Lines (``ditto-worker export`` / ``import``):
+the format, the export, the reading and checking of lines; the import's writes are
+:mod:`ditto_worker.cli.transfer_import`.
 
 The file (format :data:`FORMAT`, UTF-8, one JSON object per line):
 
@@ -34,9 +36,7 @@ statistics (rebuilt by the target). Log lines and errors never carry content.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,27 +47,27 @@ from pydantic import ValidationError
 
 from ditto_worker.contracts import MemoryItem, to_wire
 from ditto_worker.errors import DittoError, MemoryError
-from ditto_worker.memory.operations import json_equal
 from ditto_worker.operation import check_operation_id
 from ditto_worker.scope import DEFAULT_SPACE, UNSCOPED, Scope, parse_scope
 
 __all__ = [
     "FORMAT",
     "ExportSummary",
-    "ImportSummary",
     "Record",
     "TransferError",
+    "bad_line",
     "export_memories",
-    "import_memories",
     "list_scopes",
+    "parse_record",
     "read_records",
+    "scope_label",
+    "scope_of_namespace",
 ]
 
 FORMAT: Final = "ditto-memory-export"
 """The header's ``format``; its ``version`` is :data:`VERSION`."""
 VERSION: Final = 1
 _FIELDS: Final = frozenset({"scope", "id", "key", "content", "metadata", "operationId"})
-_IMPORT_PREFIX: Final = "ditto-import:"
 
 
 class TransferError(DittoError):
@@ -100,27 +100,6 @@ class ExportSummary:
     """What an export wrote: memories per scope label (``unscoped`` or ``tenant/user/space``)."""
 
     counts: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class ImportSummary:
-    """What an import did.
-
-    Attributes:
-        records: memory lines read.
-        writes: WRITE calls made (a replayed one included).
-        skipped: records skipped because the target holds their key with equal content and
-            metadata (targets without operation ids only).
-        dropped_operation_ids: records whose operation id the target could not keep.
-        not_idempotent: keyless records written to a target without operation ids: a
-            re-run would write them again.
-    """
-
-    records: int = 0
-    writes: int = 0
-    skipped: int = 0
-    dropped_operation_ids: int = 0
-    not_idempotent: int = 0
 
 
 def scope_of_namespace(namespace: str) -> Scope | None:
@@ -222,7 +201,8 @@ def _line(scope: Scope | None, item: MemoryItem) -> str:
 # --- reading and checking -----------------------------------------------------------------
 
 
-def _bad(line: int, where: str, message: str) -> TransferError:
+def bad_line(line: int, where: str, message: str) -> TransferError:
+    """The error of line ``line``: ``line N: <where>: <message>``."""
     return TransferError(f"line {line}: {where}: {message}")
 
 
@@ -232,9 +212,9 @@ def _header(text: str) -> None:
     except json.JSONDecodeError:
         data = None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise _bad(1, "header", f"not a ditto-worker export (expected format {FORMAT!r})")
+        raise bad_line(1, "header", f"not a ditto-worker export (expected format {FORMAT!r})")
     if data.get("version") != VERSION:
-        raise _bad(1, "header.version", f"version {VERSION} is the one this release reads")
+        raise bad_line(1, "header.version", f"version {VERSION} is the one this release reads")
 
 
 def parse_record(text: str, line: int) -> Record:
@@ -248,28 +228,28 @@ def parse_record(text: str, line: int) -> Record:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _bad(line, "JSON", f"{exc.msg} at column {exc.colno}") from None
+        raise bad_line(line, "JSON", f"{exc.msg} at column {exc.colno}") from None
     if not isinstance(data, dict):
-        raise _bad(line, "line", "must be a JSON object")
+        raise bad_line(line, "line", "must be a JSON object")
     unknown = sorted(set(data) - _FIELDS)
     if unknown:
-        raise _bad(line, unknown[0], "unknown field")
+        raise bad_line(line, unknown[0], "unknown field")
     for name in ("id", "content"):
         if name not in data:
-            raise _bad(line, name, "missing")
+            raise bad_line(line, name, "missing")
     try:
         scope = parse_scope(data.get("scope"))
     except MemoryError as exc:
-        raise _bad(line, "scope", exc.safe_message) from None
+        raise bad_line(line, "scope", exc.safe_message) from None
     try:
         check_operation_id(data.get("operationId"))
         item = MemoryItem.model_validate({k: v for k, v in data.items() if k != "scope"})
     except MemoryError as exc:
-        raise _bad(line, "operationId", exc.safe_message) from None
+        raise bad_line(line, "operationId", exc.safe_message) from None
     except ValidationError as exc:
         first = exc.errors(include_input=False, include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "line"
-        raise _bad(line, where, first["msg"]) from None
+        raise bad_line(line, where, first["msg"]) from None
     draft = {k: v for k, v in to_wire(item).items() if k in ("key", "content", "metadata")}
     return Record(line, scope, item.id, draft, item.operation_id)
 
@@ -291,171 +271,3 @@ def read_records(path: Path) -> Iterator[Record]:
                     yield parse_record(text, number)
         except UnicodeDecodeError:
             raise TransferError(f"{path.name}: not UTF-8 text") from None
-
-
-def _digest(*parts: Any) -> bytes:
-    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).digest()
-
-
-def check_file(path: Path, override: Scope | None) -> dict[tuple[str, str], int]:
-    """Check every line of ``path`` before anything is written.
-
-    Returns:
-        The number of records per ``(namespace, operation id)``.
-
-    Raises:
-        TransferError: a bad line, or a line repeating an earlier line's id or key in the
-            same target scope (it would be written twice or conflict).
-    """
-    seen: set[bytes] = set()
-    groups: dict[tuple[str, str], int] = {}
-    for record in read_records(path):
-        ns = _namespace(override or record.scope)
-        for name, value in (("id", record.source_id), ("key", record.draft.get("key"))):
-            if value is None:
-                continue
-            mark = _digest(name, ns, value)[:12]
-            if mark in seen:
-                raise _bad(record.line, name, "repeats an earlier line's in the same scope")
-            seen.add(mark)
-        if record.operation_id is not None:
-            group = (ns, record.operation_id)
-            groups[group] = groups.get(group, 0) + 1
-    return groups
-
-
-def _namespace(scope: Scope | None) -> str:
-    return "" if scope is None else scope.namespace
-
-
-# --- import -------------------------------------------------------------------------------
-
-
-_INDEX = re.compile(r"memories\[(\d+)\]")
-
-
-class _Importer:
-    """The write pass of :func:`import_memories`."""
-
-    def __init__(
-        self, memory: Any, keeps_ids: bool, override: Scope | None, batch_size: int
-    ) -> None:
-        self.memory, self.keeps_ids, self.override = memory, keeps_ids, override
-        self.batch_size = batch_size
-        self.summary = ImportSummary()
-        self.run: list[Record] = []
-        self.groups: dict[tuple[str, str], list[Record]] = {}
-
-    def scope_of(self, record: Record) -> Scope | None:
-        return self.override or record.scope
-
-    def add(self, record: Record, sizes: dict[tuple[str, str], int]) -> None:
-        self.summary.records += 1
-        scope = self.scope_of(record)
-        if record.operation_id is not None and self.keeps_ids:
-            group = (_namespace(scope), record.operation_id)
-            members = self.groups.setdefault(group, [])
-            members.append(record)
-            if len(members) == sizes[group]:
-                self.flush()  # creation order: what came before is written first
-                self.write(scope, self.groups.pop(group), record.operation_id)
-            return
-        if record.operation_id is not None:
-            self.summary.dropped_operation_ids += 1
-        if self.run and (len(self.run) >= self.batch_size or self.scope_of(self.run[0]) != scope):
-            self.flush()
-        self.run.append(record)
-
-    def flush(self) -> None:
-        if not self.run:
-            return
-        records, self.run = self.run, []
-        scope = self.scope_of(records[0])
-        if self.keeps_ids:
-            made = _digest(_namespace(scope), [(r.source_id, r.draft) for r in records]).hex()
-            self.write(scope, records, _IMPORT_PREFIX + made[:48])
-            return
-        records = self.unwritten(scope, records)
-        self.summary.not_idempotent += sum(1 for r in records if "key" not in r.draft)
-        if records:
-            self.write(scope, records, None)
-
-    def unwritten(self, scope: Scope | None, records: list[Record]) -> list[Record]:
-        """``records`` less those whose key the target holds with equal content and
-        metadata (written by an earlier run).
-
-        Raises:
-            TransferError: the target holds a key with other content or metadata.
-        """
-        keys = [r.draft["key"] for r in records if "key" in r.draft]
-        if not keys:
-            return records
-        result = self.memory.get({"keys": keys}, scope=scope)
-        self.check(result, records)
-        held = {item.key: item for item in result.output}
-        left = []
-        for record in records:
-            item = held.get(record.draft.get("key"))
-            if item is None:
-                left.append(record)
-                continue
-            same = json_equal(item.content, record.draft["content"]) and json_equal(
-                item.metadata or {}, record.draft.get("metadata") or {}
-            )
-            if not same:
-                raise _bad(record.line, "key", "the target holds it with other content")
-            self.summary.skipped += 1
-        return left
-
-    def write(self, scope: Scope | None, records: list[Record], operation_id: str | None) -> None:
-        drafts = [r.draft for r in records]
-        result = self.memory.write({"memories": drafts}, scope=scope, operation_id=operation_id)
-        self.summary.writes += 1
-        self.check(result, records)
-
-    def check(self, result: Any, records: list[Record]) -> None:
-        if result.status == "success":
-            return
-        message = result.error.message
-        found = _INDEX.search(message)
-        if found and int(found.group(1)) < len(records):
-            where = f"line {records[int(found.group(1))].line}"
-        else:
-            lines = sorted(r.line for r in records)
-            where = f"lines {lines[0]}-{lines[-1]}" if len(lines) > 1 else f"line {lines[0]}"
-        raise TransferError(
-            f"{where}: {result.error.code}: {message} (the batches before it are written)"
-        )
-
-
-def import_memories(
-    memory: Any,
-    path: Path,
-    keeps_operation_ids: bool,
-    override: Scope | None = None,
-    batch_size: int = 500,
-) -> ImportSummary:
-    """Import the export file ``path`` through ``memory`` (module doc).
-
-    Args:
-        memory: the SDK (``create_memory(store)``) over the target store.
-        path: the export file (a seekable file: it is read twice, checked then written).
-        keeps_operation_ids: the target declares ``capabilities.operation_ids``.
-        override: write every record into this scope instead of the one on its line.
-        batch_size: records per WRITE for records without an operation id (a re-run is a
-            replay only with the same batch size).
-
-    Returns:
-        What was done (:class:`ImportSummary`).
-
-    Raises:
-        TransferError: a bad line (nothing written), or a WRITE/GET the target refused
-            (the batches before it stay written; a re-run replays them).
-    """
-    sizes = check_file(path, override)
-    importer = _Importer(memory, keeps_operation_ids, override, batch_size)
-    for record in read_records(path):
-        importer.add(record, sizes)
-    importer.flush()
-    return importer.summary

@@ -159,7 +159,7 @@ def import_(
     Exit 0 when done, 1 for a bad line or a refused write, 2 for a config or option error.
     """
     from ditto_worker.cli.options import scope_or_exit
-    from ditto_worker.cli.transfer import import_memories
+    from ditto_worker.cli.transfer_import import import_memories
 
     override = scope_or_exit("import", scope)
     with _memory("import", config, store) as (memory, plugin):

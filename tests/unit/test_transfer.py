@@ -19,11 +19,11 @@ from ditto_worker.cli.commands import app
 from ditto_worker.cli.transfer import (
     TransferError,
     export_memories,
-    import_memories,
     list_scopes,
     parse_record,
     scope_of_namespace,
 )
+from ditto_worker.cli.transfer_import import import_memories
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.testing import InMemoryMemoryStore
 
