@@ -27,6 +27,7 @@ def test_reference_ditto_yaml_loads_with_defaults() -> None:
         "hybrid": {},
         "executionRetentionS": 86400,
         "indexFields": [],
+        "queryFields": [],
     }  # MEM-PY-8
     assert set(config.memory_worker.groups) == {"reads", "writes", "search"}
 

@@ -17,7 +17,7 @@ from typing import Any, Final
 from ditto_plugin_postgres.migrations import LATEST_VERSION, MigrationReport
 from ditto_plugin_postgres.store import PostgresMemoryStore
 from ditto_worker.errors import ConfigError
-from ditto_worker.memory.indexing import parse_fields
+from ditto_worker.memory.indexing import parse_fields, parse_query_fields
 
 __all__ = [
     "ENV_SCHEMA",
@@ -45,6 +45,7 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "hybrid": None,
     "executionRetentionS": 86400.0,
     "indexFields": None,
+    "queryFields": None,
 }
 
 
@@ -81,7 +82,9 @@ def create_store(
             strategies, :func:`ditto_worker.runtime.registry.build_embedder`) and
             ``hybrid`` (``RetrievalConfig`` settings of the ``hybrid`` strategy),
             ``executionRetentionS`` (86400: how long a committed mutation's execution id
-            is remembered, :mod:`ditto_plugin_postgres.executions`). A
+            is remembered, :mod:`ditto_plugin_postgres.executions`), ``indexFields``,
+            ``queryFields`` (metadata fields QUERY filters and sorts on, indexed;
+            :mod:`ditto_plugin_postgres.query_index`). A
             ``url`` key, or any other key, is rejected (MEM-CONF-5).
         env: the environment (default ``os.environ``): ``DITTO_WORKER_MEMORY_POSTGRES_URL``
             (required), ``DITTO_WORKER_MEMORY_POSTGRES_SCHEMA`` and
@@ -130,6 +133,7 @@ def create_store(
             hybrid=hybrid,
             execution_retention_s=_number(values, "executionRetentionS", 0),
             index_fields=parse_fields(values["indexFields"]),
+            query_fields=parse_query_fields(values["queryFields"]),
         )
     except ValueError as exc:
         raise ConfigError(f"plugins.postgres.schema: {exc}") from exc

@@ -15,6 +15,13 @@ Typed semantics (MEM-PY-5), every predicate ``true``/``false``, never ``NULL``:
   strings by code point (``COLLATE "C"``); a ``CASE`` guards every cast;
 * ``$ne``/``$nin`` are the exact negations of ``$eq``/``$in``.
 
+Declared fields (``queryFields``, issue 28): the path of a field the store declares is a
+SQL literal (``'{"f"}'::text[]``) instead of a parameter, so its expressions are those of
+its index (:mod:`ditto_plugin_postgres.query_index`, built by :func:`sort_expressions`);
+a range on it is written ``r = 1 AND n <op> x`` (numbers) or ``r = 2 AND n IS NULL AND t
+<op> x`` (strings) over the sort expressions, the same test in a form the index serves.
+The literal is the configured name, never text from a request.
+
 Sort terms select three columns each: ``r{i}`` (type rank of
 :func:`ditto_worker.memory.filters.sort_key`), ``n{i}`` (numbers; booleans as 0/1) and ``t{i}``
 (strings, ``COLLATE "C"``). :func:`keyset_condition` continues after a cursor, the
@@ -43,6 +50,7 @@ from ditto_worker.memory.filters import (
 )
 
 __all__ = [
+    "Declared",
     "Sql",
     "compile_filter",
     "decimal_value",
@@ -51,12 +59,19 @@ __all__ = [
     "number_param",
     "order_clause",
     "sort_columns",
+    "sort_expressions",
+    "uses_declared",
+    "value_expression",
 ]
 
 _COLUMNS: Final = {"id": "m.id", "key": "m.key", "createdAt": "m.created_at",
                    "updatedAt": "m.updated_at"}  # fmt: skip
 _RANGE: Final = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 _VALUE: Final = "(m.metadata #> %s::text[])"
+
+
+Declared = frozenset[str]
+"""The names of a store's declared ``queryFields``."""
 
 
 @dataclass
@@ -90,6 +105,21 @@ def _join(op: str, parts: Sequence[Sql], empty: str) -> Sql:
     )
 
 
+def value_expression(path: Sequence[str], column: str = "m.metadata", bound: bool = True) -> str:
+    """``(<column> #> '<path>'::text[])`` with the path as a literal (a declared field);
+    ``bound``: for a statement run with parameters (``%`` doubled)."""
+    items = ",".join('"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"' for s in path)
+    literal = ("{" + items + "}").replace("'", "''")
+    return f"({column} #> '{literal.replace('%', '%%') if bound else literal}'::text[])"
+
+
+def _value(ref: FieldRef, declared: Declared) -> Sql:
+    """The field's ``jsonb`` value expression: a literal path when declared."""
+    if ref.name in declared:
+        return Sql(value_expression(ref.path))
+    return Sql(_VALUE, [list(ref.path)])
+
+
 def _nested(path: Sequence[str], value: Scalar) -> str:
     doc: Any = value
     for segment in reversed(path):
@@ -97,7 +127,7 @@ def _nested(path: Sequence[str], value: Scalar) -> str:
     return json.dumps(doc, ensure_ascii=False, allow_nan=False)
 
 
-def _equals(ref: FieldRef, value: Scalar) -> Sql:
+def _equals(ref: FieldRef, value: Scalar, declared: Declared = frozenset()) -> Sql:
     if ref.reserved:
         column = _COLUMNS[ref.name]
         if value is None:
@@ -106,16 +136,23 @@ def _equals(ref: FieldRef, value: Scalar) -> Sql:
             return Sql("false")
         return Sql(f"COALESCE({column} = %s, false)", [value])
     if value is None:
-        return Sql(f"COALESCE(jsonb_typeof({_VALUE}) = 'null', true)", [list(ref.path)])
+        found = _value(ref, declared)
+        return Sql(f"COALESCE(jsonb_typeof({found.text}) = 'null', true)", found.params)
     return Sql("COALESCE(m.metadata @> %s::jsonb, false)", [_nested(ref.path, value)])
 
 
-def _range(ref: FieldRef, op: str, value: Scalar) -> Sql:
+def _range(ref: FieldRef, op: str, value: Scalar, declared: Declared = frozenset()) -> Sql:
     sql_op = _RANGE[op]
     if ref.reserved:
         if not isinstance(value, str):
             return Sql("false")
         return Sql(f"COALESCE({_COLUMNS[ref.name]} {sql_op} %s, false)", [value])
+    if ref.name in declared:
+        rank, number, text = sort_expressions(value_expression(ref.path))
+        if isinstance(value, str):
+            return Sql(f"({rank} = 2 AND {number} IS NULL AND {text} {sql_op} %s)", [value])
+        bound = number_param(value)  # type: ignore[arg-type]
+        return Sql(f"({rank} = 1 AND {number} {sql_op} %s::numeric)", [bound])
     path = list(ref.path)
     if isinstance(value, str):
         return Sql(
@@ -130,58 +167,79 @@ def _range(ref: FieldRef, op: str, value: Scalar) -> Sql:
     )
 
 
-def _exists(ref: FieldRef, exists: bool) -> Sql:
+def _exists(ref: FieldRef, exists: bool, declared: Declared = frozenset()) -> Sql:
     if ref.reserved:
         present = "(m.key IS NOT NULL)" if ref.name == "key" else "true"
         return Sql(present if exists else f"(NOT {present})")
-    return Sql(f"({_VALUE} IS {'NOT ' if exists else ''}NULL)", [list(ref.path)])
+    found = _value(ref, declared)
+    return Sql(f"({found.text} IS {'NOT ' if exists else ''}NULL)", found.params)
 
 
-def compile_filter(node: FilterNode | None) -> Sql:
-    """A boolean SQL expression over ``m`` for a parsed filter (``true`` for none)."""
+def compile_filter(node: FilterNode | None, declared: Declared = frozenset()) -> Sql:
+    """A boolean SQL expression over ``m`` for a parsed filter (``true`` for none);
+    ``declared`` fields get the expressions of their indexes (module doc)."""
     if node is None:
         return Sql("true")
     if isinstance(node, And):
-        return _join("AND", [compile_filter(child) for child in node.children], "true")
+        return _join("AND", [compile_filter(c, declared) for c in node.children], "true")
     if isinstance(node, Or):
-        return _join("OR", [compile_filter(child) for child in node.children], "false")
+        return _join("OR", [compile_filter(c, declared) for c in node.children], "false")
     if isinstance(node, Exists):
-        return _exists(node.field, node.exists)
+        return _exists(node.field, node.exists, declared)
     if isinstance(node, In):
-        found = _join("OR", [_equals(node.field, value) for value in node.values], "false")
+        found = _join(
+            "OR", [_equals(node.field, value, declared) for value in node.values], "false"
+        )
         return Sql(f"(NOT {found.text})", found.params) if node.negate else found
-    return _compare(node)
+    return _compare(node, declared)
 
 
-def _compare(node: Compare) -> Sql:
+def _compare(node: Compare, declared: Declared) -> Sql:
     if node.op in ("$eq", "$ne"):
-        equal = _equals(node.field, node.value)
+        equal = _equals(node.field, node.value, declared)
         return equal if node.op == "$eq" else Sql(f"(NOT {equal.text})", equal.params)
-    return _range(node.field, node.op, node.value)
+    return _range(node.field, node.op, node.value, declared)
 
 
-def _term_columns(index: int, ref: FieldRef) -> Sql:
+def uses_declared(node: FilterNode | None, terms: Sequence[SortTerm], declared: Declared) -> bool:
+    """True when a sort term or a filter condition is on a declared field."""
+    if any(term.field.name in declared for term in terms):
+        return True
+    if node is None:
+        return False
+    if isinstance(node, And | Or):
+        return any(uses_declared(child, (), declared) for child in node.children)
+    return node.field.name in declared
+
+
+def sort_expressions(value: str) -> tuple[str, str, str]:
+    """(rank, number, text) sort expressions of a ``jsonb`` value expression (the typed
+    order of :func:`ditto_worker.memory.filters.sort_key`); also a declared field's
+    index columns (:mod:`ditto_plugin_postgres.query_index`)."""
+    kind = f"jsonb_typeof({value})"
+    return (
+        f"(CASE {kind} WHEN 'number' THEN 1 WHEN 'string' THEN 2 WHEN 'object' THEN 3 "
+        "WHEN 'array' THEN 4 WHEN 'boolean' THEN 5 ELSE 0 END)",
+        f"(CASE {kind} WHEN 'number' THEN ({value} #>> '{{}}')::numeric "
+        f"WHEN 'boolean' THEN (CASE WHEN {value} = 'true'::jsonb THEN 1 ELSE 0 END) END)",
+        f"((CASE WHEN {kind} = 'string' THEN ({value} #>> '{{}}') END) COLLATE \"C\")",
+    )
+
+
+def _term_columns(index: int, ref: FieldRef, declared: Declared) -> Sql:
     if ref.reserved:
         column = _COLUMNS[ref.name]
         rank = f"(CASE WHEN {column} IS NULL THEN 0 ELSE 2 END)"
         return Sql(f", {rank} AS r{index}, NULL::numeric AS n{index}, {column} AS t{index}")
-    kind = f"jsonb_typeof({_VALUE})"
-    path = list(ref.path)
-    text = (
-        f", (CASE {kind} WHEN 'number' THEN 1 WHEN 'string' THEN 2 WHEN 'object' THEN 3 "
-        f"WHEN 'array' THEN 4 WHEN 'boolean' THEN 5 ELSE 0 END) AS r{index}"
-        f", (CASE {kind} WHEN 'number' THEN ({_VALUE} #>> '{{}}')::numeric "
-        f"WHEN 'boolean' THEN (CASE WHEN {_VALUE} = 'true'::jsonb THEN 1 ELSE 0 END) "
-        f"END) AS n{index}"
-        f", (CASE WHEN {kind} = 'string' THEN ({_VALUE} #>> '{{}}') END) "
-        f'COLLATE "C" AS t{index}'
-    )
-    return Sql(text, [path] * text.count("%s"))
+    found = _value(ref, declared)
+    rank, number, text = sort_expressions(found.text)
+    columns = f", {rank} AS r{index}, {number} AS n{index}, {text} AS t{index}"
+    return Sql(columns, found.params * columns.count("%s"))
 
 
-def sort_columns(terms: Sequence[SortTerm]) -> Sql:
+def sort_columns(terms: Sequence[SortTerm], declared: Declared = frozenset()) -> Sql:
     """Select-list items ``r{i}, n{i}, t{i}`` per term, with a leading comma."""
-    parts = [_term_columns(i, term.field) for i, term in enumerate(terms)]
+    parts = [_term_columns(i, term.field, declared) for i, term in enumerate(terms)]
     return Sql("".join(p.text for p in parts), [x for p in parts for x in p.params])
 
 

@@ -34,6 +34,7 @@ from ditto_plugin_postgres.migrations import (
     quote_schema,
 )
 from ditto_plugin_postgres.operations import claim_operation, record_operation
+from ditto_plugin_postgres.query_index import sync_indexes
 from ditto_plugin_postgres.rows import Row, check_batch_keys, dump, item, sort_value, update_sql
 from ditto_plugin_postgres.search import COLUMNS as _COLUMNS
 from ditto_plugin_postgres.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES, SearchMixin
@@ -116,6 +117,9 @@ class PostgresMemoryStore(SearchMixin):
             ``plugins.postgres.hybrid``); default ``RetrievalConfig()``.
         execution_retention_s: how long a committed mutation's execution id is
             remembered (``plugins.postgres.executionRetentionS``, 24 h).
+        query_fields: ``queryFields``, metadata fields QUERY filters and sorts on, given
+            B-tree expression indexes when the pool opens
+            (:mod:`ditto_plugin_postgres.query_index`).
 
     Behaviour (declared in :attr:`capabilities`): atomic batches, unique keys
     (``CONFLICT``, nothing written), ``NOT_FOUND`` for UPDATE of a missing id, keys freed
@@ -156,8 +160,10 @@ class PostgresMemoryStore(SearchMixin):
         hybrid: Any = None,
         execution_retention_s: float = DEFAULT_RETENTION_S,
         index_fields: Sequence[str] = (),
+        query_fields: Sequence[str] = (),
     ) -> None:
         self._index_fields = tuple(index_fields)
+        self._query_fields = tuple(query_fields)
         self._index_mismatch: str | None = None
         self._quoted = quote_schema(schema)
         self._retention_s = execution_retention_s
@@ -222,6 +228,9 @@ class PostgresMemoryStore(SearchMixin):
                     if self._embedder is not None:
                         self._claim(conn, self._embedder)
                     self._claim_index_fields(conn)
+                    sync_indexes(
+                        conn, self._quoted, self.schema, self._query_fields, self._write_lock
+                    )
                     self._cursor_key = claim_setting(
                         conn, self._quoted, CURSOR_SECRET_SETTING, new_cursor_secret()
                     )
@@ -404,7 +413,8 @@ class PostgresMemoryStore(SearchMixin):
         """
         terms = parse_order_by(input.order_by)
         ns = namespace_of(options)
-        where = in_namespace(compile_filter(parse_filter(input.filter)), ns)
+        declared = frozenset(self._query_fields)
+        where = in_namespace(compile_filter(parse_filter(input.filter), declared), ns)
         fingerprint = query_fingerprint(input.filter, input.order_by)
         secret = self._cursor_secret()
         cursor = (
@@ -413,7 +423,7 @@ class PostgresMemoryStore(SearchMixin):
             else None
         )
         limit = input.limit or _DEFAULT_QUERY_LIMIT
-        columns = sort_columns(terms)
+        columns = sort_columns(terms, declared)
         after = keyset_condition(terms, cursor) if cursor is not None else Sql("true")
         sql = (
             f"SELECT * FROM (SELECT {_COLUMNS}{columns.text} FROM {self._table} AS m "

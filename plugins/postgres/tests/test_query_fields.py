@@ -1,0 +1,156 @@
+"""queryFields on PostgreSQL (issue 28 item 3): declared fields get B-tree expression
+indexes that QUERY's sorts and ranges can use; results and pages are those of an
+undeclared store (MEM-PY-5/6); indexes follow the declared list at open."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import psycopg
+import pytest
+
+from ditto_plugin_postgres import PostgresMemoryStore, create_store
+from ditto_plugin_postgres.query_index import PREFIX
+from ditto_worker import Scope, create_memory
+from ditto_worker.errors import ConfigError
+
+FIELDS = ["user", "score", "profile.city", "o'k", "100%"]
+ALICE = Scope("acme", "alice")
+VALUES: list[Any] = [0, 1, 2.5, -1, "a", "B", "", True, False, None, [1], {"x": 1}]
+QUERIES: list[dict[str, Any]] = [
+    {"filter": {"user": 1}},
+    {"filter": {"score": {"$gte": 1, "$lt": 3}}},
+    {"filter": {"user": {"$gt": "a"}}, "orderBy": [{"field": "score", "direction": "desc"}]},
+    {"orderBy": [{"field": "score"}, {"field": "user", "direction": "desc"}]},
+    {"filter": {"o'k": {"$lte": 2}}, "orderBy": [{"field": "profile.city"}]},
+    {"filter": {"100%": {"$exists": True}, "profile.city": {"$gt": "Oslo"}}},
+    {"filter": {"$or": [{"user": None}, {"score": False}]}, "orderBy": [{"field": "o'k"}]},
+]
+
+
+def _records(count: int, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    records = []
+    for i in range(count):
+        metadata: dict[str, Any] = {}
+        for name in ("user", "score", "o'k", "100%"):
+            if rng.random() < 0.85:
+                metadata[name] = rng.choice(VALUES) if rng.random() < 0.3 else rng.randrange(4)
+        if rng.random() < 0.5:
+            metadata["profile"] = {"city": rng.choice(["Oslo", "Rome", 3, None])}
+        records.append({"content": f"record {i}", "metadata": metadata})
+    return records
+
+
+def _pages(memory: Any, query: dict[str, Any], scope: Scope | None) -> list[str]:
+    seen, cursor = [], None
+    while True:
+        call = {**query, "limit": 9, **({"cursor": cursor} if cursor else {})}
+        result = memory.query(call, scope=scope)
+        assert result.status == "success", result.error
+        seen += [item.content for item in result.output.items]
+        cursor = result.output.next_cursor
+        if cursor is None:
+            return seen
+
+
+def _indexes(url: str, schema: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s", [schema])
+        return {row[0] for row in rows if row[0].startswith(PREFIX)}
+
+
+def test_declared_fields_change_plans_not_results(postgres_url: str, pg_schema: str) -> None:
+    plain = PostgresMemoryStore(postgres_url, schema=pg_schema, pool_max_size=2)
+    memory = create_memory(plain)
+    for scope, seed in ((None, 1), (ALICE, 2)):
+        assert memory.write({"memories": _records(150, seed)}, scope=scope).status == "success"
+    expected = {
+        (i, scope is None): _pages(memory, q, scope)
+        for i, q in enumerate(QUERIES)
+        for scope in (None, ALICE)
+    }
+    plain.close()
+    declared = PostgresMemoryStore(
+        postgres_url, schema=pg_schema, pool_max_size=2, query_fields=FIELDS
+    )
+    try:
+        memory = create_memory(declared)
+        for i, query in enumerate(QUERIES):
+            for scope in (None, ALICE):
+                assert _pages(memory, query, scope) == expected[i, scope is None], query
+        assert len(_indexes(postgres_url, pg_schema)) == len(FIELDS)
+    finally:
+        declared.close()
+
+
+def _plan(store: PostgresMemoryStore, url: str, query: dict[str, Any]) -> str:
+    """The plan of the QUERY statement with sequential scans discouraged and the
+    ``(namespace, seq)`` index out of the way (a small table): the declared expressions
+    match their index when it is then used."""
+    seen: list[tuple[str, Any]] = []
+    original = psycopg.Cursor.execute
+
+    def execute(self: Any, sql: Any, params: Any = None, **kwargs: Any) -> Any:
+        seen.append((sql, params))
+        return original(self, sql, params, **kwargs)
+
+    psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+    try:
+        assert create_memory(store).query(query).status == "success"
+    finally:
+        psycopg.Cursor.execute = original  # type: ignore[method-assign]
+    sql, params = next((s, p) for s, p in seen if "ORDER BY" in str(s) and "LIMIT" in str(s))
+    with psycopg.connect(url) as conn:  # one transaction, rolled back
+        conn.execute("SET LOCAL enable_seqscan = off")
+        conn.execute(f"DROP INDEX {store.schema}.memories_namespace_seq")  # in seq order
+        rows = conn.execute("EXPLAIN (COSTS OFF) " + sql, params).fetchall()
+        conn.rollback()
+    return "\n".join(str(row[0]) for row in rows)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"orderBy": [{"field": "score", "direction": "desc"}]},
+        {"orderBy": [{"field": "o'k"}]},
+        {"filter": {"score": {"$lt": 2}}},
+        {"filter": {"100%": {"$gte": "a"}}},
+    ],
+)
+def test_sorts_and_ranges_on_declared_fields_use_their_index(
+    postgres_url: str, pg_schema: str, query: dict[str, Any]
+) -> None:
+    store = PostgresMemoryStore(
+        postgres_url, schema=pg_schema, pool_max_size=2, query_fields=FIELDS
+    )
+    try:
+        create_memory(store).write({"memories": _records(50, 3)})
+        plan = _plan(store, postgres_url, query)
+        assert PREFIX in plan, plan
+    finally:
+        store.close()
+
+
+def test_declaring_and_removing_fields(postgres_url: str, pg_schema: str) -> None:
+    def opened(fields: list[str]) -> set[str]:
+        store = PostgresMemoryStore(postgres_url, schema=pg_schema, query_fields=fields)
+        assert create_memory(store).query({"filter": {"score": 1}}).status == "success"
+        store.close()
+        return _indexes(postgres_url, pg_schema)
+
+    assert opened([]) == set()
+    two = opened(["score", "user"])
+    assert len(two) == 2 and opened(["score", "user"]) == two  # idempotent
+    assert opened([]) == two  # no queryFields: left alone
+    one = opened(["score"])
+    assert len(one) == 1 and one < two
+
+
+def test_query_fields_setting(postgres_url: str) -> None:
+    env = {"DITTO_WORKER_MEMORY_POSTGRES_URL": postgres_url}
+    store = create_store({"queryFields": ["user"]}, env=env)
+    assert store._query_fields == ("user",)
+    with pytest.raises(ConfigError, match="queryFields"):
+        create_store({"queryFields": ["key"]}, env=env)
