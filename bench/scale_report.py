@@ -6,7 +6,12 @@ A report is a JSON-ready dict::
     {"command": str, "sizes": [int], "queries": int, "budget_s": float, "embedder": str,
      "caps": {store: int}, "load_average": {"start": [1, 5, 15 min], "end": [...]},
      "stores": {store: {size: {"rate": memories/s, "load_s": s, "total_s": s,
-                               "rows": {kind: [p50 ms, p95 ms, calls]}}}}}
+                               "rows": {kind: [p50 ms, p95 ms, calls, load]},
+                               "after": {figure: value}}}}}
+
+``load`` (optional) is the 1-minute load average when the kind's calls ended; ``after``
+(optional) holds figures taken once per size: ``index build s``, ``size MB``, ``peak RSS
+MB``…
 
 A store capped below a size (``--cap``) has no entry for it; the table says so in words
 and the plot's line stops at the cap.
@@ -20,7 +25,8 @@ from typing import Any
 
 __all__ = ["load_report", "parse_caps", "plot_report", "print_report", "save_report"]
 
-WIDTH = 24
+WIDTH = 32
+LABEL = 22
 
 
 def parse_caps(text: str) -> dict[str, int]:
@@ -50,14 +56,16 @@ def load_report(path: str) -> dict[str, Any]:
 
 
 def _cell(row: Any, full: int) -> str:
-    p50, p95, calls = row
+    p50, p95, calls = row[:3]
     note = "" if calls >= full else f" ({calls})"
-    return f"{p50:.2f} / {p95:.2f}{note}".rjust(WIDTH)
+    load = f" @{row[3]:.1f}" if len(row) > 3 else ""
+    return f"{p50:.2f} / {p95:.2f}{note}{load}".rjust(WIDTH)
 
 
 def print_report(report: dict[str, Any]) -> None:
-    """One table per size: WRITE memories/s, then p50 / p95 ms per query kind; a p50 over
-    fewer calls than ``--queries`` (the time budget) shows the count in brackets."""
+    """One table per size: WRITE memories/s, the ``after`` figures, then p50 / p95 ms per
+    query kind; a p50 over fewer calls than ``--queries`` (the time budget) shows the count
+    in brackets, and ``@x`` the 1-minute load average when its calls ended."""
     stores: dict[str, dict[int, Any]] = report["stores"]
     load = report.get("load_average", {})
     print(f"\n{report.get('command', '')}")
@@ -72,9 +80,14 @@ def print_report(report: dict[str, Any]) -> None:
     for size in report["sizes"]:
         names = [name for name in stores if size in stores[name]]
         print(f"\n{size:,} memories; latency p50 / p95 ms")
-        print(f"{'':<16}" + "".join(f"{name:>{WIDTH}}" for name in names))
+        print(f"{'':<{LABEL}}" + "".join(f"{name:>{WIDTH}}" for name in names))
         rate = "".join(f"{stores[n][size]['rate']:>{WIDTH},.0f}" for n in names)
-        print(f"{'WRITE mem/s':<16}{rate}")
+        print(f"{'WRITE mem/s':<{LABEL}}{rate}")
+        every = list(dict.fromkeys(key for n in names for key in stores[n][size].get("after", {})))
+        for key in every:
+            values = (stores[n][size].get("after", {}).get(key) for n in names)
+            cells = "".join("-".rjust(WIDTH) if v is None else f"{v:>{WIDTH},.1f}" for v in values)
+            print(f"{key:<{LABEL}}{cells}")
         every = list(dict.fromkeys(row for n in names for row in stores[n][size]["rows"]))
         for row in every:
             cells = "".join(
@@ -83,9 +96,9 @@ def print_report(report: dict[str, Any]) -> None:
                 else f"{'-':>{WIDTH}}"
                 for n in names
             )
-            print(f"{row:<16}{cells}")
+            print(f"{row:<{LABEL}}{cells}")
         spent = "".join(f"{stores[n][size]['total_s']:>{WIDTH}.1f}" for n in names)
-        print(f"{'time s':<16}{spent}")
+        print(f"{'time s':<{LABEL}}{spent}")
         for name in stores:
             if size not in stores[name]:
                 cap = report["caps"].get(name.split("/")[0])

@@ -12,9 +12,32 @@ the direct SDK (``create_memory``: validation included, no broker):
   ``eq`` (``{user: uX}``), ``range`` (``{n: {$gte, $lt}}`` over 1% of values),
   ``sorted`` (``{kind: K}`` ordered by ``score`` desc), ``page2`` (the second page of
   ``eq`` via its cursor), ``and`` (``{user, kind, n < 500}``);
-* SEARCH: keyword, limit 10, 2-3 words of middle frequency per query; with
-  ``--embedder hashing`` (or ``local``) every store embeds on WRITE and SEARCH ``vector``
-  and ``hybrid`` are measured too, with the same query texts.
+* SEARCH: keyword, limit 10, two words of middle frequency per query (vocabulary ranks
+  5-25 %: each in roughly 0.3-1.3 % of the records); with ``--embedder synthetic``,
+  ``hashing`` or ``local`` every store embeds on WRITE and SEARCH ``vector`` and
+  ``hybrid`` are measured too, with the same query texts (``--vector-queries`` calls);
+  ``vector first`` is the first vector call after the load (a lazily built index's cost);
+* after each load: ``open s`` (opening the store and its first call: migrations, declared
+  ``queryFields`` indexes built or dropped; a kept store's indexes over all its rows),
+  ``index build s`` (PostgreSQL with ``--index-after-load``: the HNSW
+  index dropped before the load and built after it, as pgvector advises for bulk loads,
+  in a session with ``maintenance_work_mem = --maintenance-work-mem``; then ``ANALYZE``),
+  ``size MB`` on disk (SQLite: the file and the files named after it; PostgreSQL: tables,
+  indexes and TOAST of the bench schema), ``peak RSS MB`` of this process (and of the
+  PostgreSQL backend that built the index, when the server runs on this machine); every
+  latency carries the 1-minute load average at its end (``@``; 2 shared cores here).
+
+``--million`` is 1,000,000 memories with ``--embedder synthetic`` (unless another is
+given) and ``--index-after-load``: ``bench/synthetic.py``'s clustered, perturbed 384-dim
+vectors (embedding 1M texts with the model takes over an hour on two cores). Loading
+goes through the public WRITE path (``create_memory(store).write``) in batches of
+``--batch``: the plugins have no bulk path. ``--sqlite-file F`` keeps the SQLite store in
+``F`` (``--pg-schema S``: the PostgreSQL store in schema ``S``, not dropped at the end); a
+later run with the same ``F`` or ``S`` measures it as it is, without loading again (e.g.
+after a plugin change that indexes on open), or with ``--from N`` writes drafts ``N`` to
+``--n`` first; with ``--load-only`` a run writes and stops, so several processes can load
+disjoint ranges of one kept store (``--from A --n B``) and a last run measures it (the
+HNSW index is built then if it is missing).
 
 Qdrant runs in the client's **local mode** (``QdrantClient(path=…)``: in-process, brute
 force, no payload indexes; no Qdrant server can run here), so its figures are labelled
@@ -37,7 +60,9 @@ Latencies are p50/p95 in ms for one caller. The PostgreSQL URL comes from
 scripts/postgres.sh start``); the bench works in a schema of its own, dropped at the end.
 
     python bench/store_scale.py                      # 100k, sqlite and postgres
-    python bench/store_scale.py --million            # 1M (tens of minutes)
+    python bench/store_scale.py --million --stores postgres   # 1M (about an hour here)
+    python bench/store_scale.py --million --stores sqlite --vector-queries 50 \
+        --sqlite-file /tmp/sqlite1m.sqlite   # kept: measure again without loading
     python bench/store_scale.py --stores sqlite --n 20000
     python bench/store_scale.py --tenants 0,100      # unscoped vs one of 100 tenants
     python bench/store_scale.py --stores sqlite,postgres,qdrant --n 20000 --embedder hashing
@@ -74,10 +99,12 @@ text), so loading 100 tenants takes minutes, not an hour.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
 import re
+import resource
 import shutil
 import statistics
 import sys
@@ -90,6 +117,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import scale_index
 import scale_report
 
 from ditto_worker import Scope, create_memory
@@ -111,9 +139,9 @@ def vocabulary() -> list[str]:
 def drafts(n: int, seed: int, words: list[str]) -> Iterator[dict[str, Any]]:
     """``n`` memory drafts, deterministic for ``seed``."""
     rng = random.Random(seed)
-    weights = [1 / (rank + 10) for rank in range(len(words))]
-    for i in range(n):
-        text = " ".join(rng.choices(words, weights, k=rng.randint(12, 30)))
+    weights = list(itertools.accumulate(1 / (rank + 10) for rank in range(len(words))))
+    for i in range(n):  # cum_weights: the same draws as weights=, without O(words) per call
+        text = " ".join(rng.choices(words, cum_weights=weights, k=rng.randint(12, 30)))
         yield {
             "key": f"mem:{i}",
             "content": text,
@@ -159,7 +187,7 @@ def query_inputs(count: int, seed: int, words: list[str]) -> dict[str, list[dict
                 "limit": QUERY_LIMIT,
             }
         )
-        terms = " ".join(rng.sample(middle, rng.randint(2, 3)))
+        terms = " ".join(rng.sample(middle, 2))
         out["search"].append({"query": terms, "strategy": "keyword", "limit": 10})
     out["vector"] = [{**q, "strategy": "vector"} for q in out["search"]]
     out["hybrid"] = [{**q, "strategy": "hybrid"} for q in out["search"]]
@@ -246,8 +274,8 @@ def _write(memory: Any, batch: list[dict[str, Any]], scope: Scope | None = None)
     return len(result.output)
 
 
-Row = tuple[float, float, int]
-"""p50 ms, p95 ms and the number of calls they are over."""
+Row = tuple[float, float, int, float]
+"""p50 ms, p95 ms, the number of calls they are over and the 1-minute load average after."""
 
 
 def measure(
@@ -260,9 +288,13 @@ def measure(
     rows: dict[str, Row] = {}
 
     def kind(name: str, call: Callable[[dict[str, Any]], Any], given: list[dict[str, Any]]) -> None:
-        timed(call, given[:20], budget_s / 4)
+        timed(call, given[: min(20, max(1, len(given) // 10))], budget_s / 4)
         samples = timed(call, given, budget_s)
-        rows[name] = (*percentiles(samples), len(samples))
+        rows[name] = (*percentiles(samples), len(samples), os.getloadavg()[0])
+
+    if caps is not None and "vector" in caps.search_strategies:
+        (first,) = timed(memory.search, inputs["vector"][:1])
+        rows["vector first"] = (first, first, 1, os.getloadavg()[0])
 
     kinds = ["eq", "range", "sorted", "and"]
     if caps is not None and "metadata.*" not in caps.order_by_fields:
@@ -285,10 +317,14 @@ def measure(
 
 
 def embedder_of(kind: str) -> Any:
-    """The embedding provider of ``--embedder``: ``none``, ``hashing`` (384 dims) or
-    ``local`` (all-MiniLM-L6-v2)."""
+    """The embedding provider of ``--embedder``: ``none``, ``synthetic`` (384 dims,
+    ``bench/synthetic.py``), ``hashing`` (384 dims) or ``local`` (all-MiniLM-L6-v2)."""
     if kind == "none":
         return None
+    if kind == "synthetic":
+        from synthetic import SyntheticEmbedder
+
+        return SyntheticEmbedder(dims=384)
     if kind == "hashing":
         from ditto_worker.testing import HashingEmbedder
 
@@ -299,10 +335,14 @@ def embedder_of(kind: str) -> Any:
 
 
 @contextmanager
-def open_store(name: str, embedder: Any = None, query_fields: Sequence[str] = ()) -> Iterator[Any]:
+def open_store(
+    name: str, embedder: Any = None, query_fields: Sequence[str] = (), keep: str | None = None
+) -> Iterator[Any]:
     """A fresh, empty store ``sqlite`` (temp file), ``postgres`` (own schema), ``mysql``
     (own database), ``qdrant`` (local mode in a temp folder) or ``milvus`` (Milvus Lite 3
-    in a temp folder); ``query_fields``: the SQL stores' ``queryFields``."""
+    in a temp folder); ``query_fields``: the SQL stores' ``queryFields``. ``keep``: the
+    SQLite file or PostgreSQL schema to use and keep at the end (the store's
+    ``count_existing`` attribute says whether it existed before)."""
     declared = {"query_fields": list(query_fields)} if query_fields else {}
     if name == "milvus":
         from ditto_plugin_milvus import MilvusMemoryStore
@@ -327,6 +367,14 @@ def open_store(name: str, embedder: Any = None, query_fields: Sequence[str] = ()
             qdrant.close()
             shutil.rmtree(folder, ignore_errors=True)
         return
+    if name == "sqlite" and keep:
+        from ditto_plugin_sqlite import SqliteMemoryStore
+
+        existed = Path(keep).exists()
+        with SqliteMemoryStore(keep, embedder=embedder, **declared) as kept:
+            kept.count_existing = existed  # type: ignore[attr-defined]
+            yield kept
+        return
     if name == "sqlite":
         from ditto_plugin_sqlite import SqliteMemoryStore
 
@@ -346,19 +394,20 @@ def open_store(name: str, embedder: Any = None, query_fields: Sequence[str] = ()
 
     from ditto_plugin_postgres import PostgresMemoryStore
 
-    url = os.environ.get("DITTO_WORKER_MEMORY_POSTGRES_URL") or os.environ.get(
-        "DITTO_TEST_POSTGRES_URL"
-    )
-    if not url:
-        raise SystemExit("postgres: set DITTO_WORKER_MEMORY_POSTGRES_URL (scripts/postgres.sh)")
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    url = scale_index.postgres_url()
+    schema = keep or f"bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema])
+        existed = found.fetchone() is not None
     pg = PostgresMemoryStore(url, schema=schema, embedder=embedder, **declared)
+    pg.count_existing = existed  # type: ignore[attr-defined]
     try:
         yield pg
     finally:
         pg.close()
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        if not keep:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @contextmanager
@@ -401,23 +450,53 @@ def run(
     cap = args.caps.get(name)
     sizes = [size for size in args.sizes if cap is None or size <= cap]
     figures: dict[int, dict[str, Any]] = {}
-    with open_store(name, embedder_of(args.embedder), query_fields) as store:
+    keep = {"sqlite": args.sqlite_file, "postgres": args.pg_schema}.get(name)
+    opening = time.perf_counter()
+    with open_store(name, embedder_of(args.embedder), query_fields, keep) as store:
         memory = Scoped(create_memory(store), tenant(0, tenants))
+        memory.query({"limit": 1})  # opened: migrations, declared indexes built or dropped
+        args.open_s = time.perf_counter() - opening
         source, done = drafts(max(sizes, default=0), args.seed, words), 0
+        if getattr(store, "count_existing", False):  # --sqlite-file/--pg-schema kept before
+            sizes = sizes[-1:]
+            done = sizes[0] if args.start is None else args.start  # no --from: all of them
+            print(f"== {name}: {keep} holds the first {done:,} drafts")
+            source = itertools.islice(source, done, None)
         for size in sizes:
             print(f"== {name}: writing to {size:,} memories{spread} in batches of {args.batch:,}")
-            started = time.perf_counter()
-            rate = load(memory, source, size - done, args.batch, tenants, done)
-            loaded, done = time.perf_counter() - started, size
-            print(f"  WRITE {rate:,.0f} memories/s ({loaded:.1f} s)", flush=True)
-            caps = getattr(store, "capabilities", None)
-            rows = measure(memory, inputs, caps, args.budget_s)
-            total = time.perf_counter() - started
-            figures[size] = {"rate": rate, "load_s": loaded, "rows": rows, "total_s": total}
+            figures[size] = grow(name, store, memory, args, inputs, source, (size, done, tenants))
+            done = size
     for size in args.sizes:
         if size not in figures:
             print(f"== {name}: CAPPED at {cap:,} memories (--cap): not measured at {size:,}")
     return figures
+
+
+def grow(
+    name: str, store: Any, memory: Scoped, args: argparse.Namespace, inputs: Any,
+    source: Iterator[dict[str, Any]], sizes: tuple[int, int, int],
+) -> dict[str, Any]:  # fmt: skip
+    """Grow the store from ``done`` to ``size`` memories (``sizes = (size, done, tenants)``)
+    with the next drafts of ``source`` (PostgreSQL with ``--index-after-load``: without the
+    HNSW index, built after), then measure; the figures of this size."""
+    size, done, tenants = sizes
+    started = time.perf_counter()
+    deferred = name == "postgres" and args.index_after_load and args.embedder != "none"
+    if deferred and size > done:
+        scale_index.drop_hnsw(memory, store.schema)
+    rate = load(memory, source, size - done, args.batch, tenants, done)
+    loaded = time.perf_counter() - started
+    print(f"  WRITE {rate:,.0f} memories/s ({loaded:.1f} s)", flush=True)
+    if args.load_only:
+        return {"rate": rate, "load_s": loaded, "rows": {}, "total_s": loaded, "after": {}}
+    deferred = deferred and not scale_index.has_hnsw(store.schema)
+    after = scale_index.build_hnsw(store.schema, args.maintenance_work_mem) if deferred else {}
+    after["open s"] = args.open_s  # the store's open and first call (``run``)
+    after["size MB"] = scale_index.size_on_disk(name, store) / 2**20
+    rows = measure(memory, inputs, getattr(store, "capabilities", None), args.budget_s)
+    after["peak RSS MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    total = time.perf_counter() - started
+    return {"rate": rate, "load_s": loaded, "rows": rows, "total_s": total, "after": after}
 
 
 class CachedEmbedder:
@@ -449,7 +528,7 @@ def pipeline_bench(args: argparse.Namespace) -> int:
     others = [load_conversation(p) for p in sorted((REPO / "data" / "locomo").glob("*.json"))]
     questions = [q.question for q in main_conv.questions if q.evidence][: args.questions]
     counts = [int(c) for c in args.tenants.split(",")]
-    results: dict[str, dict[str, tuple[float, float]]] = {}
+    results: dict[str, dict[str, tuple[float, float, float]]] = {}
     for name in args.stores.split(","):
         for count in counts:
             label = f"{name}/{'own' if count == 0 else f'{count}t'}"
@@ -464,7 +543,7 @@ def pipeline_bench(args: argparse.Namespace) -> int:
                 for index in range(1, count):
                     other = others[index % len(others)]
                     _write(memory, turn_drafts(other), Scope("bench", f"t{index}"))
-                rows: dict[str, tuple[float, float]] = {}
+                rows: dict[str, tuple[float, float, float]] = {}
                 call = Scoped(memory, scope).search
                 plans = {
                     strategy: [{"query": q, "strategy": strategy, "limit": 10} for q in questions]
@@ -473,7 +552,7 @@ def pipeline_bench(args: argparse.Namespace) -> int:
                 for inputs in plans.values():  # warm-up: every query text embedded once
                     timed(call, inputs)
                 for strategy, inputs in plans.items():
-                    rows[strategy] = percentiles(timed(call, inputs))
+                    rows[strategy] = (*percentiles(timed(call, inputs)), os.getloadavg()[0])
                 results[label] = rows
     labels = list(results)
     print(f"\npipeline over {args.conversation} ({len(questions)} questions); p50 / p95 ms, "
@@ -483,9 +562,9 @@ def pipeline_bench(args: argparse.Namespace) -> int:
         cells = ""
         for label in labels:
             own = results[label.split("/")[0] + "/own"][strategy][0] if "/" in label else 0
-            p50, p95 = results[label][strategy]
+            p50, p95, load = results[label][strategy]
             ratio = p50 / own if own else 0.0
-            cells += f"{p50:>9.2f} / {p95:>7.2f} ({ratio:4.2f}x)"
+            cells += f"{p50:>9.2f} / {p95:>7.2f} ({ratio:4.2f}x) @{load:4.1f}"
         print(f"{strategy:<10}{cells}")
     return 0
 
@@ -516,9 +595,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stores", default="sqlite,postgres", help="comma-separated")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
-        "--embedder", default="none", choices=("none", "hashing", "local"),
-        help="embed on WRITE and measure vector/hybrid SEARCH (hashing: 384 dims, no model)",
-    )  # fmt: skip
+        "--embedder",
+        choices=("none", "synthetic", "hashing", "local"),
+        help="embed on WRITE and measure vector/hybrid SEARCH (synthetic, hashing: 384 dims, "
+        "no model); default none (--million: synthetic)",
+    )
+    parser.add_argument("--vector-queries", type=int, help="vector/hybrid calls (--queries)")
+    parser.add_argument(
+        "--index-after-load",
+        action="store_true",
+        help="postgres: build the HNSW index after the load (implied by --million)",
+    )
+    parser.add_argument(
+        "--maintenance-work-mem",
+        default="3GB",
+        help="postgres: maintenance_work_mem of the index-building session",
+    )
+    parser.add_argument(
+        "--sqlite-file", help="sqlite: use and keep this file; an existing one is not reloaded"
+    )
+    parser.add_argument(
+        "--pg-schema", help="postgres: use and keep this schema; an existing one is not reloaded"
+    )
+    parser.add_argument(
+        "--from",
+        dest="start",
+        type=int,
+        help="with a kept store that exists: it holds the first N drafts; write N..--n "
+        "(default: it holds all --n)",
+    )
+    parser.add_argument("--load-only", action="store_true", help="write, then stop")  # fmt: skip
     parser.add_argument(
         "--tenants", default="0", help="comma-separated tenant counts; 0 = unscoped, e.g. 0,100"
     )
@@ -550,13 +656,17 @@ def measure_stores(args: argparse.Namespace) -> dict[str, Any]:
     """Run every store of ``--stores`` (and tenant count of ``--tenants``) at every size
     of ``--sizes``; the report :mod:`scale_report` prints, saves and plots."""
     if args.million:
-        args.sizes = [1_000_000]
+        args.sizes, args.index_after_load = [1_000_000], True
+        args.embedder = args.embedder or "synthetic"
     elif args.sizes is None:
         args.sizes = [args.n]
     args.sizes = sorted(set(args.sizes))
     args.caps = scale_report.parse_caps(args.cap)
+    args.embedder = args.embedder or "none"
     words = vocabulary()
     inputs = query_inputs(args.queries, args.seed, words)
+    for strategy in ("vector", "hybrid"):
+        inputs[strategy] = inputs[strategy][: args.vector_queries or args.queries]
     label = {"qdrant": "qdrant-local", "milvus": "milvus-lite"}
     load_before = os.getloadavg()
     declared = tuple(f for f in args.query_fields.split(",") if f)
@@ -573,6 +683,7 @@ def measure_stores(args: argparse.Namespace) -> dict[str, Any]:
         "command": "python bench/store_scale.py " + " ".join(sys.argv[1:]),
         "sizes": args.sizes,
         "queries": args.queries,
+        "vector_queries": args.vector_queries or args.queries,
         "budget_s": args.budget_s,
         "embedder": args.embedder,
         "caps": {label.get(k, k): v for k, v in args.caps.items()},

@@ -77,3 +77,19 @@ def test_caps_parse_and_refuse_malformed() -> None:
     assert report.parse_caps("") == {}
     with pytest.raises(SystemExit, match="STORE=SIZE"):
         report.parse_caps("milvus:10")
+
+
+def test_the_table_shows_load_averages_and_figures_after_the_load(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report = _module()
+    given = _report()
+    sqlite = given["stores"]["sqlite"][100]
+    sqlite["rows"]["QUERY eq"] = [2.5, 5.0, 20, 7.25]
+    sqlite["after"] = {"index build s": 812.4, "size MB": 4096.0}
+    report.print_report(given)
+    out = capsys.readouterr().out.split("100 memories; latency")[1]
+    assert "2.50 / 5.00 @7.2" in out  # the 1-minute load average beside the figure
+    assert "7.50 / 10.00" in out and "10.00 @" not in out  # a row without one has none
+    assert "index build s" in out and "812.4" in out
+    assert "size MB" in out and "4,096.0" in out
