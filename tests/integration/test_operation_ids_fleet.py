@@ -21,12 +21,12 @@ from ditto_worker import Scope, create_memory, create_memory_worker
 from ditto_worker.config import FleetSettings
 from ditto_worker.fleet.client import DittoClient
 from ditto_worker.testing import InMemoryMemoryStore
-from tests.conftest import postgres_url
+from tests.conftest import mysql_url, postgres_url
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres", "qdrant-local"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "qdrant-local", "mysql"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
     if request.param == "memory":
         yield InMemoryMemoryStore
@@ -36,6 +36,8 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
         from ditto_plugin_qdrant import QdrantMemoryStore
 
         yield lambda: QdrantMemoryStore(path=str(tmp_path / "qdrant"))
+    elif request.param == "mysql":
+        yield from _mysql_stores()
     else:
         from ditto_plugin_postgres import PostgresMemoryStore
 
@@ -46,6 +48,27 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
             store.close()
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _mysql_stores() -> Iterator[Callable[[], Any]]:
+    """Stores on a fresh MySQL database, dropped afterwards."""
+    import pymysql
+
+    from ditto_plugin_mysql import MysqlMemoryStore
+    from ditto_plugin_mysql.db import parse_url
+
+    url, database = mysql_url(), f"t_{uuid.uuid4().hex}"
+    stores: list[Any] = []
+    yield lambda: stores.append(MysqlMemoryStore(url, database=database)) or stores[-1]
+    for store in stores:
+        store.close()
+    a = parse_url(url)
+    conn = pymysql.connect(host=a.host, port=a.port, user=a.user, password=a.password)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
+    finally:
+        conn.close()
 
 
 def test_a_replay_after_expiry_or_revoke_applies_nothing_twice(

@@ -176,7 +176,7 @@ def test_images_are_pinned() -> None:
         assert compose()["services"][name]["build"] == "."
     assert images["infer"] == f"ditto-worker-infer:{version}"
     extras = compose()["services"]["infer"]["build"]["args"]["EXTRAS"]
-    assert extras == "ops,qdrant,milvus,gateway,infer"
+    assert extras == "ops,qdrant,milvus,mysql,gateway,infer"
     bases = re.findall(r"^FROM\s+(\S+)", (REPO / "Dockerfile").read_text(), re.M)
     assert bases and all(_tag(b) not in ("", "latest") and DIGEST.search(b) for b in bases)
 
@@ -345,3 +345,24 @@ def test_context_and_infer_workers_get_their_endpoints() -> None:
     assert "- ditto-data:/data" in (REPO / "compose.yaml").read_text()
     # the shared worker settings reach it too (one anchor)
     assert infer["environment"]["DITTO_WORKER_MEMORY_SQLITE_PATH"] == "/data/memory.sqlite"
+
+
+def test_the_mysql_profile_points_every_worker_at_its_mariadb() -> None:
+    # `DITTO_WORKER_MEMORY_STORE=mysql docker compose --profile mysql up` (docs/stores-mysql.md):
+    # the tested server, the store's URL in every worker, the driver in every worker image
+    services = compose()["services"]
+    server = services["mariadb"]
+    assert server["profiles"] == ["mysql"] and server["image"].startswith("mariadb:10.11.")
+    env = server["environment"]
+    assert env["MARIADB_USER"] == "ditto" and env["MARIADB_DATABASE"] == "ditto"
+    password = env["MARIADB_PASSWORD"]
+    assert password.startswith("${DITTO_MYSQL_PASSWORD")
+    url = f"mysql://ditto:{password}@mariadb:3306/ditto"
+    for name in WORKERS:
+        worker = services[name]
+        assert worker["environment"]["DITTO_WORKER_MEMORY_MYSQL_URL"] == url, name
+        assert worker["depends_on"]["mariadb"] == {
+            "condition": "service_healthy", "required": False}  # fmt: skip
+    default = re.search(r"^ARG EXTRAS=(\S+)", (REPO / "Dockerfile").read_text(), re.M)
+    assert default is not None and "mysql" in default.group(1).split(",")
+    assert "mysql" in services["infer"]["build"]["args"]["EXTRAS"].split(",")

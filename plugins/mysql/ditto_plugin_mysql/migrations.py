@@ -20,6 +20,14 @@ Version 1 (InnoDB, ``utf8mb4``; ids, keys and namespaces ``utf8mb4_bin``)::
     memory_vectors(scope, seq, embedding)       -- PK (scope, seq): float32 BLOBs
     executions(ref PK, namespace, execution_id, node, output, created_at)
 
+Version 2 (``operation ids``, :mod:`ditto_plugin_mysql.operations`)::
+
+    memories.operation_id                -- added column, NULL for older records
+    operations(ref PK, namespace, operation_id, node, digest, output, created_at)
+
+MySQL 8 has no ``ADD COLUMN IF NOT EXISTS`` (MariaDB has), so an added column is an
+:class:`AddColumn` step: run only when ``information_schema.columns`` lacks it.
+
 ``seq`` is the store sequence (creation order, the keyset tie-break), handed out by the
 writer from ``store_settings.sequence`` under that row's lock, so it follows commit order
 and is never reused. ``key_hash`` is SHA-256 of the key's UTF-8 bytes: keys of any length
@@ -40,11 +48,14 @@ import pymysql
 
 from ditto_plugin_mysql.db import Conn
 from ditto_plugin_mysql.executions import MIGRATION as _EXECUTIONS
+from ditto_plugin_mysql.operations import COLUMN as _OPERATION_COLUMN
+from ditto_plugin_mysql.operations import LEDGER as _OPERATIONS
 from ditto_worker.errors import ErrorCode, MemoryError
 
 __all__ = [
     "LATEST_VERSION",
     "MIGRATIONS",
+    "AddColumn",
     "MigrationReport",
     "check_schema",
     "check_database_name",
@@ -55,7 +66,21 @@ _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _TABLE: Final = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin ROW_FORMAT=DYNAMIC"
 _LOCK_WAIT_S: Final = 60
 
-MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
+
+@dataclass(frozen=True)
+class AddColumn:
+    """A migration step adding ``column`` (of SQL type ``definition``) to ``table`` of
+    the store's database unless it has it (a re-run is safe on MySQL 8 too)."""
+
+    table: str
+    column: str
+    definition: str
+
+
+Step = str | AddColumn
+"""A migration step: a statement written to be re-run safely, or an :class:`AddColumn`."""
+
+MIGRATIONS: Final[tuple[tuple[int, str, tuple[Step, ...]], ...]] = (
     (
         1,
         "memories",
@@ -99,6 +124,11 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
                 UNIQUE KEY memory_vectors_seq (seq)) {_TABLE}""",
             _EXECUTIONS,
         ),
+    ),
+    (
+        2,
+        "operation ids",
+        (AddColumn("memories", "operation_id", _OPERATION_COLUMN), _OPERATIONS),
     ),
 )
 """``(version, name, statements)`` in order, run in the store's database."""
@@ -182,13 +212,26 @@ def _apply(cur: pymysql.cursors.Cursor) -> tuple[int, ...]:
     for version, label, statements in MIGRATIONS:
         if version in done:
             continue
-        for statement in statements:
-            cur.execute(statement)
+        for step in statements:
+            _run(cur, step)
         cur.execute(
             "INSERT INTO ditto_migrations (version, name) VALUES (%s, %s)", [version, label]
         )
         applied.append(version)
     return tuple(applied)
+
+
+def _run(cur: pymysql.cursors.Cursor, step: Step) -> None:
+    if isinstance(step, str):
+        cur.execute(step)
+        return
+    cur.execute(
+        "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() "
+        "AND table_name = %s AND column_name = %s",
+        [step.table, step.column],
+    )
+    if not (cur.fetchone() or (0,))[0]:
+        cur.execute(f"ALTER TABLE `{step.table}` ADD COLUMN `{step.column}` {step.definition}")
 
 
 def check_schema(conn: Conn, database: str) -> None:

@@ -1,24 +1,38 @@
 """Encoding and decoding of records for the MySQL store (no I/O).
 
 JSON goes to the server as compact text (``content``/``metadata`` are ``LONGTEXT``);
-rows come back as ``(seq, id, key, content, metadata, …)`` (:data:`COLUMNS`).
+rows come back as ``(seq, id, key, content, metadata, operation_id, …)`` (:data:`COLUMNS`;
+:data:`WIDTH` columns, then whatever a statement selects after them).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ditto_plugin_mysql.sql import sort_number
-from ditto_worker.contracts import MemoryItem
+from ditto_worker.contracts import MemoryItem, MemoryUpdateEntry
 from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.memory.operations import condition_failed, metadata_holds
 
-__all__ = ["COLUMNS", "Row", "check_batch_keys", "dump", "item", "marks", "sort_value"]
+__all__ = [
+    "COLUMNS",
+    "WIDTH",
+    "Row",
+    "check_batch_keys",
+    "check_targets",
+    "dump",
+    "item",
+    "marks",
+    "sort_value",
+]
 
 Row = tuple[Any, ...]
-COLUMNS: Final = "m.seq, m.id, m.`key`, m.content, m.metadata"
+COLUMNS: Final = "m.seq, m.id, m.`key`, m.content, m.metadata, m.operation_id"
 """The record columns every read selects first."""
+WIDTH: Final = 6
+"""How many columns :data:`COLUMNS` selects."""
 
 
 def marks(values: Sequence[Any]) -> str:
@@ -37,19 +51,22 @@ def dump(value: Any, where: str) -> str:
 
 
 def item(row: Row) -> MemoryItem:
-    """The MemoryItem of a row ``(seq, id, key, content text, metadata text, …)``."""
+    """The MemoryItem of a row ``(seq, id, key, content text, metadata text,
+    operation_id, …)``."""
     return MemoryItem(
         id=row[1],
         key=row[2],
         content=json.loads(row[3]),
         metadata=None if row[4] is None else json.loads(row[4]),
+        operation_id=row[5],
     )
 
 
 def sort_value(row: Row, index: int) -> tuple[int, int | float | str]:
     """The cursor sort value ``(rank, value)`` of term ``index`` from its ``r/d/x/t``
-    columns (after the five record columns)."""
-    rank, double, exact, text = row[5 + 4 * index : 9 + 4 * index]
+    columns (after the :data:`WIDTH` record columns)."""
+    start = WIDTH + 4 * index
+    rank, double, exact, text = row[start : start + 4]
     if rank in (1, 5):
         return (int(rank), sort_number(None if double is None else float(double), exact))
     if rank == 2:
@@ -73,3 +90,21 @@ def check_batch_keys(keys: Sequence[str | None]) -> None:
                 ErrorCode.CONFLICT, f"memories[{index}].key repeats memories[{seen[key]}].key"
             )
         seen[key] = index
+
+
+def check_targets(entries: Sequence[MemoryUpdateEntry], found: Mapping[str, Row]) -> None:
+    """Check an UPDATE batch against its rows (``id -> row`` of :data:`COLUMNS`, locked
+    ``FOR UPDATE``) before anything of it is written.
+
+    Raises:
+        MemoryError: ``NOT_FOUND`` for an id without a row; ``CONFLICT`` for an
+            ``ifMetadata`` the row's metadata does not hold (MEM-UPDATE-5).
+    """
+    for index, entry in enumerate(entries):
+        row = found.get(entry.id)
+        if row is None:
+            raise MemoryError(ErrorCode.NOT_FOUND, f"memories[{index}]: no memory with this id")
+        held = entry.if_metadata
+        if held is not None and not metadata_holds(None if row[4] is None else json.loads(row[4]),
+                                                   held):  # fmt: skip
+            raise condition_failed(index)

@@ -20,7 +20,7 @@ from typing import Final
 
 from ditto_plugin_mysql.db import Conn
 from ditto_plugin_mysql.keywords import keyword_plan
-from ditto_plugin_mysql.rows import COLUMNS, item, marks
+from ditto_plugin_mysql.rows import COLUMNS, WIDTH, item, marks
 from ditto_plugin_mysql.sql import Sql, compile_filter
 from ditto_plugin_mysql.vectors import nearest
 from ditto_worker.contracts import MemorySearchInput
@@ -44,6 +44,8 @@ KEYWORD_CAPABILITIES: Final = StoreCapabilities(
     batch_atomic=True,
     cancel=True,
     scope=True,
+    operation_ids=True,
+    conditional_update=True,
     extras=_EXTRAS,
 )
 """What a store without an embedding provider declares."""
@@ -59,6 +61,8 @@ VECTOR_CAPABILITIES: Final = StoreCapabilities(
     batch_atomic=True,
     cancel=True,
     scope=True,
+    operation_ids=True,
+    conditional_update=True,
     search_options=VECTOR_OPTIONS,
     extras=_EXTRAS | {"embed_on_write"},
 )
@@ -92,7 +96,7 @@ class SearchMixin(NativeSearch):
                     [*plan.params, scope, *where.params, limit],
                 )
                 rows = cur.fetchall()
-        return [(item(row), float(row[5])) for row in rows]
+        return [(item(row), float(row[WIDTH])) for row in rows]
 
     def _vector_hits(
         self,

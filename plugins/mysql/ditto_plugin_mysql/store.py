@@ -6,7 +6,9 @@ forked worker builds its own). One transaction per batch; writers queue on the
 Rules owned here: MEM-GET-2/5, MEM-QUERY-2/3/4, MEM-WRITE-2/3, MEM-UPDATE-1/2/4,
 MEM-DELETE-2/3, MEM-SEARCH-1/2/3, MEM-PY-5/6/11/12, MEM-RUN-2, MEM-ERR-4; with an
 embedding provider also MEM-WRITE-4, MEM-SEARCH-6, MEM-RET-4. WRITE/UPDATE/DELETE are
-exactly-once per execution id (:mod:`.executions`). Tested on MariaDB 10.11.
+exactly-once per execution id (:mod:`.executions`) and per operation id (MEM-RUN-7,
+:mod:`.operations`); UPDATE's ``ifMetadata`` is checked on the rows locked ``FOR UPDATE``
+(MEM-UPDATE-5). Tested on MariaDB 10.11.
 """
 
 from __future__ import annotations
@@ -18,9 +20,19 @@ from typing import Any, Final
 
 from ditto_plugin_mysql import keywords
 from ditto_plugin_mysql.db import Conn
-from ditto_plugin_mysql.executions import claim_replay, record
 from ditto_plugin_mysql.lifecycle import Lifecycle
-from ditto_plugin_mysql.rows import COLUMNS, Row, check_batch_keys, dump, item, marks, sort_value
+from ditto_plugin_mysql.operations import claim_call, record_call
+from ditto_plugin_mysql.rows import (
+    COLUMNS,
+    WIDTH,
+    Row,
+    check_batch_keys,
+    check_targets,
+    dump,
+    item,
+    marks,
+    sort_value,
+)
 from ditto_plugin_mysql.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES, SearchMixin
 from ditto_plugin_mysql.settings import lock_sequence, set_sequence
 from ditto_plugin_mysql.sql import (
@@ -53,6 +65,7 @@ from ditto_worker.memory.filters import (
     query_fingerprint,
     timestamp_now,
 )
+from ditto_worker.memory.operations import operation_of
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.text import keyword_text
@@ -219,8 +232,10 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         blobs = self._embed([(d.content, d.metadata) for d in drafts])
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
+        op = operation_of(options, "MEMORY.WRITE", input)
+        op_id = None if op is None else op.id
         with self._write(options) as conn:
-            replay = claim_replay(conn, eid, "MEMORY.WRITE", ns)
+            replay = claim_call(conn, "MEMORY.WRITE", op, eid, ns)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(i) for i in replay]
             last = lock_sequence(conn)
@@ -230,14 +245,14 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
             seqs = list(range(last + 1, last + 1 + len(drafts)))
             sizes = [sum(c.values()) for c in counts]
             rows = [
-                (seq, scope, i, None if k is None else key_hash(k), k, c, m, now, now, n)
+                (seq, scope, i, None if k is None else key_hash(k), k, c, m, now, now, n, op_id)
                 for seq, i, k, c, m, n in zip(seqs, ids, keys, contents, metas, sizes, strict=True)
             ]
             with conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO memories (seq, scope, id, key_hash, `key`, content, metadata, "
-                    "created_at, updated_at, terms) VALUES "
-                    "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    "created_at, updated_at, terms, operation_id) VALUES "
+                    "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     rows,
                 )
             postings = [r for s, c in zip(seqs, counts, strict=True)
@@ -248,10 +263,10 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
             set_sequence(conn, last + len(drafts))
             items = [
                 MemoryItem(id=i, key=k, content=json.loads(c),
-                           metadata=None if m is None else json.loads(m))
+                           metadata=None if m is None else json.loads(m), operation_id=op_id)
                 for i, k, c, m in zip(ids, keys, contents, metas, strict=True)
             ]  # fmt: skip
-            record(conn, eid, [to_wire(i) for i in items], self._retention_s, ns)
+            record_call(conn, op, eid, [to_wire(i) for i in items], self._retention_s, ns)
         return items
 
     def _last_created(self, conn: Conn) -> str | None:
@@ -277,8 +292,8 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
                 )
 
     def _locked_rows(self, conn: Conn, scope: int, ids: Sequence[str]) -> dict[str, Row]:
-        """``id -> (seq, id, key, content, metadata, terms)`` of the scope's records with
-        these ids, locked until the transaction ends (exact ids)."""
+        """``id -> (seq, id, key, content, metadata, operation_id, terms)`` of the scope's
+        records with these ids, locked until the transaction ends (exact ids)."""
         found: dict[str, Row] = {}
         for chunk in _chunks(list(dict.fromkeys(ids))):
             with conn.cursor() as cur:
@@ -296,8 +311,13 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         """Apply partial updates in one transaction (MEM-UPDATE-1): an omitted field keeps
         its value, ``metadata`` replaces the whole object, ``content: null`` is a value.
 
+        An entry's ``ifMetadata`` is checked against the row locked ``FOR UPDATE`` (no
+        other writer can change it before COMMIT), so the check and the write are atomic
+        (MEM-UPDATE-5).
+
         Raises:
             MemoryError: ``NOT_FOUND`` (nothing applied) when an id does not exist;
+                ``CONFLICT`` (nothing applied) when an ``ifMetadata`` does not hold;
                 ``INVALID_INPUT`` for content/metadata that is not JSON.
         """
         for index, entry in enumerate(input.memories):  # checked before any I/O
@@ -307,29 +327,31 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
                 dump(entry.metadata, f"memories[{index}].metadata")
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
+        op = operation_of(options, "MEMORY.UPDATE", input)
         self._check_identity()
         with self._write(options) as conn:
-            replay = claim_replay(conn, eid, "MEMORY.UPDATE", ns)
-            if replay is not None:
+            replay = claim_call(conn, "MEMORY.UPDATE", op, eid, ns)
+            if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(i) for i in replay]
             scope = self._scope_id(conn, ns, create=False)
             found = {} if scope is None else self._locked_rows(conn, scope, [
                 e.id for e in input.memories])  # fmt: skip
-            for index, entry in enumerate(input.memories):
-                if entry.id not in found:
-                    raise MemoryError(
-                        ErrorCode.NOT_FOUND, f"memories[{index}]: no memory with this id"
-                    )
+            check_targets(input.memories, found)
             now = timestamp_now()
-            items = [self._apply(conn, scope or 0, found, entry, now) for entry in input.memories]
-            record(conn, eid, [to_wire(i) for i in items], self._retention_s, ns)
+            op_id = None if op is None else op.id
+            items = [
+                self._apply(conn, scope or 0, found, entry, now, op_id) for entry in input.memories
+            ]
+            record_call(conn, op, eid, [to_wire(i) for i in items], self._retention_s, ns)
         return items
 
     def _apply(
-        self, conn: Conn, scope: int, found: dict[str, Row], entry: MemoryUpdateEntry, now: str
-    ) -> MemoryItem:
-        """One entry of an UPDATE: the row, its terms and its vector (``found`` follows)."""
-        seq, memory_id, key, content_text, meta_text, old_terms = found[entry.id]
+        self, conn: Conn, scope: int, found: dict[str, Row], entry: MemoryUpdateEntry, now: str,
+        op_id: str | None,
+    ) -> MemoryItem:  # fmt: skip
+        """One entry of an UPDATE: the row, its terms and its vector (``found`` follows);
+        the row now names ``op_id`` (``None`` clears an earlier operation's id)."""
+        seq, memory_id, key, content_text, meta_text, _, old_terms = found[entry.id]
         content = entry.content if entry.has_content else json.loads(content_text)
         metadata = entry.metadata if entry.has_metadata else (
             None if meta_text is None else json.loads(meta_text))  # fmt: skip
@@ -341,17 +363,19 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         meta_json = None if metadata is None else dump(metadata, "metadata")
         with conn.cursor() as cur:
             cur.execute(
-                "UPDATE memories SET updated_at = %s, content = %s, metadata = %s, terms = %s "
-                "WHERE seq = %s",
-                [now, content_json, meta_json, size, seq],
+                "UPDATE memories SET updated_at = %s, content = %s, metadata = %s, terms = %s, "
+                "operation_id = %s WHERE seq = %s",
+                [now, content_json, meta_json, size, op_id, seq],
             )
         if reindex:
             keywords.unindex(conn, [int(seq)])
             keywords.insert_terms(conn, keywords.index_rows(scope, int(seq), counts))
             keywords.adjust(conn, scope, [(int(old_terms), size)])
             self._store_vectors(conn, scope, [int(seq)], self._embed([(content, metadata)]))
-        found[entry.id] = (seq, memory_id, key, content_json, meta_json, size)
-        return MemoryItem(id=memory_id, key=key, content=content, metadata=metadata)
+        found[entry.id] = (seq, memory_id, key, content_json, meta_json, op_id, size)
+        return MemoryItem(
+            id=memory_id, key=key, content=content, metadata=metadata, operation_id=op_id
+        )
 
     def delete(
         self, input: MemoryDeleteInput, options: MemoryCallOptions | None = None
@@ -361,8 +385,9 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         ids = list(dict.fromkeys(input.ids))
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
+        op = operation_of(options, "MEMORY.DELETE", input)
         with self._write(options) as conn:
-            replay = claim_replay(conn, eid, "MEMORY.DELETE", ns)
+            replay = claim_call(conn, "MEMORY.DELETE", op, eid, ns)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             scope = self._scope_id(conn, ns, create=False)
@@ -374,7 +399,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
                     cur.execute(f"DELETE FROM memory_vectors WHERE seq IN ({marks(chunk)})", chunk)
             keywords.unindex(conn, seqs)
             if scope is not None:
-                keywords.adjust(conn, scope, [(int(row[5]), 0) for row in found.values()])
+                keywords.adjust(conn, scope, [(int(row[WIDTH]), 0) for row in found.values()])
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])
-            record(conn, eid, to_wire(output), self._retention_s, ns)
+            record_call(conn, op, eid, to_wire(output), self._retention_s, ns)
         return output
