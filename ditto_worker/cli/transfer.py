@@ -24,9 +24,10 @@ line before writing anything (:class:`TransferError` names the line and the fiel
 
 So a re-run of the same file (same ``batch_size``) replays every WRITE: the store applies
 nothing twice. A target that keeps no operation ids (``capabilities.operation_ids``
-false: MySQL, Milvus today) cannot do that: records whose key the target already holds
-with the same content and metadata are skipped, others are written, their operation ids
-are dropped, and the summary counts what a re-run would write again (keyless records).
+false: none of the five stores today, a third-party plugin may) cannot do that: records
+whose key the target already holds with the same content and metadata are skipped, others
+are written, their operation ids are dropped, and the summary counts what a re-run would
+write again (keyless records).
 
 Not carried, because the contract has no way to read or set them: ids (new ones),
 ``createdAt``/``updatedAt`` (the import's time; creation order is kept, except that the

@@ -26,7 +26,7 @@ from tests.conftest import mysql_url, postgres_url
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres", "qdrant-local", "mysql"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "qdrant-local", "mysql", "milvus-lite"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
     if request.param == "memory":
         yield InMemoryMemoryStore
@@ -38,6 +38,13 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
         yield lambda: QdrantMemoryStore(path=str(tmp_path / "qdrant"))
     elif request.param == "mysql":
         yield from _mysql_stores()
+    elif request.param == "milvus-lite":
+        from ditto_plugin_milvus import MilvusMemoryStore
+
+        milvus: list[Any] = []
+        yield lambda: milvus.append(MilvusMemoryStore(uri=str(tmp_path / "m.db"))) or milvus[-1]
+        for store in milvus:
+            store.close()
     else:
         from ditto_plugin_postgres import PostgresMemoryStore
 

@@ -82,6 +82,8 @@ def capabilities_for(
         partial_commit=_PARTIAL,
         cancel=True,
         scope=True,
+        operation_ids=True,  # as safe as Milvus allows: :mod:`ditto_plugin_milvus.operations`
+        conditional_update=False,  # no compare-and-set in Milvus: ifMetadata is UNSUPPORTED
         extras=frozenset(extras | (set() if lite else {"multi_process"})),
     )
 
@@ -174,6 +176,7 @@ class MilvusCollection(NativeSearch):
         self.collection_per_scope = collection_per_scope
         self._index_fields = tuple(index_fields)
         self._opened: dict[str, _Opened] = {}
+        self._ledgers: dict[str, int] = {}  # operation ledgers opened, by connection generation
         self._ready_lock = threading.Lock()
         self._clock = _Clock()
         exact = embedder is not None and vector_index == "FLAT"
@@ -196,7 +199,7 @@ class MilvusCollection(NativeSearch):
     def close(self) -> None:
         """Close the client (Milvus Lite: stop its server, release the folder); idempotent."""
         self._conn.close()
-        self._opened = {}
+        self._opened, self._ledgers = {}, {}
 
     def __enter__(self) -> MilvusCollection:
         return self

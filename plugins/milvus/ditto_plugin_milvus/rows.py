@@ -7,8 +7,9 @@ One collection holds every namespace's memories, one row each::
     key      VARCHAR, nullable, INVERTED   the memory's key (null when none)
     seq      INT64, INVERTED               creation instant, µs since the epoch (the sequence)
     upd      INT64, INVERTED               last update instant, µs since the epoch
-    content  JSON  {"v": <content>}        wrapped: Milvus reads a top-level JSON string back
-    metadata JSON  {"v": <metadata>}       badly, and a null value would be a null field
+    content  JSON  {"v": <content>,        wrapped: Milvus reads a top-level JSON string back
+                    "op": <operation id>}  badly, and a null value would be a null field;
+    metadata JSON  {"v": <metadata>}       "op" only on a record an operation id wrote
     sh       JSON  {"ft","fn","fs","fb"}   typed shadow fields (ditto_plugin_milvus.expressions)
     terms    VARCHAR, standard analyzer    keyword tokens (ditto_plugin_milvus.keywords)
     sparse   SPARSE_FLOAT_VECTOR           BM25 function output of ``terms``
@@ -17,7 +18,10 @@ One collection holds every namespace's memories, one row each::
 
 Milvus has no nullable vector on every version, so a row without an embedding (no text,
 or outside the embed policy) stores a fixed unit vector and ``dv = false``; vector search
-filters on ``dv``.
+filters on ``dv``. The operation id (SPEC.md MEM-RUN-7, :mod:`ditto_plugin_milvus.operations`)
+rides in the content wrapper rather than in a field of its own: Milvus Lite cannot add a
+field to an existing collection, and collections made before it keep working (their
+records have no ``op``).
 
 Size limits (checked before anything is sent, ``INVALID_INPUT`` naming the field): a
 JSON field holds at most :data:`MAX_JSON_BYTES` (65,536) bytes — Milvus's limit — so
@@ -48,6 +52,7 @@ __all__ = [
     "json_text",
     "memory_row",
     "row_bytes",
+    "row_operation",
     "schema",
 ]
 
@@ -137,8 +142,10 @@ def memory_row(
     terms: str,
     dense: list[float] | None,
     dims: int | None,
+    operation_id: str | None = None,
 ) -> dict[str, Any]:
-    """The row of one memory (module docstring); JSON fields as checked JSON text.
+    """The row of one memory (module docstring); JSON fields as checked JSON text;
+    ``operation_id``: the operation that writes this state (``None``: none).
 
     Raises:
         MemoryError: ``INVALID_INPUT`` naming ``where`` + the field for JSON over the
@@ -154,7 +161,10 @@ def memory_row(
         "key": key,
         CREATED: created_us,
         UPDATED: updated_us,
-        "content": _checked({"v": content}, f"{where}.content"),
+        "content": _checked(
+            {"v": content} if operation_id is None else {"v": content, "op": operation_id},
+            f"{where}.content",
+        ),
         "metadata": _checked(
             {"v": None if metadata is None else dict(metadata)}, f"{where}.metadata"
         ),
@@ -202,6 +212,15 @@ def _unwrap(value: Any) -> Any:
     return value.get("v") if isinstance(value, dict) else None
 
 
+def row_operation(row: Mapping[str, Any]) -> str | None:
+    """The operation id a row read with ``content`` carries, or ``None``."""
+    value = row.get("content")
+    if isinstance(value, str | bytes):
+        value = json.loads(value)
+    op = value.get("op") if isinstance(value, dict) else None
+    return op if isinstance(op, str) else None
+
+
 def item(row: Mapping[str, Any]) -> MemoryItem:
     """The MemoryItem of a row read with :data:`OUTPUT`."""
     return MemoryItem(
@@ -209,4 +228,5 @@ def item(row: Mapping[str, Any]) -> MemoryItem:
         key=row.get("key"),
         content=_unwrap(row.get("content")),
         metadata=_unwrap(row.get("metadata")),
+        operation_id=row_operation(row),
     )

@@ -25,6 +25,10 @@ Behaviour (declared in ``capabilities``):
 * Batches are not atomic (``partial_commit``): rows are sent in requests of at most
   ``max_message_bytes``; a failure part-way leaves the requests already applied. An UPDATE
   is an upsert of whole rows: one racing with a DELETE of the same id can bring it back.
+* Operation ids (MEM-RUN-7): a ledger beside the collection, a WRITE's ids taken from
+  the operation, the id carried by the records, a ``pending`` entry a replay completes;
+  the race Milvus leaves is in :mod:`ditto_plugin_milvus.operations`. Conditional UPDATE
+  (``ifMetadata``) is ``UNSUPPORTED``: Milvus has no compare-and-set.
 * Cancel: a cancel seen before the first mutation request commits nothing; once started,
   a mutation is completed. Reads check the token before each request.
 * QUERY: ``orderBy`` on ``createdAt`` or ``updatedAt`` (one term; metadata order is
@@ -46,8 +50,9 @@ from typing import Any
 from ditto_plugin_milvus.collection import Row
 from ditto_plugin_milvus.expressions import CREATED
 from ditto_plugin_milvus.keywords import document_terms
+from ditto_plugin_milvus.operations import MilvusOperations, memory_id
 from ditto_plugin_milvus.reads import MilvusReads
-from ditto_plugin_milvus.rows import OUTPUT, item, memory_row
+from ditto_plugin_milvus.rows import OUTPUT, item, memory_row, row_operation
 from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemoryDeleteOutput,
@@ -55,8 +60,10 @@ from ditto_worker.contracts import (
     MemoryUpdateEntry,
     MemoryUpdateInput,
     MemoryWriteInput,
+    to_wire,
 )
 from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.memory.operations import Operation, operation_of
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.text import embedding_text
 from ditto_worker.memory.vectors import content_vectors
@@ -68,7 +75,7 @@ def _conflict(index: int, where: str) -> MemoryError:
     return MemoryError(ErrorCode.CONFLICT, f"memories[{index}].key {where}")
 
 
-class MilvusMemoryStore(MilvusReads):
+class MilvusMemoryStore(MilvusReads, MilvusOperations):
     """MemoryStore and native MemorySearchProvider on one Milvus collection.
 
     Args:
@@ -137,6 +144,7 @@ class MilvusMemoryStore(MilvusReads):
         created: int,
         updated: int,
         dense: list[float] | None,
+        op_id: str | None = None,
     ) -> Row:
         return memory_row(
             where,
@@ -150,17 +158,20 @@ class MilvusMemoryStore(MilvusReads):
             terms=document_terms(content, key, metadata, self._index_fields),
             dense=dense,
             dims=self._dims,
+            operation_id=op_id,
         )
 
     def write(
         self, input: MemoryWriteInput, options: MemoryCallOptions | None = None
     ) -> list[MemoryItem]:
-        """Create the drafts; one full item per draft, in order.
+        """Create the drafts; one full item per draft, in order. With an operation id the
+        records take their ids from it and a replay applies nothing (module docstring).
 
         Raises:
-            MemoryError: ``CONFLICT`` for a taken or repeated key (module docstring);
-                ``INVALID_INPUT`` for content/metadata over the JSON limit; the embedding
-                provider's errors (nothing written).
+            MemoryError: ``CONFLICT`` for a taken or repeated key (module docstring), or
+                an operation id used with another input; ``INVALID_INPUT`` for
+                content/metadata over the JSON limit; the embedding provider's errors
+                (nothing written).
         """
         drafts = input.memories
         seen: dict[str, int] = {}
@@ -170,28 +181,43 @@ class MilvusMemoryStore(MilvusReads):
             if draft.key is not None:
                 seen[draft.key] = i
         ns = self._begin(options, write=True)
-        ids = [str(uuid.uuid4()) for _ in drafts]
+        op = operation_of(options, "MEMORY.WRITE", input)
+        op_id = None if op is None else op.id
+        ids = [str(uuid.uuid4()) if op_id is None else memory_id(ns, op_id, i)
+               for i in range(len(drafts))]  # fmt: skip
         rows = [
-            self._row(f"memories[{i}]", ns, ids[i], d.key, d.content, d.metadata, 0, 0, None)
+            self._row(
+                f"memories[{i}]", ns, ids[i], d.key, d.content, d.metadata, 0, 0, None, op_id
+            )  # fmt: skip
             for i, d in enumerate(drafts)
         ]  # sizes checked before any I/O
-        self._check_keys(ns, seen, set(), options)
-        dense = self._dense(
-            [(d.content, d.metadata) for d in drafts], [self._embedded(d.metadata) for d in drafts]
-        )
+        entry = self._operation_entry(ns, op, options)
+        if entry is not None and not entry.pending:  # done: the same result, nothing applied
+            return [MemoryItem.model_validate(i) for i in entry.output]
+        self._check_keys(ns, seen, set(ids), options)
+        # records an earlier run of this operation already wrote are kept as they are
+        written = set() if op is None else {r["id"] for r in self._rows_by(ns, "id", ids, options,
+                                                                            ["id"])}  # fmt: skip
+        todo = [i for i in range(len(drafts)) if ids[i] not in written]
+        dense = self._dense([(drafts[i].content, drafts[i].metadata) for i in todo],
+                            [self._embedded(drafts[i].metadata) for i in todo])  # fmt: skip
         self._start_mutation(options)
-        start = self._clock.take(len(drafts))
-        for i, row in enumerate(rows):
-            row[CREATED] = row["upd"] = start + i
-            if self._dims is not None and dense[i] is not None:
-                row["dense"], row["dv"] = dense[i], True
-        self._insert(ns, rows, options)
+        self._record_operation(ns, op, None, options, pending=True)
+        start = self._clock.take(len(todo))
+        for n, i in enumerate(todo):
+            rows[i][CREATED] = rows[i]["upd"] = start + n
+            if self._dims is not None and dense[n] is not None:
+                rows[i]["dense"], rows[i]["dv"] = dense[n], True
+        self._insert(ns, [rows[i] for i in todo], options)
         if seen:
-            self._recheck_keys(ns, seen, ids, options)
-        return [
-            MemoryItem(id=memory_id, key=d.key, content=d.content, metadata=d.metadata)
-            for memory_id, d in zip(ids, drafts, strict=True)
-        ]
+            self._recheck_keys(ns, seen, ids, op, options)
+        items = [
+            MemoryItem(id=memory_id_, key=d.key, content=d.content, metadata=d.metadata,
+                       operation_id=op_id)
+            for memory_id_, d in zip(ids, drafts, strict=True)
+        ]  # fmt: skip
+        self._record_operation(ns, op, [to_wire(i) for i in items], options)
+        return items
 
     def _check_keys(
         self, ns: str, seen: dict[str, int], own: set[str], options: MemoryCallOptions | None
@@ -203,30 +229,47 @@ class MilvusMemoryStore(MilvusReads):
         return holders
 
     def _recheck_keys(
-        self, ns: str, seen: dict[str, int], ids: list[str], options: MemoryCallOptions | None
-    ) -> None:
+        self, ns: str, seen: dict[str, int], ids: list[str], op: Operation | None,
+        options: MemoryCallOptions | None,
+    ) -> None:  # fmt: skip
         """After the insert: another holder of one of the keys means a racing writer; this
-        batch is deleted again and the WRITE is ``CONFLICT`` (module docstring)."""
+        batch is deleted again (and its operation forgotten: nothing stays applied) and
+        the WRITE is ``CONFLICT`` (module docstring)."""
         try:
             self._check_keys(ns, seen, set(ids), options)
         except MemoryError as exc:
             if exc.code == ErrorCode.CONFLICT:
                 self._delete_ids(ns, ids, options)
+                self._forget_operation(ns, op, options)
             raise
 
     def update(
         self, input: MemoryUpdateInput, options: MemoryCallOptions | None = None
     ) -> list[MemoryItem]:
         """Apply partial updates (MEM-UPDATE-1): an omitted field keeps its value,
-        ``metadata`` replaces the whole object, ``content: null`` is a value.
+        ``metadata`` replaces the whole object, ``content: null`` is a value. With an
+        operation id a replay applies nothing (module docstring).
 
         Raises:
-            MemoryError: ``NOT_FOUND`` (nothing applied) when an id does not exist in the
-                call's scope; ``INVALID_INPUT`` for JSON over the limit; the embedding
-                provider's errors (nothing applied).
+            MemoryError: ``UNSUPPORTED`` for an entry with ``ifMetadata`` (Milvus has no
+                conditional write; nothing applied); ``NOT_FOUND`` (nothing applied) when
+                an id does not exist in the call's scope; ``CONFLICT`` for an operation
+                id used with another input; ``INVALID_INPUT`` for JSON over the limit;
+                the embedding provider's errors (nothing applied).
         """
         entries = input.memories
+        for i, entry in enumerate(entries):
+            if entry.if_metadata is not None:
+                raise MemoryError(
+                    ErrorCode.UNSUPPORTED,
+                    f"memories[{i}].ifMetadata: the Milvus store has no conditional update "
+                    "(no compare-and-set in Milvus); nothing was applied",
+                )
         ns = self._begin(options, write=any(e.has_content for e in entries))
+        op = operation_of(options, "MEMORY.UPDATE", input)
+        entry_ = self._operation_entry(ns, op, options)
+        if entry_ is not None and not entry_.pending:  # done: no second update, same result
+            return [MemoryItem.model_validate(i) for i in entry_.output]
         fields = [*OUTPUT, "dense", "dv"] if self._dims is not None else OUTPUT
         found = {
             r["id"]: r for r in self._rows_by(ns, "id", [e.id for e in entries], options, fields)
@@ -234,40 +277,43 @@ class MilvusMemoryStore(MilvusReads):
         for i, entry in enumerate(entries):
             if entry.id not in found:
                 raise MemoryError(ErrorCode.NOT_FOUND, f"memories[{i}]: no memory with this id")
-        items = [self._merged(entry, found[entry.id]) for entry in entries]
+        op_id = None if op is None else op.id
+        # an entry whose record already carries the operation id was applied by an earlier
+        # run of this operation: kept as it is
+        done = [op_id is not None and row_operation(found[e.id]) == op_id for e in entries]
+        items = [
+            item(found[e.id]) if applied else self._merged(e, found[e.id], op_id)
+            for e, applied in zip(entries, done, strict=True)
+        ]
         refresh = [
-            self._needs_vector(e, found[e.id], m.metadata)
-            for e, m in zip(entries, items, strict=True)
+            not applied and self._needs_vector(e, found[e.id], m.metadata)
+            for e, m, applied in zip(entries, items, done, strict=True)
         ]
         dense = self._dense([(m.content, m.metadata) for m in items], refresh)
         self._start_mutation(options)
+        self._record_operation(ns, op, None, options, pending=True)
         now = self._clock.take(len(entries))
         rows: list[Row] = []
-        for i, (memory, old) in enumerate(zip(items, (found[e.id] for e in entries), strict=True)):
+        for i, (memory, e) in enumerate(zip(items, entries, strict=True)):
+            if done[i]:
+                continue
+            old = found[e.id]
             vector = dense[i] if refresh[i] else self._kept_vector(old, memory.metadata)
-            rows.append(
-                self._row(
-                    f"memories[{i}]",
-                    ns,
-                    memory.id,
-                    memory.key,
-                    memory.content,
-                    memory.metadata,
-                    int(old[CREATED]),
-                    now + i,
-                    vector,
-                )
-            )
+            rows.append(self._row(f"memories[{i}]", ns, memory.id, memory.key, memory.content,
+                                  memory.metadata, int(old[CREATED]), now + i, vector,
+                                  op_id))  # fmt: skip
         self._insert(ns, rows, options)
+        self._record_operation(ns, op, [to_wire(i) for i in items], options)
         return items
 
-    def _merged(self, entry: MemoryUpdateEntry, row: Row) -> MemoryItem:
+    def _merged(self, entry: MemoryUpdateEntry, row: Row, op_id: str | None) -> MemoryItem:
         old = item(row)
         return MemoryItem(
             id=old.id,
             key=old.key,
             content=entry.content if entry.has_content else old.content,
             metadata=entry.metadata if entry.has_metadata else old.metadata,
+            operation_id=op_id,
         )
 
     def _needs_vector(self, entry: MemoryUpdateEntry, row: Row, metadata: Any) -> bool:
@@ -285,11 +331,22 @@ class MilvusMemoryStore(MilvusReads):
         self, input: MemoryDeleteInput, options: MemoryCallOptions | None = None
     ) -> MemoryDeleteOutput:
         """Delete the existing ids; returns only the ids deleted now, in request order;
-        the keys of deleted records are free again (MEM-PY-12)."""
+        the keys of deleted records are free again (MEM-PY-12). With an operation id a
+        replay deletes nothing more and answers the ids the operation deleted."""
         ids = list(dict.fromkeys(input.ids))
         ns = self._begin(options)
-        found = {r["id"] for r in self._rows_by(ns, "id", ids, options, ["id"])}
-        deleted = [i for i in ids if i in found]
-        self._start_mutation(options)
-        self._delete_ids(ns, deleted, options)
-        return MemoryDeleteOutput(deleted=deleted)
+        op = operation_of(options, "MEMORY.DELETE", input)
+        entry = self._operation_entry(ns, op, options)
+        if entry is not None and not entry.pending:
+            return MemoryDeleteOutput.model_validate(entry.output)
+        if entry is not None:  # a run that died after its pending entry: the same ids
+            output = MemoryDeleteOutput.model_validate(entry.output)
+            self._start_mutation(options)
+        else:
+            found = {r["id"] for r in self._rows_by(ns, "id", ids, options, ["id"])}
+            output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])
+            self._start_mutation(options)
+            self._record_operation(ns, op, to_wire(output), options, pending=True)
+        self._delete_ids(ns, output.deleted, options)
+        self._record_operation(ns, op, to_wire(output), options)
+        return output
