@@ -57,6 +57,7 @@ def build_hnsw(schema: str, maintenance_work_mem: str) -> dict[str, float]:
     import psycopg
 
     with psycopg.connect(postgres_url(), autocommit=True) as conn:
+        conn.add_notice_handler(lambda notice: print(f"  server: {notice.message_primary}"))
         conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()
         print(f"  building HNSW (maintenance_work_mem {maintenance_work_mem})", flush=True)
