@@ -9,6 +9,12 @@ from typing import Any, Final
 
 from ditto_plugin_milvus.collection import DEFAULT_COLLECTION, DEFAULT_MESSAGE_BYTES
 from ditto_plugin_milvus.store import MilvusMemoryStore
+from ditto_worker.config.plugin_settings import (
+    flag_setting,
+    names_setting,
+    number_setting,
+    plugin_values,
+)
 from ditto_worker.errors import ConfigError
 from ditto_worker.memory.indexing import parse_fields
 
@@ -31,36 +37,6 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "collectionPerScope": False,
     "indexFields": None,
 }
-
-
-def _number(values: Mapping[str, Any], name: str, low: float) -> float:
-    value = values[name]
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            value = None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
-        raise ConfigError(f"plugins.milvus.{name} must be a number >= {low}")
-    return float(value)
-
-
-def _flag(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    raise ConfigError(f"plugins.milvus.{name} must be true or false")
-
-
-def _names(value: Any, name: str) -> list[str] | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        value = [part.strip() for part in value.split(",") if part.strip()]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"plugins.milvus.{name} must be a list of names")
-    return list(value)
 
 
 def _uri(text: str) -> str:
@@ -110,15 +86,9 @@ def create_store(
         ConfigError: an unknown or invalid setting.
         MemoryError: ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
     """
-    given = dict(settings or {})
     env = os.environ if env is None else env
-    for secret in ("token", "password", "user"):
-        if secret in given:
-            raise ConfigError(f"plugins.milvus.{secret} is not allowed: set {_ENV}TOKEN instead")
-    unknown = sorted(set(given) - set(_DEFAULTS))
-    if unknown:
-        raise ConfigError(f"unknown milvus store settings: {', '.join(map(str, unknown))}")
-    values = {**_DEFAULTS, **given}
+    secrets = dict.fromkeys(("token", "password", "user"), f"{_ENV}TOKEN")
+    values = plugin_values("milvus", settings, _DEFAULTS, secrets)
     uri = _uri(str(env.get(f"{_ENV}URI") or values["uri"] or DEFAULT_URI).strip())
     collection = str(env.get(f"{_ENV}COLLECTION") or values["collection"])
     if not _NAME.fullmatch(collection):
@@ -132,17 +102,18 @@ def create_store(
     hybrid = RetrievalConfig.parse(values["hybrid"])
     kind = env.get(f"{_ENV}EMBEDDING") or values["embedding"] or "none"
     embedder = build_embedder(str(kind), None, env)
+    kinds = env.get(f"{_ENV}EMBED_KINDS") or values["embedKinds"]
     return MilvusMemoryStore(
         uri=uri,
         token=env.get(f"{_ENV}TOKEN") or None,
         db_name=str(env.get(f"{_ENV}DB_NAME") or values["dbName"] or ""),
         collection=collection,
-        timeout_s=_number(values, "timeoutS", 0.1),
+        timeout_s=number_setting(values, "milvus", "timeoutS", 0.1),
         embedder=embedder,
-        embed_kinds=_names(env.get(f"{_ENV}EMBED_KINDS") or values["embedKinds"], "embedKinds"),
+        embed_kinds=names_setting(kinds, "milvus", "embedKinds"),
         hybrid=hybrid,
         vector_index=index,
-        max_message_bytes=int(_number(values, "maxMessageBytes", 1024)),
-        collection_per_scope=_flag(values["collectionPerScope"], "collectionPerScope"),
+        max_message_bytes=int(number_setting(values, "milvus", "maxMessageBytes", 1024)),
+        collection_per_scope=flag_setting(values, "milvus", "collectionPerScope"),
         index_fields=parse_fields(values["indexFields"]),
     )

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from ditto_plugin_mysql.migrations import LATEST_VERSION, MigrationReport
 from ditto_plugin_mysql.store import MysqlMemoryStore
+from ditto_worker.config.plugin_settings import flag_setting, number_setting, plugin_values
 from ditto_worker.errors import ConfigError
 from ditto_worker.memory.indexing import parse_fields
 
@@ -48,26 +49,6 @@ _DEFAULTS: Final[dict[str, Any]] = {
 }
 
 
-def _number(settings: Mapping[str, Any], name: str, low: float) -> float:
-    value = settings[name]
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            value = None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
-        raise ConfigError(f"plugins.mysql.{name} must be a number >= {low}")
-    return float(value)
-
-
-def _flag(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return value.lower() in ("true", "1", "yes")
-    raise ConfigError("plugins.mysql.autoMigrate must be true or false")
-
-
 def create_store(
     settings: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
 ) -> MysqlMemoryStore:
@@ -94,14 +75,8 @@ def create_store(
         ConfigError: a missing or malformed URL, an unknown or invalid setting.
         MemoryError: ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
     """
-    given = dict(settings or {})
     env = os.environ if env is None else env
-    if "url" in given:
-        raise ConfigError(f"plugins.mysql.url is not allowed: set {ENV_URL} instead")
-    unknown = sorted(set(given) - set(_DEFAULTS))
-    if unknown:
-        raise ConfigError(f"unknown mysql store settings: {', '.join(map(str, unknown))}")
-    values = {**_DEFAULTS, **given}
+    values = plugin_values("mysql", settings, _DEFAULTS, {"url": ENV_URL})
     url = env.get(ENV_URL, "")
     if not url:
         raise ConfigError(f"the mysql store needs {ENV_URL} (a mysql:// URL)")
@@ -116,13 +91,13 @@ def create_store(
         return MysqlMemoryStore(
             url,
             database=None if database is None else str(database),
-            pool_max_size=int(_number(values, "poolMaxSize", 1)),
-            connect_timeout_s=_number(values, "connectTimeoutS", 0.1),
-            pool_timeout_s=_number(values, "poolTimeoutS", 0.1),
-            auto_migrate=_flag(values["autoMigrate"]),
+            pool_max_size=int(number_setting(values, "mysql", "poolMaxSize", 1)),
+            connect_timeout_s=number_setting(values, "mysql", "connectTimeoutS", 0.1),
+            pool_timeout_s=number_setting(values, "mysql", "poolTimeoutS", 0.1),
+            auto_migrate=flag_setting(values, "mysql", "autoMigrate"),
             embedder=embedder,
             hybrid=hybrid,
-            execution_retention_s=_number(values, "executionRetentionS", 0),
+            execution_retention_s=number_setting(values, "mysql", "executionRetentionS", 0),
             index_fields=parse_fields(values["indexFields"]),
         )
     except ValueError as exc:

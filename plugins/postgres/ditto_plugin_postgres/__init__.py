@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from ditto_plugin_postgres.migrations import LATEST_VERSION, MigrationReport
 from ditto_plugin_postgres.store import PostgresMemoryStore
+from ditto_worker.config.plugin_settings import flag_setting, number_setting, plugin_values
 from ditto_worker.errors import ConfigError
 from ditto_worker.memory.indexing import parse_fields, parse_query_fields
 
@@ -49,26 +50,6 @@ _DEFAULTS: Final[dict[str, Any]] = {
 }
 
 
-def _number(settings: Mapping[str, Any], name: str, low: float) -> float:
-    value = settings[name]
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            value = None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
-        raise ConfigError(f"plugins.postgres.{name} must be a number >= {low}")
-    return float(value)
-
-
-def _flag(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return value.lower() in ("true", "1", "yes")
-    raise ConfigError("plugins.postgres.autoMigrate must be true or false")
-
-
 def create_store(
     settings: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
 ) -> PostgresMemoryStore:
@@ -98,20 +79,14 @@ def create_store(
         ConfigError: a missing URL, an unknown or invalid setting.
         MemoryError: ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
     """
-    given = dict(settings or {})
     env = os.environ if env is None else env
-    if "url" in given:
-        raise ConfigError(f"plugins.postgres.url is not allowed: set {ENV_URL} instead")
-    unknown = sorted(set(given) - set(_DEFAULTS))
-    if unknown:
-        raise ConfigError(f"unknown postgres store settings: {', '.join(map(str, unknown))}")
-    values = {**_DEFAULTS, **given}
+    values = plugin_values("postgres", settings, _DEFAULTS, {"url": ENV_URL})
     url = env.get(ENV_URL, "")
     if not url:
         raise ConfigError(f"the postgres store needs {ENV_URL} (a postgresql:// URL)")
     schema = str(env.get(ENV_SCHEMA) or values["schema"])
-    pool_min = int(_number(values, "poolMinSize", 0))
-    pool_max = int(_number(values, "poolMaxSize", 1))
+    pool_min = int(number_setting(values, "postgres", "poolMinSize", 0))
+    pool_max = int(number_setting(values, "postgres", "poolMaxSize", 1))
     if pool_max < pool_min:
         raise ConfigError("plugins.postgres.poolMaxSize must be >= poolMinSize")
     from ditto_worker.memory.search.settings import RetrievalConfig
@@ -126,12 +101,12 @@ def create_store(
             schema=schema,
             pool_min_size=pool_min,
             pool_max_size=pool_max,
-            connect_timeout_s=_number(values, "connectTimeoutS", 0.1),
-            pool_timeout_s=_number(values, "poolTimeoutS", 0.1),
-            auto_migrate=_flag(values["autoMigrate"]),
+            connect_timeout_s=number_setting(values, "postgres", "connectTimeoutS", 0.1),
+            pool_timeout_s=number_setting(values, "postgres", "poolTimeoutS", 0.1),
+            auto_migrate=flag_setting(values, "postgres", "autoMigrate"),
             embedder=embedder,
             hybrid=hybrid,
-            execution_retention_s=_number(values, "executionRetentionS", 0),
+            execution_retention_s=number_setting(values, "postgres", "executionRetentionS", 0),
             index_fields=parse_fields(values["indexFields"]),
             query_fields=parse_query_fields(values["queryFields"]),
         )

@@ -16,6 +16,12 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ditto_plugin_qdrant.store import DEFAULT_COLLECTION, QdrantMemoryStore
+from ditto_worker.config.plugin_settings import (
+    flag_setting,
+    names_setting,
+    number_setting,
+    plugin_values,
+)
 from ditto_worker.errors import ConfigError
 
 __all__ = ["DEFAULT_COLLECTION", "DEFAULT_PATH", "QdrantMemoryStore", "create_store"]
@@ -36,36 +42,6 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "localDurability": "process",
     "payloadIndexes": ["kind"],
 }
-
-
-def _number(values: Mapping[str, Any], name: str, low: float) -> float:
-    value = values[name]
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            value = None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
-        raise ConfigError(f"plugins.qdrant.{name} must be a number >= {low}")
-    return float(value)
-
-
-def _flag(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return value.lower() in ("true", "1", "yes")
-    raise ConfigError(f"plugins.qdrant.{name} must be true or false")
-
-
-def _names(value: Any, name: str) -> list[str] | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        value = [part.strip() for part in value.split(",") if part.strip()]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"plugins.qdrant.{name} must be a list of names")
-    return list(value)
 
 
 def create_store(
@@ -97,14 +73,9 @@ def create_store(
         ConfigError: an unknown or invalid setting.
         MemoryError: ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
     """
-    given = dict(settings or {})
     env = os.environ if env is None else env
-    if "apiKey" in given or "api_key" in given:
-        raise ConfigError(f"plugins.qdrant.apiKey is not allowed: set {_ENV}API_KEY instead")
-    unknown = sorted(set(given) - set(_DEFAULTS))
-    if unknown:
-        raise ConfigError(f"unknown qdrant store settings: {', '.join(map(str, unknown))}")
-    values = {**_DEFAULTS, **given}
+    key = f"{_ENV}API_KEY"
+    values = plugin_values("qdrant", settings, _DEFAULTS, {"apiKey": key, "api_key": key})
     url = str(env.get(f"{_ENV}URL") or values["url"] or "").strip() or None
     if url is not None and not url.startswith(("http://", "https://")):
         raise ConfigError("plugins.qdrant.url must start with http:// or https://")
@@ -121,19 +92,20 @@ def create_store(
     hybrid = RetrievalConfig.parse(values["hybrid"])
     kind = env.get(f"{_ENV}EMBEDDING") or values["embedding"] or "none"
     embedder = build_embedder(str(kind), None, env)
-    kinds = _names(env.get(f"{_ENV}EMBED_KINDS") or values["embedKinds"], "embedKinds")
-    indexes = _names(values["payloadIndexes"], "payloadIndexes") or []
+    raw_kinds = env.get(f"{_ENV}EMBED_KINDS") or values["embedKinds"]
+    kinds = names_setting(raw_kinds, "qdrant", "embedKinds")
+    indexes = names_setting(values["payloadIndexes"], "qdrant", "payloadIndexes") or []
     return QdrantMemoryStore(
         url=url,
         path=None if url else os.path.abspath(os.path.expanduser(path)),
         collection=collection,
         api_key=env.get(f"{_ENV}API_KEY") or None,
-        timeout_s=_number(values, "timeoutS", 0.1),
+        timeout_s=number_setting(values, "qdrant", "timeoutS", 0.1),
         embedder=embedder,
         embed_kinds=kinds,
         hybrid=hybrid,
-        execution_retention_s=_number(values, "executionRetentionS", 0),
-        exact_search=_flag(values["exactSearch"], "exactSearch"),
+        execution_retention_s=number_setting(values, "qdrant", "executionRetentionS", 0),
+        exact_search=flag_setting(values, "qdrant", "exactSearch"),
         durability=durability,
         payload_indexes=indexes,
     )
