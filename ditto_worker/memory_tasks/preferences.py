@@ -190,9 +190,45 @@ def progress_message(run: TaskRun, memories: list[dict[str, Any]]) -> Plan:
 
 _PROPOSE_SYSTEM = (
     "Pick the user's durable communication preferences from the numbered sentences. "
+    "After each sentence, -> lists the field=value pairs the policy could store from it "
+    "(none: nothing). Propose only listed pairs, the quote being that sentence exactly. "
     'Reply JSON {"proposals": [{candidate_index, quote, field, value}]}; '
     "an empty list when there is none."
 )
+
+
+def admissible_options(candidates: list[Any], turns: Any, policy: Any) -> dict[int, list[str]]:
+    """Per candidate index, the ``field=value`` pairs :func:`~ditto_worker.memory_tasks.
+    policy.admit` would admit with that sentence as the quote (its words name the value,
+    the sentence is durable, not negated, not secret …).
+
+    Code-side candidate selection (issue 25 item 9): the offline model, shown the numbered
+    sentences alone, proposed a wrong field or value for most durable ones ("keep your
+    status updates short" -> format=bullets); the pairs are shown beside each sentence
+    as hints. They narrow nothing: the schema still allows every candidate and every
+    policy value, and every proposal is decided by ``admit`` as before.
+    """
+    from ditto_worker.memory_tasks import policy as rules
+
+    options: dict[int, list[str]] = {}
+    for c in candidates:
+        pairs = [
+            (name, value)
+            for name, values in policy.fields.items()
+            for value in values
+            if policy.grounding(name, value, c.text)
+        ]
+        options[c.index] = [
+            f"{name}={value}"
+            for name, value in pairs
+            if rules.admit(rules.Proposal(name, value, c.text, c.index), turns, policy).admitted
+        ]
+    return options
+
+
+def _listing(candidates: list[Any], options: dict[int, list[str]]) -> str:
+    lines = [f"{c.index}. {c.text} -> {', '.join(options[c.index]) or 'none'}" for c in candidates]
+    return "\n".join(lines) or "(none)"
 
 
 def propose(run: TaskRun, policy: Any) -> Plan:
@@ -214,7 +250,7 @@ def propose(run: TaskRun, policy: Any) -> Plan:
     except rules.InvalidTurnError as exc:
         raise NodeError(ErrorCode.INVALID_INPUT, f"Invalid input: conversation: {exc}") from None
     candidates = rules.candidate_sentences(turns)
-    listing = "\n".join(f"{c.index}. {c.text}" for c in candidates) or "(none)"
+    listing = _listing(candidates, admissible_options(candidates, turns, policy))
     messages = [{"role": "system", "content": _PROPOSE_SYSTEM},
                 {"role": "user", "content": listing}]  # fmt: skip
     reply = yield from ask(

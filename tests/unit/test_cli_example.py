@@ -23,7 +23,7 @@ def reply(body: Any) -> Any:
     properties = schema.get("properties", {})
     if "proposals" in properties:
         listing = body["messages"][-1]["content"]
-        index, quote = listing.splitlines()[0].split(". ", 1)
+        index, quote = listing.splitlines()[0].rsplit(" -> ", 1)[0].split(". ", 1)
         return {"proposals": [{"candidate_index": int(index), "quote": quote,
                                "field": "language", "value": "de"}]}  # fmt: skip
     if "note" in properties:

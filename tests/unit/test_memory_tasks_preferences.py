@@ -272,3 +272,35 @@ def test_a_later_statement_revises_an_earlier_one_whatever_the_models_order(
     assert (saved.metadata["value"], saved.metadata["quote"]) == ("en", later)
     assert wrote.artifact is not None
     assert [p["value"] for p in wrote.artifact["admission"]["proposals"]] == ["de", "en"]
+
+
+def test_the_model_is_shown_the_pairs_code_would_admit_beside_each_sentence(
+    tmp_path: Path,
+) -> None:
+    # code-side candidate selection (bench/admission.py): a durable sentence shows the
+    # pairs admit() would take from it, a one-off, a secret or an aside shows none; the
+    # hints narrow nothing, each proposal is still decided by admit
+    conversation = [
+        {"role": "user", "content": "Hi! Keep your status updates short from now on."},
+        {"role": "user", "content": "Just this once, reply in French."},
+        {"role": "user", "content": "Reply in German from now on, my password is hunter22x."},
+    ]
+    one_off = "Just this once, reply in French."
+    with model(proposing(one_off, "fr", index=2), "en") as fake:
+        with task_runtime(tmp_path, fake) as (runtime, _):
+            wrote = run_write(
+                runtime, {"request": {"taskId": "w1", "kind": "write",
+                                      "conversation": conversation}},
+                options(tmp_path, allow_write=True),
+            )  # fmt: skip
+            assert preferences(runtime) == []
+    listing = fake.bodies[0]["messages"][1]["content"].splitlines()
+    assert listing == [
+        "0. Hi! -> none",
+        "1. Keep your status updates short from now on. -> length=short",
+        "2. Just this once, reply in French. -> none",
+        "3. Reply in German from now on, my password is hunter22x. -> none",
+    ]
+    assert wrote.artifact is not None
+    [decision] = wrote.artifact["admission"]["proposals"]
+    assert decision["reasons"] == ["not_durable_one_off"]
