@@ -190,8 +190,8 @@ def progress_message(run: TaskRun, memories: list[dict[str, Any]]) -> Plan:
 
 _PROPOSE_SYSTEM = (
     "Pick the user's durable communication preferences from the numbered sentences. "
-    "After each sentence, -> lists the field=value pairs the policy could store from it "
-    "(none: nothing). Propose only listed pairs, the quote being that sentence exactly. "
+    "After each sentence, -> lists the field=value pairs the policy could store from it. "
+    "Propose only listed pairs, the quote being that sentence exactly. "
     'Reply JSON {"proposals": [{candidate_index, quote, field, value}]}; '
     "an empty list when there is none."
 )
@@ -204,9 +204,10 @@ def admissible_options(candidates: list[Any], turns: Any, policy: Any) -> dict[i
 
     Code-side candidate selection (issue 25 item 9): the offline model, shown the numbered
     sentences alone, proposed a wrong field or value for most durable ones ("keep your
-    status updates short" -> format=bullets); the pairs are shown beside each sentence
-    as hints. They narrow nothing: the schema still allows every candidate and every
-    policy value, and every proposal is decided by ``admit`` as before.
+    status updates short" -> format=bullets); the prompt lists the sentences that have
+    pairs, each with its pairs. That narrows nothing: the schema still allows every
+    candidate and every policy value, and every proposal is decided by ``admit`` as
+    before.
     """
     from ditto_worker.memory_tasks import policy as rules
 
@@ -227,8 +228,12 @@ def admissible_options(candidates: list[Any], turns: Any, policy: Any) -> dict[i
 
 
 def _listing(candidates: list[Any], options: dict[int, list[str]]) -> str:
-    lines = [f"{c.index}. {c.text} -> {', '.join(options[c.index]) or 'none'}" for c in candidates]
-    return "\n".join(lines) or "(none)"
+    """The numbered sentences that have admissible pairs, each with its pairs (the others
+    are left out of the prompt — not of the schema: the offline model, shown a first
+    sentence marked "none", proposed nothing for the sentences after it)."""
+    lines = [f"{c.index}. {c.text} -> {', '.join(options[c.index])}"
+             for c in candidates if options[c.index]]  # fmt: skip
+    return "\n".join(lines) or "(no sentence states a durable preference)"
 
 
 def propose(run: TaskRun, policy: Any) -> Plan:

@@ -277,9 +277,10 @@ def test_a_later_statement_revises_an_earlier_one_whatever_the_models_order(
 def test_the_model_is_shown_the_pairs_code_would_admit_beside_each_sentence(
     tmp_path: Path,
 ) -> None:
-    # code-side candidate selection (bench/admission.py): a durable sentence shows the
-    # pairs admit() would take from it, a one-off, a secret or an aside shows none; the
-    # hints narrow nothing, each proposal is still decided by admit
+    # code-side candidate selection (bench/admission.py): a durable sentence is listed
+    # with the pairs admit() would take from it, a one-off, a secret or an aside is not
+    # listed; that narrows nothing (the schema allows every candidate), each proposal is
+    # still decided by admit
     conversation = [
         {"role": "user", "content": "Hi! Keep your status updates short from now on."},
         {"role": "user", "content": "Just this once, reply in French."},
@@ -295,12 +296,7 @@ def test_the_model_is_shown_the_pairs_code_would_admit_beside_each_sentence(
             )  # fmt: skip
             assert preferences(runtime) == []
     listing = fake.bodies[0]["messages"][1]["content"].splitlines()
-    assert listing == [
-        "0. Hi! -> none",
-        "1. Keep your status updates short from now on. -> length=short",
-        "2. Just this once, reply in French. -> none",
-        "3. Reply in German from now on, my password is hunter22x. -> none",
-    ]
+    assert listing == ["1. Keep your status updates short from now on. -> length=short"]
     assert wrote.artifact is not None
     [decision] = wrote.artifact["admission"]["proposals"]
     assert decision["reasons"] == ["not_durable_one_off"]
