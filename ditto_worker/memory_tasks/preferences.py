@@ -255,12 +255,13 @@ def propose(run: TaskRun, policy: Any) -> Plan:
     except rules.InvalidTurnError as exc:
         raise NodeError(ErrorCode.INVALID_INPUT, f"Invalid input: conversation: {exc}") from None
     candidates = rules.candidate_sentences(turns)
-    listing = _listing(candidates, admissible_options(candidates, turns, policy))
+    options = admissible_options(candidates, turns, policy)
     messages = [{"role": "system", "content": _PROPOSE_SYSTEM},
-                {"role": "user", "content": listing}]  # fmt: skip
-    reply = yield from ask(
-        run, "infer-proposal", messages, rules.proposal_schema(candidates, policy)
-    )
+                {"role": "user", "content": _listing(candidates, options)}]  # fmt: skip
+    # the listed sentences first in the schema's enums (the same set: nothing narrowed);
+    # the offline model took the enums' first quote, "Hi!", for the third sentence's value
+    ranked = sorted(candidates, key=lambda c: not options[c.index])
+    reply = yield from ask(run, "infer-proposal", messages, rules.proposal_schema(ranked, policy))
     proposals = rules.proposals_from_json(reply)
     decisions = [rules.admit(p, turns, policy) for p in proposals]
     return [d.to_json() for d in _in_conversation_order(decisions, candidates)]

@@ -297,6 +297,10 @@ def test_the_model_is_shown_the_pairs_code_would_admit_beside_each_sentence(
             assert preferences(runtime) == []
     listing = fake.bodies[0]["messages"][1]["content"].splitlines()
     assert listing == ["1. Keep your status updates short from now on. -> length=short"]
+    schema = fake.bodies[0]["response_format"]["json_schema"]["schema"]
+    branch = schema["properties"]["proposals"]["items"]["anyOf"][0]["properties"]
+    assert branch["quote"]["enum"][0] == "Keep your status updates short from now on."
+    assert len(branch["quote"]["enum"]) == 4 and branch["candidate_index"]["enum"][0] == 1
     assert wrote.artifact is not None
     [decision] = wrote.artifact["admission"]["proposals"]
     assert decision["reasons"] == ["not_durable_one_off"]
