@@ -15,8 +15,9 @@ Deciders (``--decider``):
   it, plus an invented paraphrase per value ("Always use de.") — then code decides
   (:func:`~ditto_worker.memory_tasks.policy.admit`). Its "proposer alone" row is what
   would be stored if the proposals were trusted.
-* the ``write`` task's model path plugs in as another decider (a function
-  ``(turns) -> list[Decision]``; see :data:`DECIDERS`).
+* ``write`` — the real ``write`` task with the offline model (or ``--base-url``):
+  what the task *stored* is scored, and a ``search`` task checks the stored language is
+  applied in its message (``bench/admission_task.py``).
 
 Per conversation, with ``expected`` the labelled ``{field: value}``:
 
@@ -27,6 +28,8 @@ Per conversation, with ``expected`` the labelled ``{field: value}``:
     python bench/admission.py                 # naive proposer: alone vs + policy
     python bench/admission.py --by-category   # one row per category as well
     python bench/admission.py --scaling       # admit() time vs message size (linear?)
+    python bench/admission.py --decider write # the write task with the offline model
+    python bench/admission.py --decider write --set bench/admission_holdout.json
 """
 
 from __future__ import annotations
@@ -178,26 +181,62 @@ def scaling(sizes: Sequence[int] = (1_000, 10_000, 40_000)) -> None:
         print(f"scaling: {size:>6} chars  worst {worst * 1e3:8.1f} ms  {per_char:6.1f} µs/char")
 
 
+def _write_rows(cases: Sequence[dict[str, object]], args: argparse.Namespace) -> int:
+    """``--decider write``: the real ``write`` task with the model (bench/admission_task.py)."""
+    from admission_task import write_task_decider
+
+    with write_task_decider(args.base_url, args.model) as decider:
+        decided, by_category = evaluate(cases, decider)
+    alone = Tally()  # every proposal of the model stored, as if trusted
+    for case, record in zip(cases, decider.records, strict=True):
+        expected = {e["field"]: e["value"] for e in case["expected"]}  # type: ignore[attr-defined]
+        alone.add(
+            expected, [Decision(True, d.field, d.value, d.quote, ()) for d in record.proposed]
+        )
+    print(alone.row("model alone (trusted)"))
+    print(decided.row("write task (model + policy)"))
+    _by_category(args, by_category)
+    print("rejections by reason:", dict(sorted(decided.reasons.items())))
+    print(decider.summary())
+    return 1 if decided.false_admissions else 0
+
+
+def _by_category(args: argparse.Namespace, by_category: dict[str, Tally]) -> None:
+    if args.by_category:
+        for name, tally in sorted(by_category.items()):
+            print(tally.row(f"  {name}"))
+
+
+def _load() -> str:
+    import os
+
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Prints the report; exit status 1 when the policy admitted anything it should not."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else "")
-    parser.add_argument("--decider", choices=sorted(DECIDERS), default="naive")
+    parser.add_argument("--decider", choices=[*sorted(DECIDERS), "write"], default="naive")
     parser.add_argument("--by-category", action="store_true")
     parser.add_argument("--set", type=Path, default=SET_PATH)
     parser.add_argument("--scaling", action="store_true", help="time admit() on long input")
+    parser.add_argument("--base-url", default=None, help="write: an OpenAI-compatible endpoint")
+    parser.add_argument("--model", default="", help="write: the endpoint's model name")
     args = parser.parse_args(argv)
     if args.scaling:
         scaling()
         return 0
     cases = load_cases(args.set)
-    print(f"admission set: {len(cases)} conversations ({args.set.name})")
+    print(f"admission set: {len(cases)} conversations ({args.set.name}); load average {_load()}")
+    if args.decider == "write":
+        status = _write_rows(cases, args)
+        print(f"load average at end: {_load()}")
+        return status
     alone, _ = evaluate(cases, trusting_decider())
     decided, by_category = evaluate(cases, DECIDERS[args.decider]())
     print(alone.row("proposer alone (trusted)"))
     print(decided.row(f"{args.decider} + policy (admit)"))
-    if args.by_category:
-        for name, tally in sorted(by_category.items()):
-            print(tally.row(f"  {name}"))
+    _by_category(args, by_category)
     print("rejections by reason:", dict(sorted(decided.reasons.items())))
     return 1 if decided.false_admissions else 0
 
