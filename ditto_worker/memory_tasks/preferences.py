@@ -205,9 +205,9 @@ def admissible_options(candidates: list[Any], turns: Any, policy: Any) -> dict[i
     Code-side candidate selection (issue 25 item 9): the offline model, shown the numbered
     sentences alone, proposed a wrong field or value for most durable ones ("keep your
     status updates short" -> format=bullets); the prompt lists the sentences that have
-    pairs, each with its pairs. That narrows nothing: the schema still allows every
-    candidate and every policy value, and every proposal is decided by ``admit`` as
-    before.
+    pairs, each with its pairs, and the schema's quotes are those sentences (all user
+    sentences when none has a pair). Every policy field and value stays in the schema
+    and every proposal is decided by ``admit`` as before.
     """
     from ditto_worker.memory_tasks import policy as rules
 
@@ -228,9 +228,8 @@ def admissible_options(candidates: list[Any], turns: Any, policy: Any) -> dict[i
 
 
 def _listing(candidates: list[Any], options: dict[int, list[str]]) -> str:
-    """The numbered sentences that have admissible pairs, each with its pairs (the others
-    are left out of the prompt — not of the schema: the offline model, shown a first
-    sentence marked "none", proposed nothing for the sentences after it)."""
+    """The numbered sentences that have admissible pairs, each with its pairs (the offline
+    model, shown a first sentence marked "none", proposed nothing for the ones after it)."""
     lines = [f"{c.index}. {c.text} -> {', '.join(options[c.index])}"
              for c in candidates if options[c.index]]  # fmt: skip
     return "\n".join(lines) or "(no sentence states a durable preference)"
@@ -258,10 +257,11 @@ def propose(run: TaskRun, policy: Any) -> Plan:
     options = admissible_options(candidates, turns, policy)
     messages = [{"role": "system", "content": _PROPOSE_SYSTEM},
                 {"role": "user", "content": _listing(candidates, options)}]  # fmt: skip
-    # the listed sentences first in the schema's enums (the same set: nothing narrowed);
-    # the offline model took the enums' first quote, "Hi!", for the third sentence's value
-    ranked = sorted(candidates, key=lambda c: not options[c.index])
-    reply = yield from ask(run, "infer-proposal", messages, rules.proposal_schema(ranked, policy))
+    # the schema offers the listed sentences only (every user sentence when none is
+    # listed): the offline model quoted "Hi!" for the third sentence's value whenever the
+    # enum held it; admit() still decides every proposal
+    offered = [c for c in candidates if options[c.index]] or candidates
+    reply = yield from ask(run, "infer-proposal", messages, rules.proposal_schema(offered, policy))
     proposals = rules.proposals_from_json(reply)
     decisions = [rules.admit(p, turns, policy) for p in proposals]
     return [d.to_json() for d in _in_conversation_order(decisions, candidates)]

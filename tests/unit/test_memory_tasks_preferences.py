@@ -277,30 +277,29 @@ def test_a_later_statement_revises_an_earlier_one_whatever_the_models_order(
 def test_the_model_is_shown_the_pairs_code_would_admit_beside_each_sentence(
     tmp_path: Path,
 ) -> None:
-    # code-side candidate selection (bench/admission.py): a durable sentence is listed
-    # with the pairs admit() would take from it, a one-off, a secret or an aside is not
-    # listed; that narrows nothing (the schema allows every candidate), each proposal is
-    # still decided by admit
+    # code-side candidate selection (bench/admission.py): the prompt lists the sentences
+    # admit() would take a pair from, with the pairs, and the schema's quotes are those
+    # sentences; a one-off, a secret or an aside is neither listed nor quotable (when no
+    # sentence is listed every user sentence is: test_a_proposal_code_refuses_writes_nothing)
+    durable = "Keep your status updates short from now on."
     conversation = [
-        {"role": "user", "content": "Hi! Keep your status updates short from now on."},
+        {"role": "user", "content": f"Hi! {durable}"},
         {"role": "user", "content": "Just this once, reply in French."},
         {"role": "user", "content": "Reply in German from now on, my password is hunter22x."},
     ]
-    one_off = "Just this once, reply in French."
-    with model(proposing(one_off, "fr", index=2), "en") as fake:
+    with model(proposing(durable, "short", field="length", index=1), "en") as fake:
         with task_runtime(tmp_path, fake) as (runtime, _):
             wrote = run_write(
                 runtime, {"request": {"taskId": "w1", "kind": "write",
                                       "conversation": conversation}},
                 options(tmp_path, allow_write=True),
             )  # fmt: skip
-            assert preferences(runtime) == []
+            [saved] = preferences(runtime)
     listing = fake.bodies[0]["messages"][1]["content"].splitlines()
-    assert listing == ["1. Keep your status updates short from now on. -> length=short"]
+    assert listing == [f"1. {durable} -> length=short"]
     schema = fake.bodies[0]["response_format"]["json_schema"]["schema"]
-    branch = schema["properties"]["proposals"]["items"]["anyOf"][0]["properties"]
-    assert branch["quote"]["enum"][0] == "Keep your status updates short from now on."
-    assert len(branch["quote"]["enum"]) == 4 and branch["candidate_index"]["enum"][0] == 1
-    assert wrote.artifact is not None
-    [decision] = wrote.artifact["admission"]["proposals"]
-    assert decision["reasons"] == ["not_durable_one_off"]
+    for branch in schema["properties"]["proposals"]["items"]["anyOf"]:
+        assert branch["properties"]["quote"]["enum"] == [durable]
+        assert branch["properties"]["candidate_index"]["enum"] == [1]
+    assert (saved.metadata["field"], saved.metadata["value"]) == ("length", "short")
+    assert wrote.artifact is not None and wrote.artifact["admission"]["decision"] == "admitted"
