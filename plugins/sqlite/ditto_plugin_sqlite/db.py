@@ -18,6 +18,9 @@ idempotently on open)::
                    embedding BLOB)                     -- float32 little-endian, unit length
     store_settings(name TEXT PRIMARY KEY, value TEXT)  -- 'embedding': identity JSON,
                                                        -- 'cursor_secret' (settings.py)
+    memory_vector_codes, memory_vector_log             -- the approximate vector index
+                                                       -- (ditto_plugin_sqlite.ann; made
+                                                       -- by a connection with vectors)
 
 Driver: the stdlib ``sqlite3``; a store with an embedding provider opens its connections
 with ``pysqlite3`` (same DB-API, a newer SQLite that can load extensions) and loads
@@ -47,6 +50,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
+from ditto_plugin_sqlite.ann import ensure_tables
 from ditto_plugin_sqlite.executions import DDL as EXECUTIONS_DDL
 from ditto_plugin_sqlite.fts import DDL as FTS_DDL
 from ditto_plugin_sqlite.fts import rebuild as rebuild_fts
@@ -93,6 +97,9 @@ _DDL: Final = (
     *OPERATIONS_DDL,
 )
 _ERRORS: list[type[Exception]] = [sqlite3.Error]
+MMAP_BYTES: Final = 1 << 36
+"""``PRAGMA mmap_size`` of a connection with vectors (reads only; SQLite caps it at its
+compile-time limit)."""
 
 
 def driver_errors() -> tuple[type[Exception], ...]:
@@ -253,6 +260,9 @@ def open_connection(path: str, busy_timeout_ms: int, vectors: bool = False) -> s
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         conn.execute("PRAGMA journal_mode = WAL")
         _ensure_schema(conn)
+        if vectors:  # reads of scattered vectors through the page cache: 4x faster rescoring
+            conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
+            ensure_tables(conn)  # the approximate index's codes and change log (ann.py)
         conn.file_id, conn.path = _file_id(path), path  # None: not a file (":memory:")
         conn.busy_timeout_ms = int(busy_timeout_ms)
     except driver_errors() as exc:

@@ -3,8 +3,8 @@
 
 * ``keyword`` (alias ``bm25``): FTS5 BM25 over the content's text
   (:mod:`ditto_plugin_sqlite.fts`); ``score = -bm25()``, positive, higher is better.
-* ``vector``: exact cosine over the rows passing the filter
-  (:mod:`ditto_plugin_sqlite.vectors`); the query is a text (embedded by the store's
+* ``vector``: cosine over the rows passing the filter, approximate but never short
+  (:mod:`ditto_plugin_sqlite.nearest`); the query is a text (embedded by the store's
   provider) or a list of ``dims`` numbers; ``score = 1 - cosine distance``, the cosine
   similarity in [-1, 1], higher is better.
 * ``hybrid``: the shared retrieval pipeline over this store's ``keyword`` and ``vector``
@@ -18,14 +18,16 @@ searches. Results are ordered by descending score, the record sequence breaking 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
+from ditto_plugin_sqlite.ann import SimHashIndex
 from ditto_plugin_sqlite.fts import KeywordPlan, keyword_plan
+from ditto_plugin_sqlite.nearest import nearest_rows
 from ditto_plugin_sqlite.rows import COLUMNS, row_item
 from ditto_plugin_sqlite.sql import Sql, compile_filter, in_namespace
-from ditto_plugin_sqlite.vectors import to_blob
 from ditto_worker.contracts import MemorySearchInput
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.filters import parse_filter
@@ -85,18 +87,12 @@ def _keyword_sql(plan: KeywordPlan, where: Sql, limit: int) -> tuple[str, list[A
     return sql, [*plan.params, *where.params, limit]
 
 
-def _vector_sql(blob: bytes, where: Sql, limit: int) -> tuple[str, list[Any]]:
-    sql = (
-        f"SELECT {COLUMNS}, 1.0 - vec_distance_cosine(v.embedding, ?) AS score "
-        "FROM memory_vectors AS v JOIN memories AS m ON m.seq = v.seq "
-        f"WHERE {where.text} ORDER BY score DESC, m.seq LIMIT ?"
-    )
-    return sql, [blob, *where.params, limit]
-
-
 class SearchMixin(NativeSearch):
     """The candidate searches of :class:`~ditto_plugin_sqlite.SqliteMemoryStore` (module
     doc); ``search`` itself is :class:`~ditto_worker.memory.native.NativeSearch`'s."""
+
+    _ann: SimHashIndex | None = None
+    _ann_pid: int = 0
 
     def _tx(
         self, options: MemoryCallOptions | None, write: bool
@@ -108,13 +104,6 @@ class SearchMixin(NativeSearch):
     ) -> Sql:
         node = parse_filter(input.filter)
         return in_namespace(compile_filter(node), namespace_of(options), lookup)
-
-    def _rows(
-        self, statement: tuple[str, list[Any]], options: MemoryCallOptions | None
-    ) -> list[Hit]:
-        with self._tx(options, write=False) as conn:
-            rows = conn.execute(*statement).fetchall()
-        return [(row_item(row), float(row[6])) for row in rows]
 
     def _keyword_hits(
         self, query: str, input: MemorySearchInput, limit: int, options: MemoryCallOptions | None
@@ -134,5 +123,17 @@ class SearchMixin(NativeSearch):
         limit: int,
         options: MemoryCallOptions | None,
     ) -> list[Hit]:
-        statement = _vector_sql(to_blob(vector), self._where(input, options), limit)
-        return self._rows(statement, options)
+        where, namespace = self._where(input, options), namespace_of(options)
+        with self._tx(options, write=False) as conn:
+            rows = nearest_rows(
+                conn, self._vector_index(len(vector)), namespace, vector, where, limit
+            )
+        return [(row_item(row), float(row[6])) for row in rows]
+
+    def _vector_index(self, dims: int) -> SimHashIndex:
+        """This process's approximate index (:mod:`.ann`), made at its first use."""
+        index = self._ann
+        if index is None or index.dims != dims or self._ann_pid != os.getpid():
+            index, self._ann_pid = SimHashIndex(dims), os.getpid()
+            self._ann = index
+        return index

@@ -221,11 +221,13 @@ class SqliteMemoryStore(SearchMixin):
             assert self._embedder is not None
             blobs = vec.embed_contents(self._embedder, pairs, self._embedding_text)
             with transaction(self._conn(), None, write=True) as conn:
-                for row, blob in zip(chunk, blobs, strict=True):
-                    alive = conn.execute("SELECT 1 FROM memories WHERE seq = ?", (row[0],))
-                    if alive.fetchone() is not None:
-                        vec.put_vector(conn, row[0], blob)
-                        done += blob is not None
+                alive = [
+                    (row[0], blob)
+                    for row, blob in zip(chunk, blobs, strict=True)
+                    if conn.execute("SELECT 1 FROM memories WHERE seq = ?", (row[0],)).fetchone()
+                ]
+                vec.put_vectors(conn, [seq for seq, _ in alive], [blob for _, blob in alive])
+                done += sum(blob is not None for _, blob in alive)
         with transaction(self._conn(), None, write=True) as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO store_settings (name, value) VALUES (?, ?)",
@@ -348,8 +350,7 @@ class SqliteMemoryStore(SearchMixin):
             if seqs:
                 vec.forbid_unembedded_write(conn)
             return
-        for seq, blob in zip(seqs, blobs, strict=True):
-            vec.put_vector(conn, seq, blob)
+        vec.put_vectors(conn, seqs, blobs)
 
     # --- MemoryStore ----------------------------------------------------------------------
 

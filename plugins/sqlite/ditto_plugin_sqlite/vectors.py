@@ -14,14 +14,15 @@ write or content update through a store *without* a provider once the database k
 vectors (it would leave records without vectors). Changing the model means a new database
 and a reindex (MEM-RET-4).
 
-Search is exact: ``vec_distance_cosine`` (sqlite-vec) over the rows that pass the filter,
-``ORDER BY distance LIMIT k``. A filtered search therefore returns ``min(limit,
-matches-with-vectors)`` results, never fewer because of post-filtering. Measured on this
-machine (2 cores, 384 dims): 12 ms at 10k rows and 136 ms at 100k rows unfiltered; 66 ms
-with a filter keeping 10 % of 100k rows; 0.1 ms for a filter keeping 50 rows. A ``vec0``
-KNN table is 2.4x faster unfiltered at 100k (56 ms), but filters after the KNN (fewer than
-``limit`` results) or, with ``rowid IN (subquery)``, is slower than the exact scan (100 ms
-for the 10 % filter); see ``bench/retrieval.py``.
+Search (:mod:`ditto_plugin_sqlite.nearest`) takes candidates from the in-memory SimHash
+index (:mod:`ditto_plugin_sqlite.ann`; each vector's code is stored with it in
+``memory_vector_codes``) and rescores them exactly with ``vec_distance_cosine``
+(sqlite-vec); a filter that leaves fewer than ``limit`` candidates falls back to the exact
+scan of the rows passing it, so a filtered search returns ``min(limit,
+matches-with-vectors)`` results, never fewer. Figures: ``bench/vector_scale.py``. (A
+``vec0`` KNN table was measured and left: it filters after the KNN, its time grows with
+``k`` — 6 ms for k=50, 254 ms for k=800 at 100k — and its binary quantization is the
+coordinates' signs.)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from ditto_plugin_sqlite.ann import put_codes
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory import vectors as kit
 from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider
@@ -42,7 +44,7 @@ __all__ = [
     "embed_contents",
     "forbid_unembedded_write",
     "mismatch_message",
-    "put_vector",
+    "put_vectors",
     "query_blob",
     "stored_identity",
     "unembedded",
@@ -109,14 +111,21 @@ def embed_contents(
     return [None if vector is None else to_blob(vector) for vector in vectors]
 
 
-def put_vector(conn: sqlite3.Connection, seq: int, blob: bytes | None) -> None:
-    """Store (or, for ``None``, remove) the vector of record ``seq``."""
-    if blob is None:
-        conn.execute("DELETE FROM memory_vectors WHERE seq = ?", (seq,))
-    else:
-        conn.execute(
-            "INSERT OR REPLACE INTO memory_vectors (seq, embedding) VALUES (?, ?)", (seq, blob)
-        )
+def put_vectors(
+    conn: sqlite3.Connection, seqs: Sequence[int], blobs: Sequence[bytes | None]
+) -> None:
+    """Store (or, for ``None``, remove) the vectors of records ``seqs``, and the codes of
+    the stored ones (:func:`ditto_plugin_sqlite.ann.put_codes`, one batch)."""
+    stored: list[tuple[int, bytes]] = []
+    for seq, blob in zip(seqs, blobs, strict=True):
+        if blob is None:
+            conn.execute("DELETE FROM memory_vectors WHERE seq = ?", (seq,))
+        else:
+            conn.execute(
+                "INSERT OR REPLACE INTO memory_vectors (seq, embedding) VALUES (?, ?)", (seq, blob)
+            )
+            stored.append((seq, blob))
+    put_codes(conn, [seq for seq, _ in stored], [blob for _, blob in stored])
 
 
 def unembedded(
