@@ -171,7 +171,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="vector-scale-") as folder:
         path = args.file or Path(folder) / "v.sqlite"
         reuse = path.exists()
+        start = time.perf_counter()
         store = SqliteMemoryStore(path, embedder=embedder)
+        if reuse:  # a file from before the index is migrated here (its vectors coded)
+            print(f"open: {time.perf_counter() - start:.2f} s")
         if not reuse:
             rate = load(store, n)
             print(f"n={n} written at {rate:,.0f} memories/s")

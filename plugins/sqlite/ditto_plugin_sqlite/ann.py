@@ -260,10 +260,18 @@ class SimHashIndex:
                 self._seen = head
 
     def _build(self, conn: sqlite3.Connection, head: int) -> None:
-        self._parts = {}
-        cursor = conn.execute(f"{_ROWS} ORDER BY m.namespace, v.seq")
+        chunks: dict[str, list[tuple[I64, npt.NDArray[np.uint8]]]] = {}
+        cursor = conn.execute(f"{_ROWS} ORDER BY v.seq")
         while rows := cursor.fetchmany(_FETCH):
-            self._add(rows)
+            for namespace, pair in _grouped(rows).items():
+                chunks.setdefault(namespace, []).append(pair)
+        self._parts = {
+            namespace: _Part(
+                np.concatenate([seqs for seqs, _ in pairs]),
+                _word_major(np.concatenate([codes for _, codes in pairs])),
+            )
+            for namespace, pairs in chunks.items()
+        }
         self._seen = head
 
     def _refresh(self, conn: sqlite3.Connection, seqs: list[int]) -> None:
@@ -273,27 +281,30 @@ class SimHashIndex:
         for start in range(0, len(seqs), _FETCH):
             chunk = seqs[start : start + _FETCH]
             marks = ", ".join("?" * len(chunk))
-            sql = f"{_ROWS} WHERE v.seq IN ({marks}) ORDER BY m.namespace, v.seq"
-            self._add(conn.execute(sql, chunk).fetchall())
+            sql = f"{_ROWS} WHERE v.seq IN ({marks}) ORDER BY v.seq"
+            for namespace, (found, codes) in _grouped(conn.execute(sql, chunk)).items():
+                known = self._parts.get(namespace)
+                if known is None:
+                    self._parts[namespace] = _Part(found, _word_major(codes))
+                else:
+                    known.put(found, _word_major(codes))
 
-    def _add(self, rows: Iterable[tuple[Any, ...]]) -> None:
-        """Put ``(seq, namespace, code, blob)`` rows ordered by namespace then seq (the
-        blob only where no code is stored: a vector written by an older version)."""
-        groups: dict[str, list[tuple[Any, ...]]] = {}
-        for row in rows:
-            groups.setdefault(str(row[1]), []).append(row)
-        for namespace, group in groups.items():
-            seqs = np.asarray([row[0] for row in group], dtype=np.int64)
-            codes = np.frombuffer(
-                b"".join(row[2] or code_bytes([row[3]]).tobytes() for row in group),
-                dtype=np.uint8,
-            )
-            words = _word_major(codes.reshape(len(group), CODE_BITS // 8))
-            part = self._parts.get(namespace)
-            if part is None:
-                self._parts[namespace] = _Part(seqs, words)
-            else:
-                part.put(seqs, words)
+
+def _grouped(rows: Iterable[tuple[Any, ...]]) -> dict[str, tuple[I64, npt.NDArray[np.uint8]]]:
+    """``(seq, namespace, code, blob)`` rows in seq order, per namespace: the seqs and the
+    codes (a row's blob is coded here when it has no stored code: a vector written by an
+    older plugin version)."""
+    groups: dict[str, list[tuple[Any, ...]]] = {}
+    for row in rows:
+        groups.setdefault(str(row[1]), []).append(row)
+    out = {}
+    for namespace, group in groups.items():
+        codes = b"".join(row[2] or code_bytes([row[3]]).tobytes() for row in group)
+        out[namespace] = (
+            np.asarray([row[0] for row in group], dtype=np.int64),
+            np.frombuffer(codes, dtype=np.uint8).reshape(len(group), CODE_BITS // 8),
+        )
+    return out
 
 
 def _word_major(codes: npt.NDArray[np.uint8]) -> U64:
