@@ -1,14 +1,15 @@
 # The ditto-worker image: the package with the extras in EXTRAS (default: ops = Flower,
-# honcho; qdrant, milvus, mysql = the Qdrant, Milvus and MySQL stores' clients; gateway = the
+# honcho; postgres, qdrant, milvus, mysql = the PostgreSQL, Qdrant, Milvus and MySQL stores'
+# clients; gateway = the
 # HTTP gateway), the reference ditto.yaml and the LoCoMo sample data. compose.yaml builds it as ditto-worker:0.1.0 (and with
-# EXTRAS=ops,qdrant,milvus,mysql,gateway,infer as ditto-worker-infer:0.1.0) and runs each
+# EXTRAS=ops,postgres,qdrant,milvus,mysql,gateway,infer as ditto-worker-infer:0.1.0) and runs each
 # Procfile process from it (`ditto-worker worker --nodes reads`, `ditto-worker flower`,
 # ...). Workers keep the SQLite store in /data (a volume in compose.yaml).
 # Dependencies are installed from pyproject.toml alone, before the source is copied, so a
 # change to the code rebuilds only the last layers.
 FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
-ARG EXTRAS=ops,qdrant,milvus,mysql,gateway
+ARG EXTRAS=ops,postgres,qdrant,milvus,mysql,gateway
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \

@@ -176,7 +176,7 @@ def test_images_are_pinned() -> None:
         assert compose()["services"][name]["build"] == "."
     assert images["infer"] == f"ditto-worker-infer:{version}"
     extras = compose()["services"]["infer"]["build"]["args"]["EXTRAS"]
-    assert extras == "ops,qdrant,milvus,mysql,gateway,infer"
+    assert extras == "ops,postgres,qdrant,milvus,mysql,gateway,infer"
     bases = re.findall(r"^FROM\s+(\S+)", (REPO / "Dockerfile").read_text(), re.M)
     assert bases and all(_tag(b) not in ("", "latest") and DIGEST.search(b) for b in bases)
 
@@ -366,3 +366,23 @@ def test_the_mysql_profile_points_every_worker_at_its_mariadb() -> None:
     default = re.search(r"^ARG EXTRAS=(\S+)", (REPO / "Dockerfile").read_text(), re.M)
     assert default is not None and "mysql" in default.group(1).split(",")
     assert "mysql" in services["infer"]["build"]["args"]["EXTRAS"].split(",")
+
+
+def test_compose_points_workers_at_postgres() -> None:
+    """With ``--profile postgres`` every worker can use the PostgreSQL store: its URL names
+    the compose service with the same user, password and database, and the images carry
+    the ``postgres`` extra (psycopg)."""
+    services = compose()["services"]
+    server = services["postgres"]
+    assert server["profiles"] == ["postgres"]
+    env = server["environment"]
+    password = env["POSTGRES_PASSWORD"]
+    url = f"postgresql://{env['POSTGRES_USER']}:{password}@postgres:5432/{env['POSTGRES_DB']}"
+    for name in WORKERS:
+        worker = services[name]
+        assert worker["environment"]["DITTO_WORKER_MEMORY_POSTGRES_URL"] == url, name
+        assert worker["depends_on"]["postgres"] == {
+            "condition": "service_healthy", "required": False}  # fmt: skip
+    default = re.search(r"^ARG EXTRAS=(\S+)", (REPO / "Dockerfile").read_text(), re.M)
+    assert default is not None and "postgres" in default.group(1).split(",")
+    assert "postgres" in services["infer"]["build"]["args"]["EXTRAS"].split(",")
