@@ -127,7 +127,13 @@ class RetrievalTargetSettings(Section):
 class RetrievalWorkerSettings(Section):
     """``workers.retrieval:`` — the RETRIEVAL worker on the ``retrieval.search`` queue."""
 
-    concurrency: int = Field(default=2, ge=1, description="Pool size of the retrieval worker.")
+    concurrency: int = Field(
+        default=32,
+        ge=1,
+        description="Pool size of the retrieval worker; with threads, how many calls it holds "
+        "at once, all sharing the model's next batch (calls beyond it wait in the broker, "
+        "unbatched).",
+    )
     pool: Literal["prefork", "threads", "solo"] = Field(
         default="threads",
         description="Celery pool; threads let concurrent queries share one model (micro-batching).",

@@ -53,6 +53,8 @@ def test_concurrent_calls_share_batches_and_get_their_own_vectors() -> None:
     assert batcher.stats.calls == 24 and batcher.stats.texts == 24
     assert len(provider.calls) == batcher.stats.batches <= 4  # coalesced, not 24 batches
     assert batcher.stats.largest >= 6
+    # the model's busy time: at least delay_s per batch, and not the callers' summed waits
+    assert provider.delay_s * batcher.stats.batches <= batcher.stats.embed_s < 24 * 0.02
     assert batcher.identity == provider.identity
     batcher.close()
 
