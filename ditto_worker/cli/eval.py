@@ -91,6 +91,10 @@ class StrategyReport:
     """category -> (questions, recall@5, recall@10)."""
     latency_p50_ms: float | None = None
     latency_p95_ms: float | None = None
+    recall_at_k: list[float] = field(default_factory=list)
+    """Mean evidence recall@k for k = 1 … 10 (index k - 1); empty without questions."""
+    latencies_ms: list[float] = field(default_factory=list)
+    """Every search call's latency, ms, in question order (the plot's distribution)."""
 
 
 @dataclass
@@ -153,6 +157,7 @@ def evaluate_strategy(
     """
     asked = [q for q in conv.questions if q.evidence]
     recalls: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    curves: list[list[float]] = []
     latencies: list[float] = []
     for question in asked:
         start = time.perf_counter()
@@ -161,10 +166,9 @@ def evaluate_strategy(
         if result.status != "success" or result.output is None:
             raise EvalError(f"MEMORY.SEARCH {strategy} {result.status}: {result.error}")
         found = [dia_by_id.get(hit.memory.id, "") for hit in result.output]
-        evidence = question.evidence
-        recalls[question.category].append(
-            (evidence_recall(found, evidence, 5), evidence_recall(found, evidence, 10))
-        )
+        curve = [evidence_recall(found, question.evidence, k) for k in range(1, 11)]
+        curves.append(curve)
+        recalls[question.category].append((curve[4], curve[9]))
     every = [pair for pairs in recalls.values() for pair in pairs]
     return StrategyReport(
         strategy=strategy,
@@ -181,6 +185,8 @@ def evaluate_strategy(
         },  # fmt: skip
         latency_p50_ms=statistics.median(latencies) if latencies else None,
         latency_p95_ms=_percentile(latencies, 0.95),
+        recall_at_k=[statistics.fmean(column) for column in zip(*curves, strict=True)],
+        latencies_ms=latencies,
     )
 
 

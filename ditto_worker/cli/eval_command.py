@@ -7,7 +7,7 @@ the measuring itself is :mod:`ditto_worker.cli.eval` and :mod:`ditto_worker.cli.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -57,6 +57,31 @@ def eval_locomo(
             "local; each file runs in a fresh tenant scope whose records are deleted after."
         ),
     ] = "sqlite",
+    leave_one_out: Annotated[
+        bool,
+        typer.Option(
+            "--leave-one-out",
+            help="Also choose the hybrid settings among a grid on all files but one and score "
+            "them on the one left out, per file, beside plain RRF, the shipped default and "
+            "the in-sample best (two files or more; in-process SQLite).",
+        ),
+    ] = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE.png",
+            help="Draw recall@k per strategy, recall@10 per question category and the "
+            "latency distribution into a PNG (needs matplotlib: the bench extra).",
+        ),
+    ] = None,
+    embedding_cache: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE.json",
+            help="Keep the run's embeddings in this file and reuse them next run (only "
+            "those of the same model identity).",
+        ),
+    ] = None,
 ) -> None:
     """Recall and latency of keyword, vector and hybrid search on LoCoMo.
 
@@ -71,13 +96,16 @@ def eval_locomo(
     """
     from ditto_worker.cli.eval import evaluate_shared_store, format_reports
     from ditto_worker.cli.fleet_eval import evaluate_on_fleet
+    from ditto_worker.cli.tuning import CachingEmbedder
     from ditto_worker.retrieval.batching import MicroBatchingEmbedder
     from ditto_worker.retrieval.embed import LocalEmbeddingProvider
 
     check_store("eval locomo", store)
+    if leave_one_out and len(paths) < 2:
+        fail("eval locomo", "--leave-one-out needs at least two files")
     names = [s.strip() for s in strategies.split(",") if s.strip()]
-    embedder = MicroBatchingEmbedder(LocalEmbeddingProvider())
     try:
+        embedder = CachingEmbedder(MicroBatchingEmbedder(LocalEmbeddingProvider()), embedding_cache)
         fields = tuple(f.strip() for f in index_fields.split(",") if f.strip())
         reports = [
             evaluate_on_fleet(path, embedder, strategies=names, index_fields=fields, store=store)
@@ -88,13 +116,43 @@ def eval_locomo(
             if shared_store
             else []
         )
+        table = _leave_one_out(paths, embedder, fields) if leave_one_out else ""
+        embedder.save()
+        if plot is not None:
+            from ditto_worker.cli.eval_plot import plot_reports
+
+            plot_reports(reports + shared, plot)
     except ConfigError as exc:
         fail("eval locomo", str(exc))
     except DittoError as exc:
         fail("eval locomo", f"failed: {exc}", 1)
     typer.echo(format_reports(reports + shared))
+    if table:
+        typer.echo(table)
+    if plot is not None:
+        typer.echo(f"plot: {plot}")
     for own, one in zip(reports, shared, strict=False):
         for name, item in one.strategies.items():
             mine, theirs = item.recall_at_10, own.strategies[name].recall_at_10
             delta = "unknown" if mine is None or theirs is None else f"{mine - theirs:+.3f}"
             typer.echo(f"shared - own {own.conversation:<13} {name:<8} R@10 {delta}")
+
+
+def _leave_one_out(paths: list[Path], embedder: Any, fields: tuple[str, ...]) -> str:
+    """The leave-one-out table of :mod:`ditto_worker.cli.tuning` over ``paths``."""
+    from ditto_worker.cli.eval import CONVERSATION_PIPELINE
+    from ditto_worker.cli.tuning import (
+        best_setting,
+        candidate_grid,
+        format_leave_one_out,
+        leave_one_out,
+        score_grid,
+        setting_name,
+    )
+
+    grid = candidate_grid()
+    shipped = setting_name(CONVERSATION_PIPELINE)
+    grid.setdefault(shipped, CONVERSATION_PIPELINE)
+    scores = {path.name: score_grid(path, embedder, grid, fields) for path in paths}
+    folds = leave_one_out(scores, shipped)
+    return format_leave_one_out(folds, best_setting(scores, list(scores)))

@@ -1,0 +1,291 @@
+"""Leave-one-out choice of the hybrid settings on LoCoMo (issue 28 item 7).
+
+No weight, threshold or window may be chosen on the conversation it is scored on. For
+every file, :func:`score_grid` scores each setting of :func:`candidate_grid` (evidence
+recall@10 of ``hybrid``; :mod:`ditto_worker.cli.eval`); :func:`leave_one_out` then chooses,
+for each file held out, the best setting on the *other* files and scores it on the held-out
+one, beside plain reciprocal-rank fusion (:data:`PLAIN_RRF`), the shipped default and the
+in-sample best (chosen on the held-out file itself: what a tuned figure would claim).
+
+A setting other than plain RRF may be shipped only if, in every fold, the setting chosen
+without the held-out file beats plain RRF on it (:func:`ship_decision`).
+
+To make a grid of about a hundred settings affordable on two cores, a conversation is
+written once, every text is embedded once (:class:`CachingEmbedder`) and every identical
+store call is answered once (:class:`MemoSource`); only fusion and scoring run per setting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import statistics
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from ditto_worker.cli.demo import evidence_recall, load_conversation
+from ditto_worker.contracts import MemorySearchInput, MemorySearchResult
+from ditto_worker.memory.core import create_memory
+from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider, MemoryCallOptions
+from ditto_worker.retrieval.search import RetrievalSearchProvider
+from ditto_worker.retrieval.settings import RetrievalConfig
+
+__all__ = [
+    "PLAIN_RRF",
+    "CachingEmbedder",
+    "Fold",
+    "MemoSource",
+    "best_setting",
+    "candidate_grid",
+    "format_leave_one_out",
+    "leave_one_out",
+    "score_grid",
+    "setting_name",
+    "ship_decision",
+]
+
+_MENTION: Final = {"fields": ["speaker"]}
+PLAIN_RRF: Final = RetrievalConfig.model_validate(
+    {"candidates": 200, "fusion": {"method": "rrf", "weights": {"keyword": 0.5, "vector": 0.5}},
+     "mention": {**_MENTION, "weight": 0.0}}
+)  # fmt: skip
+"""Plain reciprocal-rank fusion (Cormack et al. 2009, k = 60) of the keyword and vector
+lists, equal weights, no mention boost, no context: nothing in it is chosen on data. The
+vector leg embeds the query without the speaker names it mentions (no parameter)."""
+
+
+def _setting(method: str, keyword: float, mention: float, context: Any) -> RetrievalConfig:
+    settings: dict[str, Any] = {
+        "candidates": 200,
+        "fusion": {"method": method, "weights": {"keyword": keyword, "vector": 1 - keyword}},
+        "mention": {**_MENTION, "weight": mention},
+    }
+    if context is not None:
+        window, neighbour, group = context
+        settings["context"] = {
+            "groupField": "session", "orderField": "turn", "window": window,
+            "neighbourWeight": neighbour, "groupWeight": group, "groupTop": 3, "expand": 20,
+        }  # fmt: skip
+    return RetrievalConfig.model_validate(settings)
+
+
+def setting_name(config: RetrievalConfig) -> str:
+    """A short readable name: ``rrf kw0.5 m0.0 w2/n0.7/g0.3`` (context last, ``-`` off)."""
+    fusion, context = config.fusion, config.context
+    ctx = "-"
+    if context.group_field is not None:
+        ctx = f"w{context.window}/n{context.neighbour_weight}/g{context.group_weight}"
+    keyword = fusion.weights.get("keyword", 0.0)
+    return f"{fusion.method} kw{keyword:g} m{config.mention.weight:g} {ctx}"
+
+
+def candidate_grid() -> dict[str, RetrievalConfig]:
+    """The settings a fold chooses among, by :func:`setting_name`, :data:`PLAIN_RRF`
+    first: fusion rrf / weighted, keyword weight 0.5 / 0.7 / 0.8, speaker mention boost
+    0 / 0.1, and context off or window 1 / 2 × neighbour weight 0.3 / 0.7 × group weight
+    0 / 0.3 (108 settings; general values, none taken from a result)."""
+    contexts: list[Any] = [None, *itertools.product((1, 2), (0.3, 0.7), (0.0, 0.3))]
+    grid = {setting_name(PLAIN_RRF): PLAIN_RRF}
+    for method, keyword, mention, context in itertools.product(
+        ("rrf", "weighted"), (0.5, 0.7, 0.8), (0.0, 0.1), contexts
+    ):
+        config = _setting(method, keyword, mention, context)
+        grid.setdefault(setting_name(config), config)
+    return grid
+
+
+class CachingEmbedder:
+    """An ``EmbeddingProvider`` that embeds each distinct text once (same identity).
+
+    Args:
+        inner: the provider embedding what is not cached yet.
+        path: optional JSON file of earlier runs' vectors for ``inner``'s identity
+            (read now if it exists, written by :meth:`save`); vectors of another identity
+            in it are ignored, never mixed (MEM-RET-4).
+    """
+
+    def __init__(self, inner: EmbeddingProvider, path: str | Path | None = None) -> None:
+        self.inner = inner
+        self.path = Path(path) if path is not None else None
+        self._vectors: dict[str, list[float]] = {}
+        if self.path is not None and self.path.exists():
+            stored = json.loads(self.path.read_text(encoding="utf-8"))
+            if stored.get("identity") == inner.identity.describe():
+                self._vectors = stored.get("vectors", {})
+
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        """``inner``'s identity."""
+        return self.inner.identity
+
+    @staticmethod
+    def _key(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """``inner.embed`` of the texts not seen before (one call), the rest from the cache."""
+        missing = list(dict.fromkeys(t for t in texts if self._key(t) not in self._vectors))
+        if missing:
+            for text, vector in zip(missing, self.inner.embed(missing), strict=True):
+                self._vectors[self._key(text)] = vector
+        return [self._vectors[self._key(text)] for text in texts]
+
+    def save(self) -> None:
+        """Write the cache to ``path`` (no-op without one)."""
+        if self.path is not None:
+            payload = {"identity": self.identity.describe(), "vectors": self._vectors}
+            self.path.write_text(json.dumps(payload), encoding="utf-8")
+
+
+class MemoSource:
+    """A store whose identical ``search`` / ``query`` calls are answered once (read-only
+    evaluation only: nothing is written meanwhile)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.embedder = store.embedder
+        self.capabilities = store.capabilities
+        self._answers: dict[tuple[str, str], Any] = {}
+
+    def _memo(self, kind: str, input: Any, call: Any) -> Any:
+        key = (kind, input.model_dump_json())
+        if key not in self._answers:
+            self._answers[key] = call()
+        return self._answers[key]
+
+    def search(
+        self, input: MemorySearchInput, options: MemoryCallOptions | None = None
+    ) -> Sequence[MemorySearchResult]:
+        """The store's ``search``, once per distinct input."""
+        answer: Sequence[MemorySearchResult] = self._memo(
+            "search", input, lambda: list(self.store.search(input, options))
+        )
+        return answer
+
+    def query(self, input: Any, options: MemoryCallOptions | None = None) -> Any:
+        """The store's ``query``, once per distinct input."""
+        return self._memo("query", input, lambda: self.store.query(input, options))
+
+
+def _recall_at_10(provider: RetrievalSearchProvider, questions: Sequence[Any],
+                  dia_by_id: Mapping[str, str]) -> float:  # fmt: skip
+    recalls = []
+    for question in questions:
+        hits = provider.search(
+            MemorySearchInput(query=question.question, strategy="hybrid", limit=10)
+        )
+        found = [dia_by_id.get(hit.memory.id, "") for hit in hits]
+        recalls.append(evidence_recall(found, question.evidence, 10))
+    return statistics.fmean(recalls) if recalls else 0.0
+
+
+def score_grid(
+    path: str | Path, embedder: EmbeddingProvider, grid: Mapping[str, RetrievalConfig],
+    index_fields: Sequence[str] = ("speaker",),
+) -> dict[str, float]:  # fmt: skip
+    """Hybrid evidence recall@10 of every setting of ``grid`` on one conversation.
+
+    The conversation is written once into a fresh SQLite store (as
+    :func:`ditto_worker.cli.eval.evaluate_conversation` does); every setting then
+    searches every question with evidence through the pipeline over a :class:`MemoSource`.
+
+    Returns:
+        {setting name: recall@10 in [0, 1]}, in ``grid``'s order.
+
+    Raises:
+        EvalError: a write failed.
+    """
+    from ditto_plugin_sqlite import SqliteMemoryStore
+    from ditto_worker.cli.eval import ingest
+
+    conv = load_conversation(path)
+    questions = [q for q in conv.questions if q.evidence]
+    with tempfile.TemporaryDirectory() as folder:
+        store = SqliteMemoryStore(
+            Path(folder) / "tune.sqlite", embedder=embedder, index_fields=index_fields
+        )
+        try:
+            dia_by_id = ingest(create_memory(store), conv)
+            source = MemoSource(store)
+            return {
+                name: _recall_at_10(
+                    RetrievalSearchProvider(source, embedder, config), questions, dia_by_id
+                )  # fmt: skip
+                for name, config in grid.items()
+            }
+        finally:
+            store.close()
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One held-out file: recalls@10 on it, in [0, 1]."""
+
+    held_out: str
+    chosen: str
+    """The setting with the best mean recall@10 on the other files (ties: grid order)."""
+    chosen_recall: float
+    rrf_recall: float
+    shipped: str
+    shipped_recall: float
+    in_sample: str
+    """The best setting on the held-out file itself (a tuned, optimistic figure)."""
+    in_sample_recall: float
+
+
+def best_setting(scores: Mapping[str, Mapping[str, float]], files: Sequence[str]) -> str:
+    """The setting with the best mean recall@10 over ``files`` (ties: the first scored)."""
+    names = list(next(iter(scores.values())))
+    return max(names, key=lambda n: (statistics.fmean(scores[f][n] for f in files),
+                                     -names.index(n)))  # fmt: skip
+
+
+def leave_one_out(
+    scores: Mapping[str, Mapping[str, float]], shipped: str, baseline: str | None = None
+) -> list[Fold]:
+    """One :class:`Fold` per file of ``scores`` ({file: {setting: recall@10}}, at least
+    two files, every file scored on the same settings, ``shipped`` and ``baseline``
+    among them; ``baseline`` defaults to :data:`PLAIN_RRF`'s name).
+
+    Raises:
+        ValueError: fewer than two files, or a setting missing.
+    """
+    baseline = baseline or setting_name(PLAIN_RRF)
+    if len(scores) < 2:
+        raise ValueError("leave-one-out needs at least two conversation files")
+    folds = []
+    for held_out, own in scores.items():
+        if shipped not in own or baseline not in own:
+            raise ValueError(f"{held_out}: the shipped setting or the baseline was not scored")
+        chosen = best_setting(scores, [f for f in scores if f != held_out])
+        in_sample = best_setting(scores, [held_out])
+        folds.append(Fold(held_out, chosen, own[chosen], own[baseline], shipped, own[shipped],
+                          in_sample, own[in_sample]))  # fmt: skip
+    return folds
+
+
+def ship_decision(folds: Sequence[Fold]) -> bool:
+    """True when the setting chosen without the held-out file beats plain RRF on it in
+    every fold (strictly), i.e. tuning is allowed to change the default."""
+    return bool(folds) and all(f.chosen_recall > f.rrf_recall for f in folds)
+
+
+def format_leave_one_out(folds: Sequence[Fold], pooled_best: str) -> str:
+    """The leave-one-out table (one row per held-out file) and the decision."""
+    lines = ["held out      chosen on the others (R@10)      plain RRF  shipped    "
+             "in-sample best (R@10)"]  # fmt: skip
+    for f in folds:
+        lines.append(
+            f"{f.held_out:<13} {f.chosen:<26} {f.chosen_recall:.3f}   {f.rrf_recall:.3f}      "
+            f"{f.shipped_recall:.3f}      {f.in_sample} {f.in_sample_recall:.3f}"
+        )
+    if ship_decision(folds):
+        verdict = f"the chosen setting beats plain RRF in every fold: ship {pooled_best!r}"
+    else:
+        verdict = "the chosen setting does not beat plain RRF in every fold: ship plain RRF"
+    lines.append(f"shipped default: {folds[0].shipped if folds else 'unknown'}; {verdict}")
+    return "\n".join(lines)
