@@ -48,16 +48,19 @@ __all__ = [
 CONVERSATION_PIPELINE: Final = RetrievalConfig.model_validate(
     {
         "candidates": 200,
-        "fusion": {"method": "weighted", "weights": {"keyword": 0.7, "vector": 0.3}},
+        "fusion": {"method": "weighted", "weights": {"keyword": 0.5, "vector": 0.5}},
         "mention": {"fields": ["speaker"], "weight": 0.1},
-        "context": {"groupField": "session", "orderField": "turn", "window": 2,
-                    "neighbourWeight": 0.7, "groupWeight": 0.3, "groupTop": 3, "expand": 20},
+        "context": {"groupField": "session", "orderField": "turn", "window": 1,
+                    "neighbourWeight": 0.3, "groupWeight": 0.3, "groupTop": 3, "expand": 20},
     }
 )  # fmt: skip
 """Hybrid settings for memories of conversations whose metadata carries ``speaker``,
-``session`` and ``turn`` (any chat log; nothing LoCoMo-only). Tuned by grid search on
-LoCoMo 30.json and 26.json (each held out in turn; docs/retrieval.md "Embeddings, vector and hybrid
-search"): 0.83 / 0.81 evidence recall@10 vs keyword 0.68 / 0.57 (turn text alone)."""
+``session`` and ``turn`` (any chat log; nothing LoCoMo-only). Chosen by
+``ditto-worker eval locomo --leave-one-out`` (:mod:`ditto_worker.cli.tuning`, issue 28
+item 7): the grid's choice on one file beat plain reciprocal-rank fusion on the other in
+both folds (R@10 0.781 vs 0.719 on 30.json, 0.780 vs 0.667 on 26.json), so a tuned
+setting may ship; this one is the grid's best over both files (0.809 / 0.821 in-sample).
+docs/retrieval.md "Leave-one-out" has the table."""
 
 STRATEGIES: Final = ("keyword", "vector", "hybrid")
 INDEX_FIELDS: Final = ("speaker",)

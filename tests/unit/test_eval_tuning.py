@@ -153,3 +153,15 @@ def test_plot_writes_a_png_and_the_module_does_not_import_matplotlib(tmp_path: P
            "print('matplotlib' in sys.modules)"  # fmt: skip
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_leave_one_out_needs_two_files_before_anything_loads(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from ditto_worker.cli.commands import app
+
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(LOCOMO), encoding="utf-8")
+    result = CliRunner().invoke(app, ["eval", "locomo", str(path), "--leave-one-out"])
+    assert result.exit_code == 2
+    assert "--leave-one-out needs at least two files" in result.output
