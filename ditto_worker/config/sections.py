@@ -146,6 +146,16 @@ class RetrievalWorkerSettings(Section):
         "stores' embedders and the retrieval pipelines): cpu, cuda, cuda:N, or auto (cuda "
         "when one is available, else cpu); env DITTO_WORKER_RETRIEVAL_DEVICE.",
     )
+    torch_threads: int = Field(
+        default=0,
+        ge=0,
+        description="Torch CPU threads (torch.set_num_threads, one setting per process) "
+        "when a local embedding model loads on the cpu: 0 = half the cores this process "
+        "may use, at least 1 (1 on 2 cores); env DITTO_WORKER_RETRIEVAL_TORCH_THREADS. "
+        "Torch's threads wait for each other at every operation: on a shared machine a "
+        "descheduled one stalls the rest (issue 28: one query 0.9-1.8 s with 2 threads, "
+        "0.1 s with 1, on 2 cores under load).",
+    )
     targets: dict[str, RetrievalTargetSettings] = Field(
         default_factory=lambda: {"memories": RetrievalTargetSettings()},
         description="Target name -> pipeline; RemoteRetrievalSearchProvider(target={name}).",

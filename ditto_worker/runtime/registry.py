@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEVICE_ENV",
+    "TORCH_THREADS_ENV",
     "EMBEDDER_GROUP",
     "ENTRY_POINT_GROUP",
     "TRANSPORT_GROUP",
@@ -60,6 +61,9 @@ logger = logging.getLogger(__name__)
 DEVICE_ENV = "DITTO_WORKER_RETRIEVAL_DEVICE"
 """The environment variable a local embedding provider reads its torch device from when
 its own settings name none (``workers.retrieval.device``; :func:`build_store` sets it)."""
+TORCH_THREADS_ENV = "DITTO_WORKER_RETRIEVAL_TORCH_THREADS"
+"""The environment variable a local embedding provider reads its torch CPU threads from
+(``workers.retrieval.torchThreads``; :func:`build_store` sets it; 0 = half the cores)."""
 
 ENTRY_POINT_GROUP = "ditto_worker.stores"
 WORKER_GROUP = "ditto_worker.workers"
@@ -132,7 +136,9 @@ def build_store(
     settings, environ = config.plugin_settings(name), os.environ if env is None else env
     # the process's device reaches the embedder a plugin builds (build_embedder(kind, None,
     # env)): workers.retrieval.device, which already holds DITTO_WORKER_RETRIEVAL_DEVICE
-    environ = {**environ, DEVICE_ENV: config.retrieval_worker.device}
+    retrieval = config.retrieval_worker
+    environ = {**environ, DEVICE_ENV: retrieval.device,
+               TORCH_THREADS_ENV: str(retrieval.torch_threads)}  # fmt: skip
     if must_exist and _accepts_must_exist(factory):
         return factory(settings, environ, must_exist=True)  # type: ignore[call-arg]
     return factory(settings, environ)

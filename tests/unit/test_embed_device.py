@@ -94,3 +94,31 @@ def test_the_device_reaches_the_embedder_a_store_plugin_builds(
         assert store.embedder.device.startswith("cuda" if torch.cuda.is_available() else "cpu")
     finally:
         store.close()
+
+
+def test_torch_threads_default_to_half_the_cores_and_reach_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # issue 28 item 5: 2 spinning torch threads on 2 shared cores stalled every query
+    from ditto_worker.retrieval.embed import default_torch_threads
+
+    assert [default_torch_threads(n) for n in (1, 2, 3, 8)] == [1, 1, 1, 4]
+    assert default_torch_threads() >= 1
+    before = torch.get_num_threads()
+    try:
+        LocalEmbeddingProvider(threads=2)
+        assert torch.get_num_threads() == 2
+        config = load_runtime_config(
+            {"workers": {"retrieval": {"torchThreads": 1}},
+             "plugins": {"sqlite": {"path": str(tmp_path / "t.sqlite"), "embedding": "local"}}},
+            env={},
+        )  # fmt: skip
+        store = build_store(config, "sqlite", env={})  # the plugin's embedder: from the config
+        store.close()
+        assert torch.get_num_threads() == 1
+        env_set = load_runtime_config(None, env={"DITTO_WORKER_RETRIEVAL_TORCH_THREADS": "3"})
+        assert env_set.retrieval_worker.torch_threads == 3
+        assert load_runtime_config(None, env={}).retrieval_worker.torch_threads == 0
+        with pytest.raises(ConfigError, match="torchThreads"):
+            load_runtime_config({"workers": {"retrieval": {"torchThreads": -1}}}, env={})
+    finally:
+        torch.set_num_threads(before)
