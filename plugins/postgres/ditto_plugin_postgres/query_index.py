@@ -1,15 +1,17 @@
 """Indexes of the PostgreSQL store's declared ``queryFields`` (issue 28).
 
-Equality (``$eq``, ``$in``, an ``and`` of them) is already served by the GIN
-``jsonb_path_ops`` index on ``metadata`` (``m.metadata @> …``). Each declared field adds
-one B-tree expression index over its typed sort expressions, built from the same
-function as the filter compiler's (:func:`ditto_plugin_postgres.sql.sort_expressions`,
-path as a literal), so the planner matches them::
+Each declared field adds one B-tree expression index over its typed sort expressions,
+built from the same function as the filter compiler's
+(:func:`ditto_plugin_postgres.sql.sort_expressions`, path as a literal), so the planner
+matches them::
 
     memories_qf_<field>_<digest> ON memories (namespace, <type rank>, <number>, <text>)
 
 It serves ``orderBy`` on the field in either direction (an incremental sort orders the
 ties by ``seq``) and ranges (``r = 1 AND n < x``, ``r = 2 AND n IS NULL AND t < x``).
+Equality is compiled as ``COALESCE(m.metadata @> …, false)``, which the GIN
+``jsonb_path_ops`` index on ``metadata`` does not serve (``COALESCE`` hides the
+operator): equality on a declared field is not indexed yet.
 ``<field>`` is the name with other characters than ASCII letters and digits as ``_``
 (cut to 24), ``<digest>`` a SHA-256 prefix of the statement. Opening a store with
 declared fields creates the missing indexes and drops those of fields no longer declared,
