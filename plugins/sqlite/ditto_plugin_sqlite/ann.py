@@ -313,6 +313,6 @@ def _word_major(codes: npt.NDArray[np.uint8]) -> U64:
 
 
 def candidate_count(limit: int, size: int) -> int:
-    """Codes to rescore for ``limit`` results among ``size``: 40 per result, at least 400,
-    and 0.2 % of the scope (false near codes grow with the scope)."""
-    return min(size, max(400, 40 * limit, math.ceil(size * 0.002)))
+    """Codes to rescore for ``limit`` results among ``size``: at least 400, 20 per result
+    (hybrid asks 100: 2,000), and 0.2 % of the scope (false near codes grow with it)."""
+    return min(size, max(400, 20 * limit, math.ceil(size * 0.002)))
