@@ -47,8 +47,9 @@ TOPICS = ["coffee", "hiking", "tax", "dance", "guitar", "garden", "python", "tra
 STATS = "BENCH.STATS"
 
 
-def _pipeline(db_path: str) -> tuple[Any, Any]:
-    """(the SDK over the vector pipeline of ``db_path``, its micro-batcher)."""
+def _pipeline(db_path: str, max_wait_ms: float | None = None) -> tuple[Any, Any]:
+    """(the SDK over the vector pipeline of ``db_path``, its micro-batcher); the shipped
+    micro-batch settings unless ``max_wait_ms`` is given."""
     from ditto_plugin_sqlite import SqliteMemoryStore
     from ditto_worker.memory.core import Memory
     from ditto_worker.memory.search.settings import RetrievalConfig
@@ -62,14 +63,15 @@ def _pipeline(db_path: str) -> tuple[Any, Any]:
     micro = RetrievalConfig().micro_batch  # the shipped batching settings
     embedder = MicroBatchingEmbedder(LocalEmbeddingProvider(),
                                      max_batch_size=micro.max_batch_size,
-                                     max_wait_ms=micro.max_wait_ms)  # fmt: skip
+                                     max_wait_ms=micro.max_wait_ms if max_wait_ms is None
+                                     else max_wait_ms)  # fmt: skip
     store = SqliteMemoryStore(db_path, embedder=embedder)
     provider = create_retrieval_memory_search_provider(store, embedder, {"strategy": "vector"})
     memory: Memory = search_only({"memories": provider}, None)["memories"]
     return memory, embedder
 
 
-def _worker_app(redis_url: str, db_path: str) -> Any:
+def _worker_app(redis_url: str, db_path: str, max_wait_ms: float | None = None) -> Any:
     from kombu.entity import Exchange, Queue
 
     from ditto_worker.config import load_runtime_config
@@ -81,7 +83,7 @@ def _worker_app(redis_url: str, db_path: str) -> Any:
 
     def targets() -> dict[str, Any]:
         if not built:
-            built["memory"], built["embedder"] = _pipeline(db_path)
+            built["memory"], built["embedder"] = _pipeline(db_path, max_wait_ms)
         return {"memories": built["memory"]}
 
     def bench() -> Any:
@@ -98,9 +100,9 @@ def _worker_app(redis_url: str, db_path: str) -> Any:
     return app
 
 
-def serve(redis_url: str, db_path: str, concurrency: int) -> None:
+def serve(redis_url: str, db_path: str, concurrency: int, max_wait_ms: float | None) -> None:
     """The benchmark's retrieval worker (its own process)."""
-    _worker_app(redis_url, db_path).worker_main([
+    _worker_app(redis_url, db_path, max_wait_ms).worker_main([
         "worker", "-P", "threads", "-c", str(concurrency), "-l", "WARNING", "-E",
         "-Q", f"retrieval.search,{STATS.lower()}", "-n", "bench-retrieval@%h",
     ])  # fmt: skip
@@ -198,9 +200,10 @@ def run(redis_url: str, args: argparse.Namespace) -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-retrieval-queue-"))
     db_path = str(folder / "r.sqlite")
     _write_store(db_path)
-    memory, embedder = _pipeline(db_path)
+    memory, embedder = _pipeline(db_path, args.max_wait_ms)
+    wait = "" if args.max_wait_ms is None else str(args.max_wait_ms)
     worker = subprocess.Popen([sys.executable, __file__, "--serve", redis_url, db_path,
-                               str(concurrency)])  # fmt: skip
+                               str(concurrency), wait])  # fmt: skip
     stats_kind = WorkerDefinition.of("BENCH", [NodeSpec(STATS, lambda i, c: {})])
     table = {**installed_nodes(), **node_table([stats_kind])}
     client = DittoClient.from_fleet(FleetSettings(broker_url=redis_url), nodes=table)
@@ -208,7 +211,8 @@ def run(redis_url: str, args: argparse.Namespace) -> None:
         asyncio.run(_through_queue(client, _questions(1, 2)))  # waits for worker and model
         _in_process(memory, _questions(1, 2))
         print(f"RETRIEVAL.SEARCH (vector) through the queue vs in-process vs encode: 1 worker "
-              f"process, threads -c {concurrency}; {args.queries} calls per caller; load "
+              f"process, threads -c {concurrency}, batch window {embedder.max_wait_s * 1000:g} "
+              f"ms; {args.queries} calls per caller; load "
               f"average {_loadavg()} on {os.cpu_count()} cores")  # fmt: skip
         print(f"{'':>8}{'queries/s':^30}{'ratio queue to':^20}"
               f"{'texts/batch, model ms/query':^30}")  # fmt: skip
@@ -237,8 +241,9 @@ def run(redis_url: str, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--serve":
-        serve(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    if len(sys.argv) == 6 and sys.argv[1] == "--serve":
+        wait = float(sys.argv[5]) if sys.argv[5] else None
+        serve(sys.argv[2], sys.argv[3], int(sys.argv[4]), wait)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--redis", help="Redis URL (default: a throwaway redis-server)")
@@ -246,6 +251,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=16, help="calls per caller")
     parser.add_argument("--concurrency", type=int, default=0,
                         help="worker threads (default: workers.retrieval.concurrency)")  # fmt: skip
+    parser.add_argument("--max-wait-ms", type=float, default=None,
+                        help="micro-batch window, both sides (default: shipped)")  # fmt: skip
     args = parser.parse_args()
     server = None
     url = args.redis
