@@ -34,6 +34,7 @@ from ditto_worker.cli.options import (
     load_config,
     scope_or_exit,
 )
+from ditto_worker.cli.reindex_command import reindex
 from ditto_worker.cli.transfer_command import export, import_
 from ditto_worker.cli.worker_command import NodeSelection, resolve_nodes, worker
 from ditto_worker.config import RuntimeConfig
@@ -333,6 +334,7 @@ app.add_typer(eval_app, name="eval")
 app.command("example")(example)
 app.command("export")(export)
 app.command("import")(import_)
+app.command("reindex")(reindex)
 
 
 @app.command()

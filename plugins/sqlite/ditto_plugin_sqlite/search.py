@@ -108,6 +108,9 @@ class SearchMixin(NativeSearch):
     ) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
 
+    def _verify_identity(self, conn: sqlite3.Connection) -> None:
+        raise NotImplementedError
+
     def _where(
         self, input: MemorySearchInput, options: MemoryCallOptions | None, lookup: bool = True
     ) -> Sql:
@@ -135,6 +138,7 @@ class SearchMixin(NativeSearch):
     ) -> list[Hit]:
         where, namespace = self._where(input, options), namespace_of(options)
         with self._tx(options, write=False) as conn:
+            self._verify_identity(conn)
             rows = nearest_rows(
                 conn, self._vector_index(len(vector)), namespace, vector, where, limit
             )

@@ -28,6 +28,7 @@ from ditto_plugin_sqlite.fts import index_record, unindex_records
 from ditto_plugin_sqlite.fts import rebuild as rebuild_keywords
 from ditto_plugin_sqlite.operations import record_operation, replay_operation
 from ditto_plugin_sqlite.query_index import QueryIndexes
+from ditto_plugin_sqlite.reembed import reembed
 from ditto_plugin_sqlite.rows import CHUNK as _CHUNK
 from ditto_plugin_sqlite.rows import COLUMNS as _COLUMNS
 from ditto_plugin_sqlite.rows import Row as _Row
@@ -270,6 +271,37 @@ class SqliteMemoryStore(SearchMixin):
             done, after = done + sum(blob is not None for blob in blobs or ()), int(rows[-1][0])
         return done
 
+    def reembed_embeddings(self, batch_size: int = 256) -> int:
+        """Re-embed every record under this store's provider and record its identity
+        (``ditto-worker reindex`` after a model change, MEM-RET-4); resumable, and the
+        database stays in its old identity until every vector is rewritten
+        (:mod:`ditto_plugin_sqlite.reembed`). Then fills vectors still missing
+        (:meth:`reindex_embeddings`).
+
+        Returns:
+            The number of records embedded.
+
+        Raises:
+            MemoryError: ``INVALID_INPUT`` for a store without a provider or a
+                ``batch_size`` below 1; ``EMBEDDING_UNAVAILABLE``; ``EMBEDDING_MISMATCH``
+                for an ``indexFields`` change (run :meth:`reindex_embeddings` first).
+        """
+        if self._embedder is None:
+            raise MemoryError(ErrorCode.INVALID_INPUT, "embedding: reindex needs a provider")
+        if batch_size < 1:
+            raise MemoryError(ErrorCode.INVALID_INPUT, "batchSize must be at least 1")
+        if self._index_mismatch is not None:
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._index_mismatch)
+        embedder = self._embedder
+        done = reembed(
+            lambda write: transaction(self._conn(), None, write),
+            embedder,
+            lambda pairs: vec.embed_contents(embedder, pairs, self._embedding_text),
+            batch_size,
+        )
+        self._mismatch = None
+        return done + self.reindex_embeddings(batch_size)
+
     @property
     def path(self) -> str:
         """The database file path."""
@@ -323,7 +355,22 @@ class SqliteMemoryStore(SearchMixin):
         return self._cursor_key
 
     def _check_model(self) -> None:
+        """``EMBEDDING_MISMATCH`` unless the database (still, or since a reindex by
+        another process) records this store's identity."""
+        if self._mismatch is not None and self._embedder is not None:
+            with transaction(self._conn(), None, write=False, snapshot=False) as conn:
+                if vec.stored_identity(conn) == self._embedder.identity:
+                    self._mismatch = None
         if self._mismatch is not None:
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
+
+    def _verify_identity(self, conn: sqlite3.Connection) -> None:
+        """In a transaction touching vectors: ``EMBEDDING_MISMATCH`` when another process
+        switched the database to another identity since (``ditto-worker reindex``)."""
+        stored = vec.stored_identity(conn)
+        if self._embedder is not None and stored not in (None, self._embedder.identity):
+            assert stored is not None
+            self._mismatch = vec.mismatch_message(self._embedder.identity, stored)
             raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
 
     def _check_identity(self) -> None:
@@ -350,6 +397,7 @@ class SqliteMemoryStore(SearchMixin):
             if seqs:
                 vec.forbid_unembedded_write(conn)
             return
+        self._verify_identity(conn)
         vec.put_vectors(conn, seqs, blobs)
 
     # --- MemoryStore ----------------------------------------------------------------------

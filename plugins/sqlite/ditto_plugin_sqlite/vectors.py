@@ -11,8 +11,8 @@ The database records the identity of the provider that made its vectors
 (``store_settings.embedding``, set by the first store with a provider that opens it). A
 provider with another identity fails every call with ``EMBEDDING_MISMATCH``; so does a
 write or content update through a store *without* a provider once the database keeps
-vectors (it would leave records without vectors). Changing the model means a new database
-and a reindex (MEM-RET-4).
+vectors (it would leave records without vectors). Changing the model is a reindex
+(MEM-RET-4): ``ditto-worker reindex``, :mod:`ditto_plugin_sqlite.reembed`.
 
 Search (:mod:`ditto_plugin_sqlite.nearest`) takes candidates from the in-memory SimHash
 index (:mod:`ditto_plugin_sqlite.ann`; each vector's code is stored with it in
