@@ -224,7 +224,19 @@ def admissible_options(candidates: list[Any], turns: Any, policy: Any) -> dict[i
             for name, value in pairs
             if rules.admit(rules.Proposal(name, value, c.text, c.index), turns, policy).admitted
         ]
-    return options
+    return _latest_per_field(options)
+
+
+def _latest_per_field(options: dict[int, list[str]]) -> dict[int, list[str]]:
+    """Each field's pairs kept on its last sentence only: a later statement revises an
+    earlier one (the task stores the last admitted per field), and the offline model,
+    offered both, proposed the first (a revision stored the superseded value)."""
+    last: dict[str, int] = {}
+    for index, pairs in options.items():
+        for pair in pairs:
+            last[pair.split("=", 1)[0]] = index
+    return {index: [p for p in pairs if last[p.split("=", 1)[0]] == index]
+            for index, pairs in options.items()}  # fmt: skip
 
 
 def _listing(candidates: list[Any], options: dict[int, list[str]]) -> str:

@@ -250,28 +250,30 @@ def test_a_message_not_in_the_remembered_language_fails_after_its_attempts(
 
 @pytest.mark.parametrize("later_first", [False, True])
 def test_a_later_statement_revises_an_earlier_one_whatever_the_models_order(
-    tmp_path: Path, later_first: bool
+    later_first: bool,
 ) -> None:
-    # per field the last admitted statement in the conversation is stored: the model
-    # listing the revision first must not make the task store the superseded value
+    # per field the last admitted statement in the conversation is stored, whatever the
+    # order of the model's proposals (the schema offers a revised field from its latest
+    # sentence only; this holds where it offers every user sentence)
+    from ditto_worker.memory_tasks.policy import (
+        DEFAULT_POLICY,
+        Proposal,
+        admit,
+        candidate_sentences,
+        turns_from_messages,
+    )
+    from ditto_worker.memory_tasks.preferences import _in_conversation_order
+    from ditto_worker.memory_tasks.revise import _admitted
+
     first, later = "Please always reply in German.", "Actually, from now on reply in English."
-    conversation = [{"role": "user", "content": first}, {"role": "assistant", "content": "OK."},
-                    {"role": "user", "content": later}]  # fmt: skip
-    listed = [
-        {"candidate_index": 0, "quote": first, "field": "language", "value": "de"},
-        {"candidate_index": 1, "quote": later, "field": "language", "value": "en"},
-    ]
-    proposals = {"proposals": listed[::-1] if later_first else listed}
-    with model(proposals, "en") as fake, task_runtime(tmp_path, fake) as (runtime, _):
-        wrote = run_write(
-            runtime, {"request": {"taskId": "w1", "kind": "write", "conversation": conversation}},
-            options(tmp_path, allow_write=True),
-        )  # fmt: skip
-        assert wrote.status == "success", wrote.error
-        [saved] = preferences(runtime)
-    assert (saved.metadata["value"], saved.metadata["quote"]) == ("en", later)
-    assert wrote.artifact is not None
-    assert [p["value"] for p in wrote.artifact["admission"]["proposals"]] == ["de", "en"]
+    turns = turns_from_messages([{"role": "user", "content": first},
+                                 {"role": "assistant", "content": "OK."},
+                                 {"role": "user", "content": later}])  # fmt: skip
+    listed = [Proposal("language", "de", first, 0), Proposal("language", "en", later, 1)]
+    decisions = [admit(p, turns, DEFAULT_POLICY) for p in (listed[::-1] if later_first else listed)]
+    ordered = _in_conversation_order(decisions, candidate_sentences(turns))
+    [stored] = _admitted([d.to_json() for d in ordered])
+    assert (stored["value"], stored["quote"]) == ("en", later)
 
 
 def test_the_model_is_shown_the_pairs_code_would_admit_beside_each_sentence(
@@ -303,3 +305,24 @@ def test_the_model_is_shown_the_pairs_code_would_admit_beside_each_sentence(
         assert branch["properties"]["candidate_index"]["enum"] == [1]
     assert (saved.metadata["field"], saved.metadata["value"]) == ("length", "short")
     assert wrote.artifact is not None and wrote.artifact["admission"]["decision"] == "admitted"
+
+
+def test_a_revised_field_is_offered_from_its_latest_sentence_only() -> None:
+    # a later statement revises an earlier one: the earlier sentence's pair of the same
+    # field is not offered (the offline model, offered both, proposed the first)
+    from ditto_worker.memory_tasks.policy import (
+        DEFAULT_POLICY,
+        candidate_sentences,
+        turns_from_messages,
+    )
+    from ditto_worker.memory_tasks.preferences import admissible_options
+
+    turns = turns_from_messages([
+        {"role": "user", "content": "Please always reply in German. Keep it short."},
+        {"role": "assistant", "content": "OK."},
+        {"role": "user", "content": "Actually, from now on reply in English."},
+    ])  # fmt: skip
+    candidates = candidate_sentences(turns)
+    assert admissible_options(candidates, turns, DEFAULT_POLICY) == {
+        0: [], 1: ["length=short"], 2: ["language=en"],
+    }  # fmt: skip
