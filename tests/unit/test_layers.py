@@ -71,14 +71,15 @@ DRIVERS = SQL_CLIENTS + MILVUS
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("ditto_worker", TRANSPORT + MODELS + DRIVERS),
+        ("ditto_worker", TRANSPORT + MODELS + DRIVERS + ("numpy",)),
         ("ditto_worker.contracts", TRANSPORT + MODELS + DRIVERS),
         ("ditto_worker.memory", TRANSPORT + MODELS + DRIVERS),
         ("ditto_worker.runtime", TRANSPORT + MODELS + DRIVERS),
         ("ditto_worker.retrieval", TRANSPORT + MODELS + DRIVERS),
         ("ditto_worker.testing", TRANSPORT + MODELS + DRIVERS),
         ("ditto_worker.memory_tasks", TRANSPORT + MODELS + DRIVERS),
-        ("ditto_plugin_sqlite", TRANSPORT + MODELS + DRIVERS),
+        # numpy comes with the vector extras; the embedded default installs without it
+        ("ditto_plugin_sqlite", TRANSPORT + MODELS + DRIVERS + ("numpy",)),
         (
             "ditto_plugin_postgres",
             TRANSPORT + MODELS + ("pymysql", "MySQLdb", "sqlalchemy") + MILVUS,

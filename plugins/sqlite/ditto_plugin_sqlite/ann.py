@@ -26,14 +26,29 @@ before the index creates the tables and triggers and codes every stored vector
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    U64 = npt.NDArray[np.uint64]
+    I64 = npt.NDArray[np.int64]
+else:
+
+    class _Numpy:
+        """numpy, imported on first use: it comes with the vector extras (``retrieval``),
+        and a store without an embedder (the core install) must import without it."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(importlib.import_module("numpy"), name)
+
+    np = _Numpy()
 
 __all__ = [
     "CODE_BITS",
@@ -82,8 +97,6 @@ _HEAD: Final = (
     "SELECT (SELECT seq FROM sqlite_sequence WHERE name = 'memory_vector_log'), "
     "(SELECT min(id) FROM memory_vector_log)"
 )
-U64 = npt.NDArray[np.uint64]
-I64 = npt.NDArray[np.int64]
 
 
 def ensure_tables(conn: sqlite3.Connection) -> None:
