@@ -97,6 +97,8 @@ def stress_config(fleet: dict[str, Any], context_redis_url: str, chat_url: str,
 
 def chat_script(conn: FakeConn) -> None:
     """The fake endpoint: wait the ``wait-<ms>`` of the last message, then reply."""
+    if conn.seen.body is None:  # the client went away before its body was sent
+        return
     content = str(conn.seen.body["messages"][-1]["content"])
     time.sleep(int(content.removeprefix("wait-")) / 1000)
     reply_script("fine")(conn)
