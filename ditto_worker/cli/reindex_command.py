@@ -3,8 +3,10 @@
 Registered on the command line's app by :mod:`ditto_worker.cli.commands`. The store is
 built as ``ditto-worker worker --store NAME`` builds it (``plugins.<name>`` of
 ``ditto.yaml`` and ``DITTO_WORKER_MEMORY_<NAME>_*``); ``--embedding`` overrides its
-``embedding`` setting. A store that can switch identities has ``reembed_embeddings``
-(SQLite: :mod:`ditto_plugin_sqlite.reembed`); the others are refused with exit 2.
+``embedding`` setting. A store that can switch identities is a
+:class:`ditto_worker.memory.ports.ReembeddingStore` (SQLite:
+:mod:`ditto_plugin_sqlite.reembed`, PostgreSQL: :mod:`ditto_plugin_postgres.reembed`); the
+others are refused with exit 2.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import typer
 
 from ditto_worker.cli.options import ConfigOpt, StoreOpt, check_store, fail, load_config
 from ditto_worker.errors import ConfigError, DittoError
+from ditto_worker.memory.ports import ReembeddingStore
 
 __all__ = ["reindex"]
 
@@ -41,7 +44,7 @@ def reindex(
     Run it after changing the embedding model. Until it finishes, the store keeps its old
     vectors and model: workers on the old model keep searching, workers on the new one
     fail their vector searches. An interrupted run finishes when run again. Supported
-    on sqlite.
+    on sqlite and postgres.
 
     Exit 0 when done, 1 when the store or model fails (safe message on stderr), 2 for a
     config error or a store that cannot reindex.
@@ -61,11 +64,12 @@ def reindex(
     except DittoError as exc:
         fail("reindex", f"failed: {exc}", 1)
     try:
-        run = getattr(plugin, "reembed_embeddings", None)
-        if run is None:
+        target = plugin if isinstance(plugin, ReembeddingStore) else None
+        if target is None:
             fail("reindex", f"re-embedding under a new model is not supported yet for {name}")
-        done = run(batch_size)
-        identity = plugin.embedder.identity.describe()
+        done = target.reembed_embeddings(batch_size)
+        embedder = target.embedder
+        identity = "none" if embedder is None else embedder.identity.describe()
     except DittoError as exc:
         fail("reindex", f"failed: {exc}", 1)
     finally:

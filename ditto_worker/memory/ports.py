@@ -41,6 +41,7 @@ __all__ = [
     "MemoryCallOptions",
     "MemorySearchProvider",
     "MemoryStore",
+    "ReembeddingStore",
     "check_vectors",
     "l2_normalize",
 ]
@@ -205,6 +206,34 @@ class EmbeddingProvider(Protocol):
         Raises:
             MemoryError: ``EMBEDDING_UNAVAILABLE`` when the model or endpoint fails,
                 ``EMBEDDING_MISMATCH`` when it answers vectors of another length.
+        """
+        ...
+
+
+@runtime_checkable
+class ReembeddingStore(Protocol):
+    """A store that can move its vectors to another embedding identity (MEM-RET-4):
+    ``ditto-worker reindex`` builds the store with the new provider and calls
+    :meth:`reembed_embeddings`. Implemented by the SQLite, PostgreSQL, Qdrant, MySQL and
+    Milvus plugins (docs/retrieval.md, "Changing the embedding model")."""
+
+    @property
+    def embedder(self) -> EmbeddingProvider | None:
+        """The provider of the identity to move to."""
+        ...
+
+    def reembed_embeddings(self, batch_size: int = 256) -> int:
+        """Re-embed every record with :attr:`embedder` and record its identity; until
+        the last vector is written the store stays in its old identity, and a rerun
+        after a crash finishes the work.
+
+        Returns:
+            The number of records embedded (0: the identity was already recorded).
+
+        Raises:
+            MemoryError: ``INVALID_INPUT`` without a provider or for ``batch_size < 1``;
+                ``EMBEDDING_UNAVAILABLE``; ``CONFLICT`` while another run holds the
+                store; ``MEMORY_BACKEND_ERROR`` (safe message).
         """
         ...
 

@@ -29,8 +29,9 @@ from ditto_plugin_postgres.keywords import scope_stats
 from ditto_plugin_postgres.rows import Row, item
 from ditto_plugin_postgres.sql import Sql, compile_filter, in_namespace
 from ditto_plugin_postgres.text import prefixed_query_terms
-from ditto_plugin_postgres.vectors import to_literal, vector_search
+from ditto_plugin_postgres.vectors import identity_gate, to_literal, vector_search
 from ditto_worker.contracts import MemorySearchInput
+from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.filters import parse_filter
 from ditto_worker.memory.native import VECTOR_OPTIONS, Hit, NativeSearch
@@ -98,8 +99,13 @@ class SearchMixin(NativeSearch):
     _table: str
     _quoted: str
     _iterative: bool
+    _identity_text: str | None
+    _mismatch: str | None
 
     def _tx(self, options: MemoryCallOptions | None) -> AbstractContextManager[psycopg.Connection]:
+        raise NotImplementedError
+
+    def _verify_identity(self, conn: psycopg.Connection) -> str | None:
         raise NotImplementedError
 
     def _ranked(
@@ -160,10 +166,16 @@ class SearchMixin(NativeSearch):
         ns = namespace_of(options)
         where = in_namespace(requested, ns)
         with self._tx(options) as conn:
+            gate = self._identity_text  # the identity the query vector was made in
+            if gate is not None:
+                check = identity_gate(self._quoted, gate)
+                where = Sql(f"{where.text} AND {check.text}", [*where.params, *check.params])
             # a scope of few records: rank them all (the namespace index finds them), no
             # index scan that would filter out the other tenants' nearest vectors
             scope = scope_stats(conn, self._quoted, ns)
             exact = scope is not None and scope[1] <= EXACT_SCOPE_RECORDS
             rows = vector_search(conn, self._quoted, COLUMNS, to_literal(vector), where, limit,
                                  self._iterative, selective, exact)  # fmt: skip
+            if not rows and gate is not None and self._verify_identity(conn) is not None:
+                raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, str(self._mismatch))
         return [(item(row), float(row[6])) for row in rows]

@@ -35,6 +35,7 @@ from ditto_plugin_postgres.migrations import (
 )
 from ditto_plugin_postgres.operations import claim_operation, record_operation
 from ditto_plugin_postgres.query_index import sync_indexes
+from ditto_plugin_postgres.reembed import reembed
 from ditto_plugin_postgres.rows import Row, check_batch_keys, dump, item, sort_value, update_sql
 from ditto_plugin_postgres.search import COLUMNS as _COLUMNS
 from ditto_plugin_postgres.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES, SearchMixin
@@ -82,7 +83,7 @@ from ditto_worker.memory.operations import (
     metadata_holds,
     operation_of,
 )
-from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
+from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider, MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.text import embedding_text, keyword_text
 
@@ -180,6 +181,7 @@ class PostgresMemoryStore(SearchMixin):
         self._embedder = embedder
         self._hybrid_settings = hybrid
         self._mismatch: str | None = None
+        self._identity_text: str | None = None  # the schema's identity, as stored
         self._cursor_key: str | None = None
         self._iterative = True
         if embedder is not None:
@@ -249,6 +251,7 @@ class PostgresMemoryStore(SearchMixin):
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [self._write_lock])
             stored = vec.claim_identity(conn, self._quoted, embedder.identity)
+            self._identity_text = vec.stored_text(conn, self._quoted)
             self._iterative = vec.iterative_scans(conn)
         if stored != embedder.identity:
             self._mismatch = vec.mismatch_message(embedder.identity, stored)
@@ -322,6 +325,54 @@ class PostgresMemoryStore(SearchMixin):
         self._index_mismatch = None
         return done
 
+    def reembed_embeddings(self, batch_size: int = 256) -> int:
+        """Re-embed every record under this store's provider and record its identity
+        (``ditto-worker reindex`` after a model change, MEM-RET-4); resumable, and the
+        schema stays in its old identity until the last vector is staged, then switches
+        in one short transaction (:mod:`ditto_plugin_postgres.reembed`).
+
+        Returns:
+            The number of records embedded.
+
+        Raises:
+            MemoryError: ``INVALID_INPUT`` for a store without a provider or a
+                ``batch_size`` below 1; ``CONFLICT`` while another reindex of the schema
+                runs; ``EMBEDDING_UNAVAILABLE``; ``EMBEDDING_MISMATCH`` for an
+                ``indexFields`` change (run :meth:`reindex_embeddings` first);
+                ``MEMORY_BACKEND_ERROR`` (safe message).
+        """
+        if self._embedder is None:
+            raise MemoryError(ErrorCode.INVALID_INPUT, "embedding: reindex needs a provider")
+        if batch_size < 1:
+            raise MemoryError(ErrorCode.INVALID_INPUT, "batchSize must be at least 1")
+        pool, embedder = self._get_pool(), self._embedder
+        if self._index_mismatch is not None:
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._index_mismatch)
+        with self._connection() as lock:
+            try:
+                done = reembed(
+                    pool, lock, self._quoted, lock_key(self.schema, "reindex"), embedder,
+                    lambda pairs: vec.embed_contents(embedder, pairs, self._embedding_text),
+                    batch_size,
+                )  # fmt: skip
+            except psycopg.Error as exc:
+                raise map_error(exc) from exc
+            self._verify_identity(lock)
+        return done
+
+    def _verify_identity(self, conn: psycopg.Connection) -> str | None:
+        """Compare the schema's recorded identity with the provider's (a reindex may have
+        switched it since this process opened it); returns and remembers the mismatch
+        message, ``None`` when they agree."""
+        text = vec.stored_text(conn, self._quoted)
+        stored = None if text is None else EmbeddingIdentity.from_json(text)
+        if self._embedder is None or stored in (None, self._embedder.identity):
+            self._mismatch, self._identity_text = None, text
+        else:
+            assert stored is not None
+            self._mismatch = vec.mismatch_message(self._embedder.identity, stored)
+        return self._mismatch
+
     def _embedding_text(self, pair: tuple[Any, Any]) -> str:
         """The text a ``(content, metadata)`` record is embedded by (``indexFields``)."""
         return embedding_text(pair[0], pair[1], self._index_fields)
@@ -341,7 +392,16 @@ class PostgresMemoryStore(SearchMixin):
 
     def _check_identity(self) -> None:
         """``EMBEDDING_MISMATCH`` when the embedder differs from the schema's, or the
-        ``indexFields`` from those its index was built with (MEM-RET-4)."""
+        ``indexFields`` from those its index was built with (MEM-RET-4). A mismatch is
+        read again at each call: a reindex may have switched the schema to this store's
+        identity since (:mod:`ditto_plugin_postgres.reembed`)."""
+        pool = self._pool
+        if self._mismatch is not None and self._embedder is not None and pool is not None:
+            try:
+                with pool.connection() as conn:
+                    self._verify_identity(conn)
+            except psycopg.Error as exc:
+                raise map_error(exc) from exc
         if self._mismatch is not None:
             raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
         if self._index_mismatch is not None:
@@ -365,6 +425,8 @@ class PostgresMemoryStore(SearchMixin):
             if seqs:
                 vec.forbid_unembedded_write(conn, self._quoted)
             return
+        if self._verify_identity(conn) is not None:  # a reindex switched the schema
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, str(self._mismatch))
         table = f"{self._quoted}.memory_vectors"
         conn.execute(f"DELETE FROM {table} WHERE seq = ANY(%s::bigint[])", [list(seqs)])
         pairs = [(s, lit) for s, lit in zip(seqs, literals, strict=True) if lit is not None]

@@ -50,10 +50,12 @@ __all__ = [
     "claim_identity",
     "embed_contents",
     "forbid_unembedded_write",
+    "identity_gate",
     "iterative_scans",
     "mismatch_message",
     "query_vector",
     "stored_identity",
+    "stored_text",
     "to_literal",
     "vector_search",
 ]
@@ -72,12 +74,29 @@ def to_literal(vector: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
-def stored_identity(conn: psycopg.Connection, schema: str) -> EmbeddingIdentity | None:
-    """The identity recorded in the schema, or ``None`` when it keeps no vectors."""
+def stored_text(conn: psycopg.Connection, schema: str) -> str | None:
+    """The identity recorded in the schema as stored (JSON), or ``None``."""
     row = conn.execute(
         f"SELECT value FROM {schema}.store_settings WHERE name = %s", [IDENTITY_SETTING]
     ).fetchone()
-    return None if row is None else EmbeddingIdentity.from_json(str(row[0]))
+    return None if row is None else str(row[0])
+
+
+def stored_identity(conn: psycopg.Connection, schema: str) -> EmbeddingIdentity | None:
+    """The identity recorded in the schema, or ``None`` when it keeps no vectors."""
+    text = stored_text(conn, schema)
+    return None if text is None else EmbeddingIdentity.from_json(text)
+
+
+def identity_gate(schema: str, text: str) -> Sql:
+    """A condition true only while the schema records the identity ``text`` (as
+    stored): evaluated in the search statement's own snapshot, so a search never ranks
+    the vectors of one identity with a query vector of another (a reindex's switch,
+    :mod:`ditto_plugin_postgres.reembed`)."""
+    return Sql(
+        f"EXISTS (SELECT 1 FROM {schema}.store_settings AS g WHERE g.name = %s AND g.value = %s)",
+        [IDENTITY_SETTING, text],
+    )
 
 
 def claim_identity(

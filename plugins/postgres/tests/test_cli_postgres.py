@@ -64,3 +64,41 @@ def test_demo_on_postgres(
     with psycopg.connect(postgres_url) as conn:
         left = conn.execute(f'SELECT count(*) FROM "{pg_schema}".memories').fetchone()
     assert left == (0,)  # the demo deletes its run's records
+
+
+def test_reindex_command_on_postgres(
+    postgres_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `ditto-worker reindex --store postgres` moves the schema to the provider --embedding
+    # names (MEM-RET-4); the hashing providers stand in for the registry's models
+    from ditto_plugin_postgres import PostgresMemoryStore
+    from ditto_worker.contracts import MemoryWriteInput
+    from ditto_worker.runtime import registry
+    from ditto_worker.testing import HashingEmbedder
+
+    providers = {"old": HashingEmbedder(dims=64, seed=0), "new": HashingEmbedder(dims=32, seed=7)}
+    real = registry.build_embedder
+    monkeypatch.setattr(
+        registry,
+        "build_embedder",
+        lambda kind, settings=None, environ=None: (
+            providers.get(str(kind)) or real(kind, settings, environ)
+        ),
+    )
+    store = PostgresMemoryStore(postgres_url, schema=pg_schema, embedder=providers["old"])
+    drafts = [{"content": f"note {i}"} for i in range(5)]
+    store.write(MemoryWriteInput.model_validate({"memories": drafts}))
+    store.close()
+    env = {**_env(postgres_url, pg_schema), "DITTO_WORKER_MEMORY_POSTGRES_EMBEDDING": "old"}
+    runner = CliRunner()
+    args = ["reindex", "--store", "postgres", "--embedding", "new", "--batch-size", "2"]
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert "5 memories embedded" in result.output and "seed=7" in result.output
+    with psycopg.connect(postgres_url) as conn:
+        row = conn.execute(
+            f"SELECT value FROM \"{pg_schema}\".store_settings WHERE name = 'embedding'"
+        ).fetchone()
+    assert row is not None and row[0] == providers["new"].identity.to_json()
+    again = runner.invoke(app, args, env=env)
+    assert again.exit_code == 0 and "0 memories embedded" in again.output

@@ -22,6 +22,7 @@ from ditto_worker.contracts import (
 )
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.testing import HashingEmbedder
+from ditto_worker.testing import reembedding as checks
 
 OLD, NEW = HashingEmbedder(dims=64, seed=0), HashingEmbedder(dims=32, seed=7)
 TEXTS = [f"note {i} about {'tea' if i % 2 else 'coffee'}" for i in range(7)]
@@ -127,3 +128,18 @@ def test_a_store_without_a_provider_cannot_reindex(tmp_path: Path) -> None:
     with SqliteMemoryStore(tmp_path / "m.sqlite") as plain, pytest.raises(MemoryError) as err:
         plain.reembed_embeddings()
     assert err.value.code == ErrorCode.INVALID_INPUT
+
+
+# --- the checks every store's reindex passes (ditto_worker.testing.reembedding) ----------
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        checks.check_reindex_switches_every_vector_and_the_identity,
+        checks.check_a_killed_reindex_keeps_the_old_identity_and_finishes,
+        checks.check_writes_during_a_reindex_are_not_lost,
+    ],
+)
+def test_shared_reindex_checks(tmp_path: Path, check: Any) -> None:
+    check(lambda embedder: SqliteMemoryStore(tmp_path / "m.sqlite", embedder=embedder))
