@@ -6,7 +6,8 @@ model, so ``--workers`` above 1 is refused there; with a broker every process is
 client of the fleet and ``--workers N`` runs N of them. Shutdown (SIGTERM/SIGINT) stops
 accepting connections and drains the calls in flight for up to
 ``gateway.shutdownGraceS`` seconds before the runtime closes. TLS is left to the proxy in
-front (docs/http.md).
+front (docs/http.md). Each response is written to the socket once
+(:mod:`ditto_worker.gateway.protocol`).
 """
 
 from __future__ import annotations
@@ -102,9 +103,13 @@ def serve(
     """
     import uvicorn
 
+    from ditto_worker.gateway.protocol import coalescing_protocol
     from ditto_worker.gateway.settings import load_gateway_settings
 
     grace = load_gateway_settings(config_path).shutdown_grace_s
+    # each response reaches the socket in one write (gateway.protocol); no WebSocket
+    # routes, so no WebSocket upgrade either
+    http, ws, grace_s = coalescing_protocol(), "none", int(grace)
     if workers > 1:
         if config.fleet.in_process:
             raise ConfigError(
@@ -114,7 +119,8 @@ def serve(
         if config_path is not None:
             os.environ[CONFIG_ENV] = str(config_path)
         uvicorn.run("ditto_worker.gateway.serve:app_from_env", factory=True, host=host,
-                    port=port, workers=workers, timeout_graceful_shutdown=int(grace))  # fmt: skip
+                    port=port, workers=workers, http=http, ws=ws,
+                    timeout_graceful_shutdown=grace_s)  # fmt: skip
         return
-    app = build_app(config, config_path)
-    uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=int(grace))
+    uvicorn.run(build_app(config, config_path), host=host, port=port, http=http, ws=ws,
+                timeout_graceful_shutdown=grace_s)  # fmt: skip

@@ -213,6 +213,24 @@ def test_a_client_that_disconnects_cancels_the_call(served: GatewayServer) -> No
     assert 'ditto_gateway_disconnects_total{node="ECHO.SLEEP"} 1.0' in metrics
 
 
+def test_each_answer_reaches_the_socket_in_one_write(served: GatewayServer) -> None:
+    # headers and body in one TCP segment: the first read has the whole answer (two
+    # writes would wake the client for the headers alone); keep-alive still holds
+    body = json.dumps({"keys": ["none"]}).encode()
+    request = (
+        f"POST /v1/nodes/MEMORY.GET HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {T1}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    with socket.create_connection(("127.0.0.1", served.port), timeout=20) as sock:
+        for _ in range(3):
+            sock.sendall(request)
+            head, _, rest = sock.recv(65536).partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), head
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))  # fmt: skip
+            assert len(rest) == length and json.loads(rest)["output"] == []
+
+
 def _cancelled_sleeps(log: Path) -> list[dict[str, Any]]:
     lines = log.read_text().splitlines() if log.exists() else []
     return [fact for fact in map(json.loads, lines) if fact["cancelled"]]
