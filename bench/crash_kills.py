@@ -52,7 +52,6 @@ import random
 import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -66,6 +65,7 @@ from typing import Any
 
 import redis
 
+from ditto_plugin_sqlite import driver
 from ditto_worker.testing.effects import (
     count_postgres_effects,
     count_sqlite_effects,
@@ -110,7 +110,7 @@ class SqliteTarget(Target):
 
         self.path = folder / "crash.sqlite"
         SqliteMemoryStore(self.path).close()  # the schema
-        with sqlite3.connect(self.path) as conn:
+        with driver.connect(self.path) as conn:
             count_sqlite_effects(conn)
         conn.close()
 
@@ -118,7 +118,7 @@ class SqliteTarget(Target):
         return {"DITTO_WORKER_MEMORY_SQLITE_PATH": str(self.path)}
 
     def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        conn = sqlite3.connect(self.path, timeout=30)
+        conn = driver.connect(self.path, timeout=30)
         try:
             return conn.execute(sql, params).fetchall()
         finally:

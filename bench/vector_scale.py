@@ -146,9 +146,10 @@ def _where(flt: Any) -> Sql:
 
 def _exact_connection(path: Path) -> Any:
     import sqlite_vec
-    from pysqlite3 import dbapi2
 
-    conn = dbapi2.connect(str(path), isolation_level=None)
+    from ditto_plugin_sqlite import driver  # the process's one SQLite library (pysqlite3)
+
+    conn = driver.connect(path, isolation_level=None)
     conn.enable_load_extension(True)
     sqlite_vec.load(conn)
     return conn

@@ -24,7 +24,6 @@ import os
 import random
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -37,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from ditto_plugin_sqlite import SqliteMemoryStore
+from ditto_plugin_sqlite import SqliteMemoryStore, driver
 from ditto_worker import create_memory
 from ditto_worker.config import FleetSettings
 from ditto_worker.fleet import DittoClient
@@ -153,12 +152,12 @@ class SqliteTarget(Target):
 
     def prepare(self) -> None:
         SqliteMemoryStore(self.path).close()  # the schema
-        with sqlite3.connect(self.path) as conn:
+        with driver.connect(self.path) as conn:
             count_sqlite_effects(conn)
         conn.close()
 
     def effects(self) -> Counter[tuple[str, str]]:
-        conn = sqlite3.connect(self.path)
+        conn = driver.connect(self.path)
         try:
             return tally(conn.execute(effects_sql()).fetchall())
         finally:
@@ -169,7 +168,7 @@ class SqliteTarget(Target):
         return create_memory(self._store)
 
     def committed(self, execution_id: str) -> bool:
-        conn = sqlite3.connect(self.path)
+        conn = driver.connect(self.path)
         try:
             sql = "SELECT 1 FROM executions WHERE execution_id = ?"
             return conn.execute(sql, (execution_id,)).fetchone() is not None

@@ -32,7 +32,6 @@ import re
 import select
 import shutil
 import socket
-import sqlite3
 import subprocess
 import threading
 import time
@@ -44,7 +43,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ditto_plugin_sqlite import SqliteMemoryStore
+from ditto_plugin_sqlite import SqliteMemoryStore, driver
 from ditto_worker import MemoryError, create_memory, create_memory_worker
 from ditto_worker.contracts import NodeResult
 from ditto_worker.memory.core import Memory
@@ -203,7 +202,7 @@ def test_sqlite_file_replaced_by_garbage_then_restored(
     memory = create_memory(sqlite_store)
     record_id, seeded = seed(memory)
     path = Path(sqlite_store.path)
-    with sqlite3.connect(path) as side:  # empty the WAL so the file alone holds the data
+    with driver.connect(path) as side:  # empty the WAL so the file alone holds the data
         side.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     side.close()
     kept = path.with_name("kept.sqlite")
@@ -217,7 +216,7 @@ def test_sqlite_file_replaced_by_garbage_then_restored(
 def test_sqlite_table_locked_by_another_writer(sqlite_store: SqliteMemoryStore, scan: Scan) -> None:
     memory = create_memory(sqlite_store)
     record_id, seeded = seed(memory)
-    locker = sqlite3.connect(sqlite_store.path, isolation_level=None)
+    locker = driver.connect(sqlite_store.path, isolation_level=None)
     locker.execute("BEGIN EXCLUSIVE")
     try:
         calls = node_calls("busy", record_id)

@@ -141,14 +141,13 @@ def test_an_unavailable_table_fails_explicitly_and_the_task_recovers_on_the_same
     # the seed's storage fault: a real SQL table made unavailable; the task fails with
     # the store's code (no fallback, no switch), then continues against the original
     # database without repeating a committed stage
-    import sqlite3
-
+    from ditto_plugin_sqlite import driver
     from ditto_worker.memory_tasks import run_task_state
     from tests.unit.test_memory_task_state import notes
     from tests.unit.test_memory_task_state import request as task_request
 
     def rename(old: str, new: str) -> None:
-        with sqlite3.connect(tmp_path / "memory.sqlite") as conn:
+        with driver.connect(tmp_path / "memory.sqlite") as conn:
             conn.execute(f"ALTER TABLE {old} RENAME TO {new}")
 
     with ScriptedModel(notes) as fake, task_runtime(tmp_path, fake) as (runtime, _):

@@ -28,10 +28,11 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
+
+from ditto_plugin_sqlite.driver import Connection
 
 if TYPE_CHECKING:
     import numpy as np
@@ -99,7 +100,7 @@ _HEAD: Final = (
 )
 
 
-def ensure_tables(conn: sqlite3.Connection) -> None:
+def ensure_tables(conn: Connection) -> None:
     """Create the codes table, the change log and their triggers unless present, and
     store the code of every vector already in the file (one write transaction; the
     migration of a file from before the index: about 5 s per 100k vectors here)."""
@@ -134,7 +135,7 @@ def code_bytes(blobs: Sequence[bytes]) -> npt.NDArray[np.uint8]:
     return np.packbits((vectors @ _planes(vectors.shape[1])) > 0, axis=1, bitorder="little")
 
 
-def put_codes(conn: sqlite3.Connection, seqs: Sequence[int], blobs: Sequence[bytes]) -> None:
+def put_codes(conn: Connection, seqs: Sequence[int], blobs: Sequence[bytes]) -> None:
     """Store the codes of vectors just stored (in the caller's write transaction)."""
     if seqs:
         codes = code_bytes(blobs)
@@ -258,7 +259,7 @@ class SimHashIndex:
             query = _word_major(code_bytes([np.asarray(vector, dtype="<f4").tobytes()]))[:, 0]
             return [int(seq) for seq in part.nearest(query, count)]
 
-    def sync(self, conn: sqlite3.Connection) -> None:
+    def sync(self, conn: Connection) -> None:
         """Bring the index to the state of ``conn``'s read transaction (module doc)."""
         with self._lock:
             head, low = conn.execute(_HEAD).fetchone()
@@ -272,7 +273,7 @@ class SimHashIndex:
                 self._refresh(conn, [int(row[0]) for row in changed])
                 self._seen = head
 
-    def _build(self, conn: sqlite3.Connection, head: int) -> None:
+    def _build(self, conn: Connection, head: int) -> None:
         chunks: dict[str, list[tuple[I64, npt.NDArray[np.uint8]]]] = {}
         cursor = conn.execute(f"{_ROWS} ORDER BY v.seq")
         while rows := cursor.fetchmany(_FETCH):
@@ -287,7 +288,7 @@ class SimHashIndex:
         }
         self._seen = head
 
-    def _refresh(self, conn: sqlite3.Connection, seqs: list[int]) -> None:
+    def _refresh(self, conn: Connection, seqs: list[int]) -> None:
         gone = np.asarray(sorted(seqs), dtype=np.int64)
         for part in self._parts.values():
             part.remove(gone)

@@ -22,9 +22,11 @@ idempotently on open)::
                                                        -- (ditto_plugin_sqlite.ann; made
                                                        -- by a connection with vectors)
 
-Driver: the stdlib ``sqlite3``; a store with an embedding provider opens its connections
-with ``pysqlite3`` (same DB-API, a newer SQLite that can load extensions) and loads
-``sqlite-vec`` for ``vec_distance_cosine``. Both read and write the same file.
+Driver: the process's one SQLite library (:mod:`ditto_plugin_sqlite.driver`: ``pysqlite3``
+when installed, else the stdlib ``sqlite3``) opens every connection, with or without an
+embedding provider; two libraries on one file break each other's POSIX locks. A store
+with a provider needs ``pysqlite3`` (a newer SQLite that can load extensions) and loads
+``sqlite-vec`` for ``vec_distance_cosine``.
 
 Faults (issue 7, ``tests/integration/test_storage_faults.py``): a connection remembers
 the file it opened (device and inode); a transaction first checks that the store's path
@@ -45,12 +47,13 @@ import json
 import logging
 import math
 import os
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
+from ditto_plugin_sqlite import driver
 from ditto_plugin_sqlite.ann import ensure_tables
+from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.executions import DDL as EXECUTIONS_DDL
 from ditto_plugin_sqlite.fts import DDL as FTS_DDL
 from ditto_plugin_sqlite.fts import rebuild as rebuild_fts
@@ -96,15 +99,14 @@ _DDL: Final = (
     *EXECUTIONS_DDL,
     *OPERATIONS_DDL,
 )
-_ERRORS: list[type[Exception]] = [sqlite3.Error]
 MMAP_BYTES: Final = 1 << 36
 """``PRAGMA mmap_size`` of a connection with vectors (reads only; SQLite caps it at its
 compile-time limit)."""
 
 
 def driver_errors() -> tuple[type[Exception], ...]:
-    """The ``Error`` base classes of the drivers loaded so far (sqlite3, pysqlite3)."""
-    return tuple(_ERRORS)
+    """The ``Error`` base class of the process's SQLite library (:mod:`.driver`)."""
+    return driver.errors()
 
 
 _SQLITE_BUSY: Final = 5
@@ -125,26 +127,26 @@ _MISSING_MESSAGE: Final = (
 _connection_classes: dict[Any, type[Any]] = {}
 
 
-def _connection_class(driver: Any) -> type[Any]:
-    """The driver's ``Connection`` with room for the fault state (one class per driver)."""
-    cls = _connection_classes.get(driver)
+def _connection_class(module: Any) -> type[Any]:
+    """The library's ``Connection`` with room for the fault state (one class per library)."""
+    cls = _connection_classes.get(module)
     if cls is None:
         cls = type(
             "MemoryConnection",
-            (driver.Connection,),
-            {  # reported under the driver's module: it is that driver's connection
-                "__module__": driver.Connection.__module__,
+            (module.Connection,),
+            {  # reported under the library's module: it is that library's connection
+                "__module__": module.Connection.__module__,
                 "file_id": None,
                 "busy_timeout_ms": 0,
                 "broken": False,
                 "path": "",
             },
         )
-        _connection_classes[driver] = cls
+        _connection_classes[module] = cls
     return cls
 
 
-def usable(conn: sqlite3.Connection) -> bool:
+def usable(conn: Connection) -> bool:
     """False (and ``conn`` closed) once a fault marked it broken: open a new one."""
     if not getattr(conn, "broken", False):
         return True
@@ -202,18 +204,13 @@ def _fatal(exc: Exception) -> bool:
     return primary not in (_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_INTERRUPT, _SQLITE_CONSTRAINT)
 
 
-def _vector_driver() -> Any:
-    """``pysqlite3.dbapi2`` (its errors registered), or MEMORY_BACKEND_ERROR if missing."""
-    try:
-        from pysqlite3 import dbapi2
-    except ImportError as exc:
+def _check_vector_driver() -> None:
+    """MEMORY_BACKEND_ERROR unless the process's library is ``pysqlite3`` (see module doc)."""
+    if driver.driver_name() != driver.VECTOR_DRIVER:
         raise MemoryError(
             ErrorCode.MEMORY_BACKEND_ERROR,
             "SQLite vectors need pysqlite3-binary and sqlite-vec (ditto-worker[retrieval])",
-        ) from exc
-    if dbapi2.Error not in _ERRORS:
-        _ERRORS.append(dbapi2.Error)
-    return dbapi2
+        )
 
 
 def _load_vec(conn: Any) -> None:
@@ -231,26 +228,27 @@ def _load_vec(conn: Any) -> None:
         conn.enable_load_extension(False)
 
 
-def open_connection(path: str, busy_timeout_ms: int, vectors: bool = False) -> sqlite3.Connection:
+def open_connection(path: str, busy_timeout_ms: int, vectors: bool = False) -> Connection:
     """Open ``path`` (WAL, busy timeout, autocommit) and create the schema if needed.
 
     Args:
         path: the database file.
         busy_timeout_ms: lock wait, ms.
-        vectors: open with ``pysqlite3`` and load ``sqlite-vec`` (``vec_distance_cosine``).
+        vectors: load ``sqlite-vec`` (``vec_distance_cosine``); needs ``pysqlite3``.
 
     Raises:
         MemoryError: ``MEMORY_BACKEND_ERROR`` when the file cannot be opened, has a
             newer schema version, or (``vectors``) the driver or extension is missing.
     """
-    driver: Any = _vector_driver() if vectors else sqlite3
+    if vectors:
+        _check_vector_driver()
     try:
-        conn = driver.connect(
+        conn: Any = driver.connect(  # Any: the fault state below is the factory's
             path,
             timeout=busy_timeout_ms / 1000,
             isolation_level=None,
             check_same_thread=False,
-            factory=_connection_class(driver),
+            factory=_connection_class(driver.dbapi()),
         )
     except driver_errors() as exc:
         raise map_error(exc) from exc
@@ -271,11 +269,11 @@ def open_connection(path: str, busy_timeout_ms: int, vectors: bool = False) -> s
     except MemoryError:
         conn.close()
         raise
-    opened: sqlite3.Connection = conn
+    opened: Connection = conn
     return opened
 
 
-def _ensure_schema(conn: sqlite3.Connection) -> None:
+def _ensure_schema(conn: Connection) -> None:
     if _user_version(conn) == SCHEMA_VERSION:
         return
     conn.execute("BEGIN IMMEDIATE")
@@ -302,11 +300,11 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
         raise
 
 
-def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+def _columns(conn: Connection, table: str) -> set[str]:
     return {str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
-def _add_namespaces(conn: sqlite3.Connection) -> None:
+def _add_namespaces(conn: Connection) -> None:
     """Schema 1-3 -> 4: a ``namespace`` column (tenant scope, :mod:`ditto_worker.memory.scope`) on
     ``memories`` (keys unique per namespace) and ``executions``; existing rows are
     unscoped (``''``). ``memories`` is rebuilt (its old inline ``key UNIQUE`` cannot be
@@ -337,7 +335,7 @@ def _add_namespaces(conn: sqlite3.Connection) -> None:
         conn.execute("DROP TABLE executions_v3")
 
 
-def _rebuild_keywords(conn: sqlite3.Connection) -> None:
+def _rebuild_keywords(conn: Connection) -> None:
     """Schema 1-4 -> 5: the keyword index rebuilt from every stored record (its key and
     content; no ``indexFields``, see :mod:`ditto_plugin_sqlite.index`), in the opening
     write transaction: about 20k records/s here."""
@@ -346,12 +344,12 @@ def _rebuild_keywords(conn: sqlite3.Connection) -> None:
     rebuild_fts(conn, list(records))
 
 
-def _user_version(conn: sqlite3.Connection) -> int:
+def _user_version(conn: Connection) -> int:
     row = conn.execute("PRAGMA user_version").fetchone()
     return int(row[0])
 
 
-def _rollback(conn: sqlite3.Connection) -> None:
+def _rollback(conn: Connection) -> None:
     if not conn.in_transaction:
         return
     try:
@@ -362,9 +360,9 @@ def _rollback(conn: sqlite3.Connection) -> None:
 
 @contextmanager
 def transaction(
-    conn: sqlite3.Connection, options: MemoryCallOptions | None, write: bool,
+    conn: Connection, options: MemoryCallOptions | None, write: bool,
     snapshot: bool = True,
-) -> Iterator[sqlite3.Connection]:  # fmt: skip
+) -> Iterator[Connection]:  # fmt: skip
     """Run the body in one transaction, interruptible by ``options.cancel``.
 
     ``BEGIN IMMEDIATE`` for writes (one writer at a time, waiting up to the busy timeout),
@@ -409,7 +407,7 @@ def transaction(
             _set_busy_timeout(conn, getattr(conn, "busy_timeout_ms", 0))
 
 
-def _check_file(conn: sqlite3.Connection) -> None:
+def _check_file(conn: Connection) -> None:
     """Raise (and mark ``conn`` broken) when its path no longer names the file it opened."""
     opened = getattr(conn, "file_id", None)
     if opened is None or _file_id(getattr(conn, "path", "")) == opened:
@@ -419,7 +417,7 @@ def _check_file(conn: sqlite3.Connection) -> None:
     raise MemoryError(ErrorCode.MEMORY_BACKEND_ERROR, _MISSING_MESSAGE)
 
 
-def _bound_busy_wait(conn: sqlite3.Connection, options: MemoryCallOptions | None) -> bool:
+def _bound_busy_wait(conn: Connection, options: MemoryCallOptions | None) -> bool:
     """Shorten the lock wait to the call's deadline; True when the busy timeout was changed."""
     remaining = options.remaining_s if options is not None else None
     configured = getattr(conn, "busy_timeout_ms", 0)
@@ -429,7 +427,7 @@ def _bound_busy_wait(conn: sqlite3.Connection, options: MemoryCallOptions | None
     return True
 
 
-def _set_busy_timeout(conn: sqlite3.Connection, ms: int) -> None:
+def _set_busy_timeout(conn: Connection, ms: int) -> None:
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(ms)}")
     except driver_errors() as exc:  # a broken connection; it is replaced before reuse

@@ -36,11 +36,11 @@ with the ``fts5vocab`` frequencies); terms no record holds are dropped first.
 
 from __future__ import annotations
 
-import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
+from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.rows import chunks, marks
 from ditto_worker.memory.text import (
     BM25_B,
@@ -77,7 +77,7 @@ _MAX_LOOKUP_TERMS: Final = 4096
 """Distinct query terms whose frequencies are looked up (a longer query keeps its first)."""
 
 
-def _scope(conn: sqlite3.Connection, namespace: str, create: bool) -> int | None:
+def _scope(conn: Connection, namespace: str, create: bool) -> int | None:
     row = conn.execute("SELECT id FROM keyword_scopes WHERE namespace = ?", (namespace,)).fetchone()
     if row is not None or not create:
         return None if row is None else int(row[0])
@@ -85,7 +85,7 @@ def _scope(conn: sqlite3.Connection, namespace: str, create: bool) -> int | None
     return int(cur.lastrowid or 0)
 
 
-def index_record(conn: sqlite3.Connection, seq: int, namespace: str, text: str) -> None:
+def index_record(conn: Connection, seq: int, namespace: str, text: str) -> None:
     """Index record ``seq`` of ``namespace`` by ``text`` (in the caller's write
     transaction); a text without terms is not indexed."""
     terms = index_terms(text)
@@ -106,7 +106,7 @@ def index_record(conn: sqlite3.Connection, seq: int, namespace: str, text: str) 
     )
 
 
-def unindex_records(conn: sqlite3.Connection, seqs: Sequence[int]) -> None:
+def unindex_records(conn: Connection, seqs: Sequence[int]) -> None:
     """Remove records ``seqs`` from the index and their scopes' statistics."""
     removed: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     for chunk in chunks(list(seqs)):
@@ -128,7 +128,7 @@ def unindex_records(conn: sqlite3.Connection, seqs: Sequence[int]) -> None:
         )
 
 
-def rebuild(conn: sqlite3.Connection, records: Iterable[tuple[int, str, str]]) -> None:
+def rebuild(conn: Connection, records: Iterable[tuple[int, str, str]]) -> None:
     """Drop and rebuild the keyword index from ``(seq, namespace, text)`` (schema 5, in the
     caller's write transaction)."""
     for table in ("memories_fts_rows", "memories_fts_hits", "memories_fts"):
@@ -150,7 +150,7 @@ class KeywordPlan:
         self.params = params
 
 
-def keyword_plan(conn: sqlite3.Connection, query: str, namespace: str) -> KeywordPlan | None:
+def keyword_plan(conn: Connection, query: str, namespace: str) -> KeywordPlan | None:
     """The BM25 scores of ``namespace``'s records holding any term of ``query``.
 
     Reads the scope's statistics (one ``keyword_scopes`` row, the terms' frequencies) and

@@ -20,10 +20,10 @@ Measured by ``bench/vector_scale.py`` (recall@10 against the exact plan, p50/p95
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any, Final
 
 from ditto_plugin_sqlite.ann import SimHashIndex, candidate_count
+from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.rows import COLUMNS, Row
 from ditto_plugin_sqlite.sql import Sql
 from ditto_plugin_sqlite.vectors import to_blob
@@ -45,7 +45,7 @@ def exact_sql(blob: bytes, where: Sql, limit: int) -> tuple[str, list[Any]]:
 
 
 def _rescore(
-    conn: sqlite3.Connection, blob: bytes, seqs: list[int], where: Sql, limit: int
+    conn: Connection, blob: bytes, seqs: list[int], where: Sql, limit: int
 ) -> tuple[list[Row], int]:
     """The best ``limit`` candidates passing ``where`` (rows of :data:`COLUMNS` and the
     score, best first) and how many passed: the scores first, then the winners' rows."""
@@ -67,7 +67,7 @@ def _rescore(
 
 
 def nearest_rows(
-    conn: sqlite3.Connection,
+    conn: Connection,
     index: SimHashIndex | None,
     namespace: str,
     vector: list[float],
@@ -92,7 +92,7 @@ def nearest_rows(
 
 
 def _approximate(
-    conn: sqlite3.Connection,
+    conn: Connection,
     index: SimHashIndex,
     namespace: str,
     vector: list[float],

@@ -11,10 +11,10 @@ records a WRITE or UPDATE wrote carry the id in ``memories.operation_id``.
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from typing import Any, Final
 
+from ditto_plugin_sqlite.driver import Connection
 from ditto_worker.memory.operations import Operation, check_replay
 
 __all__ = ["DDL", "record_operation", "replay_operation"]
@@ -32,7 +32,7 @@ DDL: Final = (
 )
 
 
-def replay_operation(conn: sqlite3.Connection, op: Operation | None, namespace: str) -> Any | None:
+def replay_operation(conn: Connection, op: Operation | None, namespace: str) -> Any | None:
     """The committed output (JSON data) of ``op`` in ``namespace``, or ``None`` when it has
     not run (or there is no operation id). Call inside the write transaction.
 
@@ -51,9 +51,7 @@ def replay_operation(conn: sqlite3.Connection, op: Operation | None, namespace: 
     return json.loads(row[2])
 
 
-def record_operation(
-    conn: sqlite3.Connection, op: Operation | None, output: Any, namespace: str
-) -> None:
+def record_operation(conn: Connection, op: Operation | None, output: Any, namespace: str) -> None:
     """Remember ``output`` (JSON data) for ``op`` in the mutation's transaction."""
     if op is None:
         return

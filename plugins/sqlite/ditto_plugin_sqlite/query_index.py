@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
+from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.sql import Declared, field_expressions, indexable, sort_expressions
 from ditto_worker.memory.filters import parse_field
 
@@ -79,14 +79,14 @@ class QueryIndexes:
         self._statements = index_statements(self.fields)
         self._analyzed = 0
 
-    def existing(self, conn: sqlite3.Connection) -> set[str]:
+    def existing(self, conn: Connection) -> set[str]:
         """Names of the declared-field indexes in the database."""
         rows = conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'memories'"
         )
         return {str(row[0]) for row in rows if str(row[0]).startswith(PREFIX)}
 
-    def in_step(self, conn: sqlite3.Connection) -> bool:
+    def in_step(self, conn: Connection) -> bool:
         """True when nothing is to do at open: no fields declared (existing indexes are
         left alone), or their indexes exactly and statistics present."""
         if not self.fields:
@@ -96,7 +96,7 @@ class QueryIndexes:
         self._analyzed = _analyzed_rows(conn)
         return self._analyzed > 0 or _empty(conn)
 
-    def sync(self, conn: sqlite3.Connection) -> None:
+    def sync(self, conn: Connection) -> None:
         """Create missing indexes, drop those of undeclared fields, refresh statistics
         (in the caller's write transaction)."""
         if not self.fields:
@@ -109,7 +109,7 @@ class QueryIndexes:
                 conn.execute(statement)
         self.analyze(conn)
 
-    def analyze(self, conn: sqlite3.Connection) -> None:
+    def analyze(self, conn: Connection) -> None:
         """``ANALYZE memories`` (sampled; in the caller's write transaction)."""
         conn.execute(f"PRAGMA analysis_limit = {_ANALYSIS_LIMIT}")
         conn.execute("ANALYZE memories")
@@ -121,7 +121,7 @@ class QueryIndexes:
         return bool(self.fields) and last_seq >= 2 * self._analyzed + _MIN_GROWTH
 
 
-def _analyzed_rows(conn: sqlite3.Connection) -> int:
+def _analyzed_rows(conn: Connection) -> int:
     """The row count of ``memories`` in ``sqlite_stat1`` (0 when never analyzed)."""
     found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_stat1'"
     if conn.execute(found).fetchone() is None:
@@ -130,5 +130,5 @@ def _analyzed_rows(conn: sqlite3.Connection) -> int:
     return int(str(row[0]).split()[0]) if row is not None else 0
 
 
-def _empty(conn: sqlite3.Connection) -> bool:
+def _empty(conn: Connection) -> bool:
     return conn.execute("SELECT 1 FROM memories LIMIT 1").fetchone() is None

@@ -24,12 +24,12 @@ next vector search or embedding write with ``EMBEDDING_MISMATCH``.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
 from ditto_plugin_sqlite import vectors as vec
+from ditto_plugin_sqlite.driver import Connection
 from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider
 
 __all__ = ["NEXT_SETTING", "pending_identity", "reembed"]
@@ -56,7 +56,7 @@ _PENDING: Final = (
     "SELECT m.seq, m.content, m.metadata FROM memories AS m WHERE m.seq > ? AND NOT EXISTS "
     "(SELECT 1 FROM memory_vectors_next AS n WHERE n.seq = m.seq) ORDER BY m.seq LIMIT ?"
 )
-Transaction = Callable[[bool], AbstractContextManager[sqlite3.Connection]]
+Transaction = Callable[[bool], AbstractContextManager[Connection]]
 Embed = Callable[[Sequence[tuple[Any, Any]]], list[bytes | None]]
 
 
@@ -93,7 +93,7 @@ def reembed(
     return done
 
 
-def pending_identity(conn: sqlite3.Connection) -> EmbeddingIdentity | None:
+def pending_identity(conn: Connection) -> EmbeddingIdentity | None:
     """The identity an unfinished reindex embeds into, or ``None``."""
     row = conn.execute(
         "SELECT value FROM store_settings WHERE name = ?", (NEXT_SETTING,)
@@ -124,9 +124,7 @@ def _pending(transaction: Transaction, after: int, limit: int) -> list[tuple[int
         return _pending_in(conn, after, limit)
 
 
-def _pending_in(
-    conn: sqlite3.Connection, after: int, limit: int
-) -> list[tuple[int, str, str | None]]:
+def _pending_in(conn: Connection, after: int, limit: int) -> list[tuple[int, str, str | None]]:
     """Up to ``limit`` records after ``after`` without a staged vector."""
     rows = conn.execute(_PENDING, (after, limit)).fetchall()
     return [(int(seq), str(content), meta) for seq, content, meta in rows]
@@ -137,7 +135,7 @@ def _pair(row: tuple[int, str, str | None]) -> tuple[Any, Any]:
 
 
 def _stage(
-    conn: sqlite3.Connection,
+    conn: Connection,
     rows: Sequence[tuple[int, str, str | None]],
     blobs: Sequence[bytes | None],
 ) -> None:
@@ -155,9 +153,7 @@ def _stage(
             )
 
 
-def _switch(
-    conn: sqlite3.Connection, identity: EmbeddingIdentity, embed: Embed, batch_size: int
-) -> int:
+def _switch(conn: Connection, identity: EmbeddingIdentity, embed: Embed, batch_size: int) -> int:
     """In the caller's write transaction: stage what is left, swap the vectors in, record
     ``identity``, drop the staging. Returns the records embedded here."""
     done = 0
@@ -179,7 +175,7 @@ def _switch(
     return done
 
 
-def _staged(conn: sqlite3.Connection) -> Iterator[list[tuple[int, bytes]]]:
+def _staged(conn: Connection) -> Iterator[list[tuple[int, bytes]]]:
     """The staged vectors of live records, in chunks (records without text have none)."""
     rows = conn.execute(
         "SELECT n.seq, n.embedding FROM memory_vectors_next AS n JOIN memories AS m "

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
+from ditto_plugin_sqlite.driver import Connection
 from ditto_worker.contracts import MemoryDraft, MemoryItem
 from ditto_worker.errors import ErrorCode, MemoryError
 
@@ -53,7 +53,7 @@ def marks(values: Sequence[Any]) -> str:
     return ",".join("?" * len(values))
 
 
-def check_keys(conn: sqlite3.Connection, drafts: Sequence[MemoryDraft], namespace: str) -> None:
+def check_keys(conn: Connection, drafts: Sequence[MemoryDraft], namespace: str) -> None:
     """Raise CONFLICT for a key used twice in the batch or already stored in ``namespace``
     (MEM-WRITE-3; keys are unique per tenant scope)."""
     seen: dict[str, int] = {}

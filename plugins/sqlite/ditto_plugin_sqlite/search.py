@@ -19,11 +19,11 @@ searches. Results are ordered by descending score, the record sequence breaking 
 from __future__ import annotations
 
 import os
-import sqlite3
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
 from ditto_plugin_sqlite.ann import SimHashIndex
+from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.fts import KeywordPlan, keyword_plan
 from ditto_plugin_sqlite.nearest import nearest_rows
 from ditto_plugin_sqlite.rows import COLUMNS, row_item
@@ -105,10 +105,10 @@ class SearchMixin(NativeSearch):
 
     def _tx(
         self, options: MemoryCallOptions | None, write: bool
-    ) -> AbstractContextManager[sqlite3.Connection]:
+    ) -> AbstractContextManager[Connection]:
         raise NotImplementedError
 
-    def _verify_identity(self, conn: sqlite3.Connection) -> None:
+    def _verify_identity(self, conn: Connection) -> None:
         raise NotImplementedError
 
     def _where(

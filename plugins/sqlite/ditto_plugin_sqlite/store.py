@@ -1,9 +1,9 @@
 """``SqliteMemoryStore``: the embedded MemoryStore + native MemorySearchProvider.
 
-One SQLite file (stdlib ``sqlite3``; ``pysqlite3`` + sqlite-vec when it has an embedder)
-shared safely by several worker processes (WAL, busy timeout, ``BEGIN IMMEDIATE`` writes;
-see :mod:`ditto_plugin_sqlite.db`) and by the threads of one process (one connection per
-thread). Rules owned here: MEM-GET-2/5,
+One SQLite file (opened with the process's one SQLite library, :mod:`.driver`; sqlite-vec
+loaded when it has an embedder) shared safely by several worker processes (WAL, busy
+timeout, ``BEGIN IMMEDIATE`` writes; see :mod:`ditto_plugin_sqlite.db`) and by the
+threads of one process (one connection per thread). Rules owned here: MEM-GET-2/5,
 MEM-QUERY-2/3/4, MEM-WRITE-2/3, MEM-UPDATE-1/2/4, MEM-DELETE-2/3, MEM-SEARCH-1/2,
 MEM-PY-5/6/11/12; with an embedding provider also MEM-WRITE-4, MEM-SEARCH-6, MEM-RET-4
 (:mod:`ditto_plugin_sqlite.vectors`).
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import threading
 import uuid
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from typing import Any, Final
 
 from ditto_plugin_sqlite import vectors as vec
 from ditto_plugin_sqlite.db import open_connection, transaction, usable
+from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.executions import DEFAULT_RETENTION_S, claim_replay, record
 from ditto_plugin_sqlite.fts import index_record, unindex_records
 from ditto_plugin_sqlite.fts import rebuild as rebuild_keywords
@@ -158,8 +158,8 @@ class SqliteMemoryStore(SearchMixin):
         self._busy_timeout_ms = busy_timeout_ms
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._abandoned: list[sqlite3.Connection] = []
+        self._connections: list[Connection] = []
+        self._abandoned: list[Connection] = []
         self._pid = os.getpid()
         self._closed = False
         self._embedder = embedder
@@ -182,7 +182,7 @@ class SqliteMemoryStore(SearchMixin):
             with transaction(self._conn(), None, write=True) as conn:
                 self._query.sync(conn)
 
-    def _claim_index_fields(self, conn: sqlite3.Connection) -> str | None:
+    def _claim_index_fields(self, conn: Connection) -> str | None:
         """Record ``indexFields`` in an empty database; the mismatch message when the
         database was indexed with other fields (:mod:`ditto_worker.memory.indexing`)."""
         text = read_setting(conn, INDEX_SETTING)
@@ -194,7 +194,7 @@ class SqliteMemoryStore(SearchMixin):
         return fields_mismatch("SQLite memory store", self._index_fields, stored)
 
     def _index(
-        self, conn: sqlite3.Connection, seq: int, ns: str, key: str | None, content: Any,
+        self, conn: Connection, seq: int, ns: str, key: str | None, content: Any,
         metadata: Any,
     ) -> None:  # fmt: skip
         text = keyword_text(content, key, metadata, self._index_fields)
@@ -321,14 +321,14 @@ class SqliteMemoryStore(SearchMixin):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _conn(self) -> sqlite3.Connection:
+    def _conn(self) -> Connection:
         if self._closed:
             raise MemoryError(ErrorCode.MEMORY_BACKEND_ERROR, "the SQLite memory store is closed")
         if os.getpid() != self._pid:  # forked: never reuse the parent's connections
             self._abandoned.extend(self._connections)
             self._lock, self._local = threading.Lock(), threading.local()
             self._connections, self._pid = [], os.getpid()
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        conn: Connection | None = getattr(self._local, "conn", None)
         if conn is None or not usable(conn):  # a fault broke it: open the file again
             conn = open_connection(self._path, self._busy_timeout_ms, self._embedder is not None)
             self._local.conn = conn
@@ -338,7 +338,7 @@ class SqliteMemoryStore(SearchMixin):
 
     def _tx(
         self, options: MemoryCallOptions | None, write: bool, snapshot: bool = True
-    ) -> AbstractContextManager[sqlite3.Connection]:
+    ) -> AbstractContextManager[Connection]:
         self._check_identity()
         return transaction(self._conn(), options, write, snapshot)
 
@@ -364,7 +364,7 @@ class SqliteMemoryStore(SearchMixin):
         if self._mismatch is not None:
             raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
 
-    def _verify_identity(self, conn: sqlite3.Connection) -> None:
+    def _verify_identity(self, conn: Connection) -> None:
         """In a transaction touching vectors: ``EMBEDDING_MISMATCH`` when another process
         switched the database to another identity since (``ditto-worker reindex``)."""
         stored = vec.stored_identity(conn)
@@ -391,7 +391,7 @@ class SqliteMemoryStore(SearchMixin):
         return None if self._embedder is None else [next(blobs)]
 
     def _store_vectors(
-        self, conn: sqlite3.Connection, seqs: Sequence[int], blobs: list[bytes | None] | None
+        self, conn: Connection, seqs: Sequence[int], blobs: list[bytes | None] | None
     ) -> None:
         if blobs is None:
             if seqs:

@@ -27,12 +27,12 @@ coordinates' signs.)
 
 from __future__ import annotations
 
-import sqlite3
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ditto_plugin_sqlite.ann import put_codes
+from ditto_plugin_sqlite.driver import Connection
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory import vectors as kit
 from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider
@@ -59,7 +59,7 @@ def to_blob(vector: Sequence[float]) -> bytes:
     return struct.pack(f"<{len(vector)}f", *vector)
 
 
-def stored_identity(conn: sqlite3.Connection) -> EmbeddingIdentity | None:
+def stored_identity(conn: Connection) -> EmbeddingIdentity | None:
     """The identity recorded in the database, or ``None`` when it keeps no vectors."""
     row = conn.execute(
         "SELECT value FROM store_settings WHERE name = ?", (IDENTITY_SETTING,)
@@ -67,7 +67,7 @@ def stored_identity(conn: sqlite3.Connection) -> EmbeddingIdentity | None:
     return None if row is None else EmbeddingIdentity.from_json(row[0])
 
 
-def claim_identity(conn: sqlite3.Connection, identity: EmbeddingIdentity) -> EmbeddingIdentity:
+def claim_identity(conn: Connection, identity: EmbeddingIdentity) -> EmbeddingIdentity:
     """Record ``identity`` unless one is recorded already; returns the recorded one.
 
     Runs in the caller's write transaction.
@@ -85,7 +85,7 @@ def mismatch_message(provider: EmbeddingIdentity | None, stored: EmbeddingIdenti
     return kit.mismatch_message("SQLite memory store", "plugins.sqlite.embedding", provider, stored)
 
 
-def forbid_unembedded_write(conn: sqlite3.Connection) -> None:
+def forbid_unembedded_write(conn: Connection) -> None:
     """In a store without a provider: refuse a write to a database that keeps vectors.
 
     Raises:
@@ -111,9 +111,7 @@ def embed_contents(
     return [None if vector is None else to_blob(vector) for vector in vectors]
 
 
-def put_vectors(
-    conn: sqlite3.Connection, seqs: Sequence[int], blobs: Sequence[bytes | None]
-) -> None:
+def put_vectors(conn: Connection, seqs: Sequence[int], blobs: Sequence[bytes | None]) -> None:
     """Store (or, for ``None``, remove) the vectors of records ``seqs``, and the codes of
     the stored ones (:func:`ditto_plugin_sqlite.ann.put_codes`, one batch)."""
     stored: list[tuple[int, bytes]] = []
@@ -128,9 +126,7 @@ def put_vectors(
     put_codes(conn, [seq for seq, _ in stored], [blob for _, blob in stored])
 
 
-def unembedded(
-    conn: sqlite3.Connection, after: int, limit: int
-) -> list[tuple[int, str, str | None]]:
+def unembedded(conn: Connection, after: int, limit: int) -> list[tuple[int, str, str | None]]:
     """Up to ``limit`` ``(seq, content JSON, metadata JSON)`` of records after ``after``
     without a vector."""
     rows = conn.execute(

@@ -3,11 +3,10 @@ once per database file, shared by every store object and process on that file.""
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from pathlib import Path
 
-from ditto_plugin_sqlite import SqliteMemoryStore
+from ditto_plugin_sqlite import SqliteMemoryStore, driver
 from ditto_worker import create_memory
 from ditto_worker.memory.cursors import CURSOR_SECRET_SETTING
 
@@ -28,7 +27,7 @@ def test_another_store_object_on_the_file_reads_the_cursor(tmp_path: Path) -> No
     assert rest.output is not None, rest.error
     keys = [i.key for i in page.output.items + rest.output.items]
     assert keys == [f"k{i}" for i in range(5)]
-    with sqlite3.connect(path) as conn:
+    with driver.connect(path) as conn:
         rows = conn.execute(
             "SELECT value FROM store_settings WHERE name = ?", (CURSOR_SECRET_SETTING,)
         ).fetchall()

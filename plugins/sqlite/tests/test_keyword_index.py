@@ -3,12 +3,11 @@ statistics kept exact through writes, updates and deletes, query terms as parame
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 
-from ditto_plugin_sqlite import SqliteMemoryStore
+from ditto_plugin_sqlite import SqliteMemoryStore, driver
 from ditto_plugin_sqlite.db import SCHEMA_VERSION
 from ditto_worker import Scope, create_memory
 from ditto_worker.memory.text import bm25, bm25_idf, index_terms
@@ -28,7 +27,7 @@ ALICE = Scope("acme", "alice")
 
 
 def make_v4(path: Path) -> None:
-    conn = sqlite3.connect(path)
+    conn = driver.connect(path)
     for statement in V4:
         conn.execute(statement)
     rows = [
@@ -68,7 +67,7 @@ def test_a_version_4_file_gets_the_new_index_in_place(tmp_path: Path) -> None:
         written = memory.write(note, scope=ALICE, operation_id="op-1").output
         assert written == memory.write(note, scope=ALICE, operation_id="op-1").output
         assert written[0].operation_id == "op-1"
-    conn = sqlite3.connect(path)
+    conn = driver.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     stats = conn.execute("SELECT namespace, records FROM keyword_scopes ORDER BY id").fetchall()
     assert stats == [("", 2), (ALICE.namespace, 3)]
@@ -76,7 +75,7 @@ def test_a_version_4_file_gets_the_new_index_in_place(tmp_path: Path) -> None:
 
 
 def _stats(path: Path) -> dict[str, tuple[int, int]]:
-    conn = sqlite3.connect(path)
+    conn = driver.connect(path)
     try:
         rows = conn.execute("SELECT namespace, records, terms FROM keyword_scopes").fetchall()
         docs = conn.execute(

@@ -6,13 +6,12 @@ indexes or unindexes it at open."""
 from __future__ import annotations
 
 import random
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ditto_plugin_sqlite import SqliteMemoryStore, create_store
+from ditto_plugin_sqlite import SqliteMemoryStore, create_store, driver
 from ditto_plugin_sqlite.query_index import PREFIX, index_statements
 from ditto_worker import Scope, create_memory
 from ditto_worker.errors import ConfigError
@@ -99,11 +98,11 @@ def _plan(store: SqliteMemoryStore, query: dict[str, Any], scope: Scope | None) 
 
 
 @pytest.mark.parametrize("scope", [None, ALICE])
-@pytest.mark.parametrize("vectors", [False, True], ids=["sqlite3", "pysqlite3"])
+@pytest.mark.parametrize("vectors", [False, True], ids=["keyword", "vectors"])
 def test_queries_on_declared_fields_use_their_indexes(
     tmp_path: Path, scope: Scope | None, vectors: bool
 ) -> None:
-    """Both drivers (a store with an embedder runs on pysqlite3's newer SQLite)."""
+    """Without and with an embedder (a store with one loads sqlite-vec and maps the file)."""
     embedder = HashingEmbedder() if vectors else None
     with _load(tmp_path / "p.sqlite", ["user", "score"], embedder) as store:
         eq = _plan(store, {"filter": {"user": 1}}, scope)
@@ -116,7 +115,7 @@ def test_queries_on_declared_fields_use_their_indexes(
 
 
 def _indexes(path: Path) -> set[str]:
-    with sqlite3.connect(path) as conn:
+    with driver.connect(path) as conn:
         rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
         return {row[0] for row in rows if row[0].startswith(PREFIX)}
 

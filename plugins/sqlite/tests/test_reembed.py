@@ -64,8 +64,7 @@ def _vectors(store: SqliteMemoryStore) -> dict[int, bytes]:
 
 
 def _identity(path: Path) -> Any:
-    # through pysqlite3, as the stores with a provider: a stdlib sqlite3 connection closed
-    # in the same process would drop their POSIX locks (two SQLite libraries, one file)
+    # through a store: every connection of the process is the driver module's library
     with SqliteMemoryStore(path, embedder=NEW) as store:
         return vec.stored_identity(store._conn())
 

@@ -3,10 +3,9 @@ sequence and its execution ids, all in the unscoped namespace."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
-from ditto_plugin_sqlite import SqliteMemoryStore
+from ditto_plugin_sqlite import SqliteMemoryStore, driver
 from ditto_plugin_sqlite.db import SCHEMA_VERSION
 from ditto_worker import Scope, create_memory
 
@@ -27,7 +26,7 @@ T = "2026-01-01T00:00:00.000000Z"
 
 
 def make_v3(path: Path) -> None:
-    conn = sqlite3.connect(path)
+    conn = driver.connect(path)
     for statement in V3:
         conn.execute(statement)
     rows = [(1, "id-a", "pref", '"likes green tea"'), (2, "id-b", None, '"walks daily"'),
@@ -67,7 +66,7 @@ def test_a_version_3_file_is_upgraded_in_place(tmp_path: Path) -> None:
     assert [i.id for i in replay.output] == ["id-a"]
     assert len(memory.query({}).output.items) == 2
     store.close()
-    conn = sqlite3.connect(path)
+    conn = driver.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     seqs = [row[0] for row in conn.execute("SELECT seq FROM memories ORDER BY seq")]
     assert seqs[:2] == [1, 2] and seqs[2] > 12  # the deleted seq 12 is never reused

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 import ditto_plugin_sqlite
-from ditto_plugin_sqlite import SqliteMemoryStore, create_store
+from ditto_plugin_sqlite import SqliteMemoryStore, create_store, driver
 from ditto_plugin_sqlite.db import SCHEMA_VERSION, map_error, open_connection, transaction
 from ditto_plugin_sqlite.sql import compile_filter, sort_columns
 from ditto_worker.contracts import (
@@ -108,7 +107,7 @@ def test_schema_is_idempotent_and_versioned(tmp_path: Path) -> None:
         first.write(drafts("a", 2))
     with SqliteMemoryStore(path) as second:
         assert count(second) == 2
-    conn = sqlite3.connect(path)
+    conn = driver.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.execute("PRAGMA user_version = 99")
@@ -126,19 +125,19 @@ def test_corrupt_file_is_a_safe_backend_error(tmp_path: Path) -> None:
         SqliteMemoryStore(path)
     assert info.value.code == "MEMORY_BACKEND_ERROR"
     assert "not a database" not in info.value.safe_message
-    assert isinstance(info.value.__cause__, sqlite3.Error)
+    assert isinstance(info.value.__cause__, driver.dbapi().Error)
 
 
 def test_map_error_hides_driver_text() -> None:
-    error = map_error(sqlite3.OperationalError('near "SELECT": syntax error in secret SQL'))
+    error = map_error(driver.dbapi().OperationalError('near "SELECT": syntax error in secret SQL'))
     assert error.code == "MEMORY_BACKEND_ERROR" and "SELECT" not in error.safe_message
-    assert map_error(sqlite3.OperationalError("interrupted")).code == "MEMORY_CANCELLED"
+    assert map_error(driver.dbapi().OperationalError("interrupted")).code == "MEMORY_CANCELLED"
 
 
 def test_busy_database_is_a_backend_error(tmp_path: Path) -> None:
     path = tmp_path / "m.sqlite"
     with SqliteMemoryStore(path, busy_timeout_ms=50) as store:
-        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker = driver.connect(path, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
         try:
             with pytest.raises(MemoryError) as info:

@@ -11,7 +11,6 @@ Vectors: a seeded 384-dim "perturbed cluster" set (the text ``item <i>`` embeds 
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ditto_plugin_sqlite import SqliteMemoryStore
+from ditto_plugin_sqlite import SqliteMemoryStore, driver
 from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemorySearchInput,
@@ -184,7 +183,7 @@ def test_a_pruned_log_rebuilds_and_an_old_file_works(tmp_path: Path) -> None:
     store = SqliteMemoryStore(path, embedder=RowEmbedder())
     store.write(MemoryWriteInput.model_validate({"memories": [_draft(i) for i in range(2000)]}))
     store.close()
-    with sqlite3.connect(path) as raw:  # a file from before the index: no codes, no log
+    with driver.connect(path) as raw:  # a file from before the index: no codes, no log
         for trigger in ("s_log_insert", "s_log_update", "s_log_delete", "_log_prune",
                         "s_code_insert", "s_code_delete"):  # fmt: skip
             raw.execute(f"DROP TRIGGER memory_vector{trigger}")
@@ -193,13 +192,13 @@ def test_a_pruned_log_rebuilds_and_an_old_file_works(tmp_path: Path) -> None:
     reader = SqliteMemoryStore(path, embedder=RowEmbedder())  # migrates: codes for all 2000
     writer = SqliteMemoryStore(path, embedder=RowEmbedder())
     try:
-        with sqlite3.connect(path) as raw:
+        with driver.connect(path) as raw:
             assert raw.execute("SELECT count(*) FROM memory_vector_codes").fetchone() == (2000,)
             raw.execute("DELETE FROM memory_vector_codes WHERE seq = 1501")  # an older writer's
         assert _search(reader, VECTORS[1500].tolist(), limit=1)[0].memory.key == "k1500"
         drafts = [_draft(i) for i in range(2000, 2600)]
         writer.write(MemoryWriteInput.model_validate({"memories": drafts}))
-        with sqlite3.connect(path) as raw:  # pruned past the reader's position
+        with driver.connect(path) as raw:  # pruned past the reader's position
             raw.execute(
                 "DELETE FROM memory_vector_log WHERE id < (SELECT max(id) FROM memory_vector_log)"
             )
