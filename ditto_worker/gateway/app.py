@@ -126,6 +126,11 @@ def create_app(
                 IDEMPOTENCY_HEADER,
             ],  # fmt: skip
         )
+    # node calls are served by one plain Starlette route registered ahead of the per-node
+    # routes below, which describe each node in /openapi.json: its handler takes the raw
+    # Request, so FastAPI's per-route machinery (dependency solving, exit stacks) is not
+    # run per call; the same app, middleware (CORS) and exception handling apply
+    app.add_route("/v1/nodes/{node}", gate.dispatch, methods=["POST"], include_in_schema=False)
     for node in sorted(specs):
         app.add_api_route(
             f"/v1/nodes/{node}",
@@ -136,7 +141,6 @@ def create_app(
             openapi_extra=node_openapi(node, specs[node]),
             include_in_schema=True,
         )
-    app.add_api_route("/v1/nodes/{node}", gate.unknown, methods=["POST"], include_in_schema=False)
     app.add_api_route("/v1/nodes", gate.list_nodes, methods=["GET"], name="list_nodes")
     app.add_api_route("/healthz", _healthz, methods=["GET"], name="healthz")
     app.add_api_route("/readyz", _readyz(ready), methods=["GET"], name="readyz")
@@ -199,8 +203,14 @@ class _Gate:
         call.__name__ = f"call_{node.replace('.', '_').lower()}"
         return call
 
-    async def unknown(self, request: Request) -> Response:
+    async def dispatch(self, request: Request) -> Response:
+        """``POST /v1/nodes/{node}``: the call, or 404 for a node this runtime lacks."""
         node = request.path_params.get("node", "")
+        if node in self.specs:
+            return await self.call(node, request)
+        return await self.unknown(node, request)
+
+    async def unknown(self, node: str, request: Request) -> Response:
         try:
             self.auth.identify(request.headers.get("authorization"))
         except GatewayError as exc:
@@ -260,18 +270,14 @@ class _Gate:
         if space != "memory":
             scope["space"] = space
         token = CancelToken()
-        call = asyncio.ensure_future(
-            self.runtime.ainvoke(
+        # the call runs in this task; a watcher task cancels its token if the client goes
+        # away first (then the call ends cancelled and is answered to nobody)
+        watch = asyncio.ensure_future(_disconnected(request))
+        watch.add_done_callback(lambda done: self._gone(done, token, node))
+        try:
+            result = await self.runtime.ainvoke(
                 node, input, timeout=timeout_s, cancel=token, scope=scope, **options
             )  # fmt: skip
-        )
-        watch = asyncio.ensure_future(_disconnected(request))
-        try:
-            await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if not call.done():
-                token.cancel()  # the client went away: cancel the call, then let it end
-                self.metrics.disconnected(node)
-            result = await call
         finally:
             watch.cancel()
         wire = to_wire(result)
@@ -281,18 +287,23 @@ class _Gate:
         headers = {"Retry-After": RETRY_AFTER_S[status]} if status in RETRY_AFTER_S else None
         return JSONResponse(wire, status, headers=headers)
 
+    def _gone(self, watch: asyncio.Future[None], token: CancelToken, node: str) -> None:
+        """The watcher ended: if the client disconnected, cancel the call."""
+        if not watch.cancelled() and watch.exception() is None:
+            token.cancel()
+            self.metrics.disconnected(node)
+
     async def _body(self, request: Request) -> bytes:
         cap = self.settings.max_body_bytes
         length = request.headers.get("content-length")
-        too_large = GatewayError(ErrorCode.PAYLOAD_TOO_LARGE, f"the body is over {cap} bytes")
         if length is not None and length.isdigit() and int(length) > cap:
-            raise too_large
+            raise _too_large(cap)
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > cap:
-                raise too_large
+                raise _too_large(cap)
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -357,6 +368,10 @@ async def _disconnected(request: Request) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
+
+
+def _too_large(cap: int) -> GatewayError:
+    return GatewayError(ErrorCode.PAYLOAD_TOO_LARGE, f"the body is over {cap} bytes")
 
 
 def _refusal(node: str, exc: GatewayError) -> Response:
