@@ -175,6 +175,22 @@ class QdrantCollection:
             )  # fmt: skip
         return None
 
+    def _switched(self, exc: MemoryError) -> MemoryError:
+        """After a backend error of a request using the dense vector:
+        ``EMBEDDING_MISMATCH`` when a reindex switched the collection to another identity
+        since this store opened it (its vector name is gone,
+        :mod:`ditto_plugin_qdrant.reembed`), else ``exc``."""
+        if exc.code != ErrorCode.MEMORY_BACKEND_ERROR or self._embedder is None:
+            return exc
+        self._ready = False
+        try:
+            self._open(None)
+        except MemoryError:
+            return exc
+        if self._mismatch is None:
+            return exc
+        return MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
+
     def _check_identity(self) -> None:
         """``EMBEDDING_MISMATCH`` when the collection's identity is not the provider's."""
         if self._mismatch is not None:
@@ -182,6 +198,9 @@ class QdrantCollection:
 
     def _begin(self, options: MemoryCallOptions | None, write: bool = False) -> str:
         self._open(options)
+        if self._mismatch is not None and self._embedder is not None:
+            self._ready = False  # read again: a reindex may have switched to this identity
+            self._open(options)
         self._check_identity()
         if write and self._refuse_writes:
             raise MemoryError(

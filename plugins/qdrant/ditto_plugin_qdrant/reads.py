@@ -286,4 +286,8 @@ class QdrantReads(QdrantCollection, NativeSearch):
                 limit=n, with_payload=True, search_params=params,
             ).points  # fmt: skip
 
-        return [(item_of(p.payload), float(p.score)) for p in self._ranked(fetch, limit, options)]
+        try:
+            ranked = self._ranked(fetch, limit, options)
+        except MemoryError as exc:
+            raise self._switched(exc) from exc
+        return [(item_of(p.payload), float(p.score)) for p in ranked]

@@ -12,8 +12,10 @@ The collection (created on first use when missing) has, per its embedding identi
 named dense vector (``Cosine``) and the sparse vector ``keywords`` (``modifier: idf``,
 :mod:`ditto_plugin_qdrant.keywords`); its metadata records the identity, the embed policy
 and the keyword tokenizer (a collection fixes them: another provider or policy fails
-every call with ``EMBEDDING_MISMATCH``; a model change needs a new collection and
-:meth:`QdrantMemoryStore.reindex_embeddings`). On a server, payload indexes are created
+every call with ``EMBEDDING_MISMATCH``; a model change is
+:meth:`QdrantMemoryStore.reembed_embeddings`, ``ditto-worker reindex``, which builds the
+new identity's collection and makes the collection name its alias,
+:mod:`ditto_plugin_qdrant.reembed`). On a server, payload indexes are created
 for the namespace (``is_tenant``), id, key, sequence, update instant and the metadata
 paths of ``payloadIndexes`` (default ``kind``); local mode has none (brute force).
 
@@ -50,7 +52,7 @@ from typing import Any, Final
 from ditto_plugin_qdrant import executions as ex
 from ditto_plugin_qdrant.connection import Connection
 from ditto_plugin_qdrant.points import CHUNK, Clock, dense_name
-from ditto_plugin_qdrant.writes import QdrantWrites
+from ditto_plugin_qdrant.reembed import QdrantReembed
 from ditto_worker.memory.capabilities import ALL_FILTER_OPERATORS, StoreCapabilities
 from ditto_worker.memory.native import VECTOR_OPTIONS
 from ditto_worker.memory.ports import EmbeddingProvider
@@ -91,7 +93,7 @@ def capabilities_for(embedder: bool, exact_vectors: bool, local: bool) -> StoreC
     )
 
 
-class QdrantMemoryStore(QdrantWrites):
+class QdrantMemoryStore(QdrantReembed):
     """MemoryStore and native MemorySearchProvider on one Qdrant collection.
 
     Args:

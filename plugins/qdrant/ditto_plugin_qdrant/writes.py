@@ -104,10 +104,13 @@ class QdrantWrites(QdrantReads):
         self, points: Sequence[models.PointStruct], options: MemoryCallOptions | None
     ) -> None:
         for chunk in chunks(points):
-            self._conn.call(
-                options, QdrantClient.upsert, self.collection, list(chunk), wait=True,
-                check_cancel=False,
-            )  # fmt: skip
+            try:
+                self._conn.call(
+                    options, QdrantClient.upsert, self.collection, list(chunk), wait=True,
+                    check_cancel=False,
+                )  # fmt: skip
+            except MemoryError as exc:
+                raise self._switched(exc) from exc
 
     def _record(
         self, ns: str, eid: str | None, node: str, output: Any,

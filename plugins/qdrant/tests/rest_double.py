@@ -3,7 +3,8 @@
 No Qdrant server can run on these machines, so the server-only lines of the plugin (the
 HTTP client, ``wait=true`` on mutations, the ``api-key`` header, payload-index creation,
 error mapping, per-request deadlines) are exercised against this double: it answers the
-handful of REST calls the plugin makes by running them on a ``QdrantClient(":memory:")``
+handful of REST calls the plugin makes (aliases and collection deletion included, for
+the reindex) by running them on a ``QdrantClient(":memory:")``
 and returning Qdrant's JSON envelope. It shows the HTTP path, not a server's semantics
 (HNSW, payload indexes, concurrency are still local mode's).
 
@@ -123,6 +124,11 @@ class RestDouble:
         request.wfile.write(raw)
 
     def _answer(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        if path == "/aliases" and method == "GET":
+            return 200, {"aliases": _json(self.local.get_aliases().aliases)}
+        if path == "/collections/aliases" and method == "POST":
+            change = models.ChangeAliasesOperation.model_validate(body)
+            return 200, self.local.update_collection_aliases(change.actions)
         match = re.fullmatch(r"/collections/([^/]+)(/.*)?", path)
         if match is None:
             return 404, {"error": "not found"}
@@ -142,6 +148,8 @@ class RestDouble:
                                         sparse_vectors_config=config.sparse_vectors,
                                         metadata=config.metadata)  # fmt: skip
                 return 200, True
+            if rest == "" and method == "DELETE":
+                return 200, local.delete_collection(name)
             if rest == "/index":
                 index = models.CreateFieldIndex.model_validate(body)
                 self.indexes[index.field_name] = _json(index.field_schema)
