@@ -15,6 +15,7 @@ from ditto_worker.testing._conformance_harness import Harness
 __all__ = [
     "test_cursor_is_bound_to_its_query",
     "test_default_order_is_creation_order",
+    "test_dot_paths_never_index_arrays",
     "test_filter_semantics",
     "test_odd_metadata_field_names",
     "test_page_size_and_last_page",
@@ -320,3 +321,36 @@ def test_odd_metadata_field_names(conformance: Harness) -> None:
             desc = [{"field": odd, "direction": "desc"}]
             want = [f"{odd}:miss", f"{odd}:hit", f"{odd}:plain"]
             assert conformance.labels(scope, desc) == want, odd
+
+
+ARRAY_PATHS: list[Any] = [
+    {"a.0": 5},
+    {"a.1": "x"},
+    {"a.-1": "x"},
+    {"a.0": {"$gte": 1}},
+    {"a.1": {"$gt": "a"}},
+    {"a.0": {"$exists": True}},
+    {"a.0": None},
+    {"a.0": {"$ne": 5}},
+    {"a.0": {"$in": [5, "x"]}},
+]
+
+
+def test_dot_paths_never_index_arrays(conformance: Harness) -> None:
+    # MEM-PY-5: a dot path names object members only; "a.0" is not an array's element
+    if METADATA_FIELDS not in conformance.caps.filter_fields:
+        return
+    records = [("arr", {"a": [5, "x"], "g": "ap"}), ("none", {"g": "ap"}),
+               ("obj", {"a": {"0": 5, "1": "x"}, "g": "ap"})]  # fmt: skip
+    conformance.write_keys(records)
+    for flt in ARRAY_PATHS:
+        scoped = {"$and": [{"g": "ap"}, flt]}
+        if conformance.supports_filter(scoped):
+            node = parse_filter(scoped)
+            want = [k for k, m in records if matches(node, {"id": "?", "key": k, "metadata": m})]
+            assert want != ["arr", "none", "obj"] and conformance.labels(scoped) == want, flt
+    if METADATA_FIELDS in conformance.caps.order_by_fields:
+        for direction in ("asc", "desc"):
+            order = [{"field": "a.0", "direction": direction}]
+            want = ["arr", "none", "obj"] if direction == "asc" else ["obj", "arr", "none"]
+            assert conformance.labels({"g": "ap"}, order) == want, direction

@@ -92,6 +92,7 @@ from ditto_worker.testing._conformance_operations import (
 from ditto_worker.testing._conformance_query import (
     test_cursor_is_bound_to_its_query,
     test_default_order_is_creation_order,
+    test_dot_paths_never_index_arrays,
     test_filter_semantics,
     test_odd_metadata_field_names,
     test_page_size_and_last_page,
@@ -146,6 +147,7 @@ __all__ = [
     "test_cursor_is_bound_to_its_query",
     "test_cursors_cannot_be_forged_or_altered",
     "test_default_order_is_creation_order",
+    "test_dot_paths_never_index_arrays",
     "test_delete_more_than_a_thousand_matches",
     "test_delete_reports_only_deleted_and_frees_keys",
     "test_exhaustive_search_returns_min_of_limit_and_matches",

@@ -8,10 +8,10 @@ matches them::
     memories_qf_<field>_<digest> ON memories (namespace, <type rank>, <number>, <text>)
 
 It serves ``orderBy`` on the field in either direction (an incremental sort orders the
-ties by ``seq``) and ranges (``r = 1 AND n < x``, ``r = 2 AND n IS NULL AND t < x``).
-Equality is compiled as ``COALESCE(m.metadata @> …, false)``, which the GIN
-``jsonb_path_ops`` index on ``metadata`` does not serve (``COALESCE`` hides the
-operator): equality on a declared field is not indexed yet.
+ties by ``seq``), equality (``r = 2 AND n IS NULL AND t = x``, ``r = 1 AND n = x``,
+``r = 5 AND n = 1``, ``r = 0`` for ``null``) and ranges (``r = 1 AND n < x``, ``r = 2 AND
+n IS NULL AND t < x``): :mod:`ditto_plugin_postgres.sql` writes a declared field's
+conditions over these expressions.
 ``<field>`` is the name with other characters than ASCII letters and digits as ``_``
 (cut to 24), ``<digest>`` a SHA-256 prefix of the statement. Opening a store with
 declared fields creates the missing indexes and drops those of fields no longer declared,

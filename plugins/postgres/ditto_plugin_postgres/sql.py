@@ -6,10 +6,10 @@ is formatted into the SQL text. Records are the table aliased ``m``; a metadata 
 
 Typed semantics (MEM-PY-5), every predicate ``true``/``false``, never ``NULL``:
 
-* equality to a boolean, number or string is ``m.metadata @> %s::jsonb`` (the GIN
-  ``jsonb_path_ops`` index; jsonb equality is typed: ``5 = 5.0``, ``"5" <> 5``,
-  ``true <> 1``; a dot path never reaches into arrays) — reserved fields compare their
-  column;
+* equality to a boolean, number or string is ``(m.metadata IS NOT NULL AND m.metadata
+  @> %s::jsonb)`` (never ``NULL``, and a form the GIN ``jsonb_path_ops`` index on
+  ``metadata`` serves; jsonb equality is typed: ``5 = 5.0``, ``"5" <> 5``, ``true <> 1``;
+  a dot path never reaches into arrays) — reserved fields compare their column;
 * ``$eq: null`` matches missing or JSON ``null``;
 * ranges apply only to the same JSON type (``jsonb_typeof``): numbers as ``numeric``,
   strings by code point (``COLLATE "C"``); a ``CASE`` guards every cast;
@@ -18,8 +18,10 @@ Typed semantics (MEM-PY-5), every predicate ``true``/``false``, never ``NULL``:
 Declared fields (``queryFields``, issue 28): the path of a field the store declares is a
 SQL literal (``'{"f"}'::text[]``) instead of a parameter, so its expressions are those of
 its index (:mod:`ditto_plugin_postgres.query_index`, built by :func:`sort_expressions`);
-a range on it is written ``r = 1 AND n <op> x`` (numbers) or ``r = 2 AND n IS NULL AND t
-<op> x`` (strings) over the sort expressions, the same test in a form the index serves.
+a range or an equality on it is written ``r = 1 AND n <op> x`` (numbers), ``r = 2 AND n
+IS NULL AND t <op> x`` (strings), ``r = 5 AND n = 0|1`` (booleans) or ``r = 0`` (``null``:
+missing or JSON ``null``), equality only for the last two, over the sort expressions:
+the same test in a form its B-tree index serves.
 The literal is the configured name, never text from a request.
 
 Sort terms select three columns each: ``r{i}`` (type rank of
@@ -31,6 +33,7 @@ sequence breaking ties.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -68,6 +71,7 @@ _COLUMNS: Final = {"id": "m.id", "key": "m.key", "createdAt": "m.created_at",
                    "updatedAt": "m.updated_at"}  # fmt: skip
 _RANGE: Final = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 _VALUE: Final = "(m.metadata #> %s::text[])"
+_INDEX_LIKE: Final = re.compile(r"[ \t\n\v\f\r]*[+-]?[0-9]")
 
 
 Declared = frozenset[str]
@@ -105,19 +109,43 @@ def _join(op: str, parts: Sequence[Sql], empty: str) -> Sql:
     )
 
 
-def value_expression(path: Sequence[str], column: str = "m.metadata", bound: bool = True) -> str:
-    """``(<column> #> '<path>'::text[])`` with the path as a literal (a declared field);
-    ``bound``: for a statement run with parameters (``%`` doubled)."""
+def _path_literal(path: Sequence[str], bound: bool) -> str:
     items = ",".join('"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"' for s in path)
     literal = ("{" + items + "}").replace("'", "''")
-    return f"({column} #> '{literal.replace('%', '%%') if bound else literal}'::text[])"
+    return f"'{literal.replace('%', '%%') if bound else literal}'::text[]"
+
+
+def _array_guards(path: Sequence[str]) -> list[int]:
+    """Positions of segments ``#>`` would read as an array index (``strtol`` syntax), after
+    the first: their parent must be an object (a dot path never reaches into arrays)."""
+    return [i for i, segment in enumerate(path) if i and _INDEX_LIKE.match(segment)]
+
+
+def value_expression(path: Sequence[str], column: str = "m.metadata", bound: bool = True) -> str:
+    """``(<column> #> '<path>'::text[])`` with the path as a literal (a declared field);
+    ``bound``: for a statement run with parameters (``%`` doubled). A segment that reads
+    as an integer is guarded: its parent must be an object, never an array."""
+    found = f"({column} #> {_path_literal(path, bound)})"
+    guards = [
+        f"jsonb_typeof({column} #> {_path_literal(path[:i], bound)}) = 'object'"
+        for i in _array_guards(path)
+    ]
+    return f"(CASE WHEN {' AND '.join(guards)} THEN {found} END)" if guards else found
 
 
 def _value(ref: FieldRef, declared: Declared) -> Sql:
-    """The field's ``jsonb`` value expression: a literal path when declared."""
+    """The field's ``jsonb`` value expression: a literal path when declared, else bound
+    parameters; guarded as :func:`value_expression`."""
     if ref.name in declared:
         return Sql(value_expression(ref.path))
-    return Sql(_VALUE, [list(ref.path)])
+    guards = _array_guards(ref.path)
+    if not guards:
+        return Sql(_VALUE, [list(ref.path)])
+    parents = " AND ".join("jsonb_typeof(m.metadata #> %s::text[]) = 'object'" for _ in guards)
+    return Sql(
+        f"(CASE WHEN {parents} THEN {_VALUE} END)",
+        [*(list(ref.path[:i]) for i in guards), list(ref.path)],
+    )
 
 
 def _nested(path: Sequence[str], value: Scalar) -> str:
@@ -135,10 +163,26 @@ def _equals(ref: FieldRef, value: Scalar, declared: Declared = frozenset()) -> S
         if not isinstance(value, str):
             return Sql("false")
         return Sql(f"COALESCE({column} = %s, false)", [value])
+    if ref.name in declared:
+        return _declared_equals(ref, value)
     if value is None:
         found = _value(ref, declared)
         return Sql(f"COALESCE(jsonb_typeof({found.text}) = 'null', true)", found.params)
-    return Sql("COALESCE(m.metadata @> %s::jsonb, false)", [_nested(ref.path, value)])
+    return Sql("(m.metadata IS NOT NULL AND m.metadata @> %s::jsonb)", [_nested(ref.path, value)])
+
+
+def _declared_equals(ref: FieldRef, value: Scalar) -> Sql:
+    """Equality on a declared field over its index's sort expressions (module doc): the
+    same typed test as ``@>`` (``5 = 5.0``, ``"5" <> 5``, ``true <> 1``); ``null``
+    (missing or JSON ``null``) is type rank 0."""
+    rank, number, text = sort_expressions(value_expression(ref.path))
+    if value is None:
+        return Sql(f"({rank} = 0)")
+    if isinstance(value, str):
+        return Sql(f"({rank} = 2 AND {number} IS NULL AND {text} = %s)", [value])
+    if isinstance(value, bool):
+        return Sql(f"({rank} = 5 AND {number} = %s::numeric)", [int(value)])
+    return Sql(f"({rank} = 1 AND {number} = %s::numeric)", [number_param(value)])
 
 
 def _range(ref: FieldRef, op: str, value: Scalar, declared: Declared = frozenset()) -> Sql:
@@ -153,17 +197,17 @@ def _range(ref: FieldRef, op: str, value: Scalar, declared: Declared = frozenset
             return Sql(f"({rank} = 2 AND {number} IS NULL AND {text} {sql_op} %s)", [value])
         bound = number_param(value)  # type: ignore[arg-type]
         return Sql(f"({rank} = 1 AND {number} {sql_op} %s::numeric)", [bound])
-    path = list(ref.path)
+    found = _value(ref, declared)
     if isinstance(value, str):
         return Sql(
-            f"COALESCE(CASE WHEN jsonb_typeof({_VALUE}) = 'string' THEN "
-            f"({_VALUE} #>> '{{}}') COLLATE \"C\" {sql_op} %s END, false)",
-            [path, path, value],
+            f"COALESCE(CASE WHEN jsonb_typeof({found.text}) = 'string' THEN "
+            f"({found.text} #>> '{{}}') COLLATE \"C\" {sql_op} %s END, false)",
+            [*found.params, *found.params, value],
         )
     return Sql(
-        f"COALESCE(CASE WHEN jsonb_typeof({_VALUE}) = 'number' THEN "
-        f"({_VALUE} #>> '{{}}')::numeric {sql_op} %s::numeric END, false)",
-        [path, path, number_param(value)],  # type: ignore[arg-type]
+        f"COALESCE(CASE WHEN jsonb_typeof({found.text}) = 'number' THEN "
+        f"({found.text} #>> '{{}}')::numeric {sql_op} %s::numeric END, false)",
+        [*found.params, *found.params, number_param(value)],  # type: ignore[arg-type]
     )
 
 
@@ -234,7 +278,7 @@ def _term_columns(index: int, ref: FieldRef, declared: Declared) -> Sql:
     found = _value(ref, declared)
     rank, number, text = sort_expressions(found.text)
     columns = f", {rank} AS r{index}, {number} AS n{index}, {text} AS t{index}"
-    return Sql(columns, found.params * columns.count("%s"))
+    return Sql(columns, found.params * columns.count(found.text))
 
 
 def sort_columns(terms: Sequence[SortTerm], declared: Declared = frozenset()) -> Sql:

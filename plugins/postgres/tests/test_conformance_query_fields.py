@@ -17,6 +17,7 @@ from ditto_worker.testing.conformance import (  # noqa: F401
     test_cursor_is_bound_to_its_namespace,
     test_cursor_is_bound_to_its_query,
     test_default_order_is_creation_order,
+    test_dot_paths_never_index_arrays,
     test_filter_semantics,
     test_odd_metadata_field_names,
     test_paging_across_inserts_and_deletes,

@@ -1,5 +1,5 @@
 """queryFields on PostgreSQL (issue 28 item 3): declared fields get B-tree expression
-indexes that QUERY's sorts and ranges can use; results and pages are those of an
+indexes that QUERY's sorts, ranges and equalities can use; results and pages are those of an
 undeclared store (MEM-PY-5/6); indexes follow the declared list at open."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ditto_plugin_postgres.query_index import PREFIX
 from ditto_worker import Scope, create_memory
 from ditto_worker.errors import ConfigError
 
-FIELDS = ["user", "score", "profile.city", "o'k", "100%"]
+FIELDS = ["user", "score", "profile.city", "o'k", "100%", "arr.0"]
 ALICE = Scope("acme", "alice")
 VALUES: list[Any] = [0, 1, 2.5, -1, "a", "B", "", True, False, None, [1], {"x": 1}]
 QUERIES: list[dict[str, Any]] = [
@@ -26,6 +26,10 @@ QUERIES: list[dict[str, Any]] = [
     {"filter": {"o'k": {"$lte": 2}}, "orderBy": [{"field": "profile.city"}]},
     {"filter": {"100%": {"$exists": True}, "profile.city": {"$gt": "Oslo"}}},
     {"filter": {"$or": [{"user": None}, {"score": False}]}, "orderBy": [{"field": "o'k"}]},
+    {"filter": {"user": "a", "score": {"$in": [True, 1, "B", None]}}},
+    {"filter": {"user": {"$nin": [1, 2.0, None]}}, "orderBy": [{"field": "score"}]},
+    {"filter": {"arr.0": {"$gte": 1}}, "orderBy": [{"field": "arr.0", "direction": "desc"}]},
+    {"filter": {"arr.0": None}},
 ]
 
 
@@ -39,6 +43,8 @@ def _records(count: int, seed: int) -> list[dict[str, Any]]:
                 metadata[name] = rng.choice(VALUES) if rng.random() < 0.3 else rng.randrange(4)
         if rng.random() < 0.5:
             metadata["profile"] = {"city": rng.choice(["Oslo", "Rome", 3, None])}
+        if rng.random() < 0.5:  # "arr.0" is a member "0", never an array's first element
+            metadata["arr"] = rng.choice([[1, 2], [3], {"0": 1}, {"0": "x"}, {"1": 2}])
         records.append({"content": f"record {i}", "metadata": metadata})
     return records
 
@@ -117,9 +123,14 @@ def _plan(store: PostgresMemoryStore, url: str, query: dict[str, Any]) -> str:
         {"orderBy": [{"field": "o'k"}]},
         {"filter": {"score": {"$lt": 2}}},
         {"filter": {"100%": {"$gte": "a"}}},
+        {"filter": {"user": 1}},
+        {"filter": {"user": "a"}},
+        {"filter": {"score": True}},
+        {"filter": {"user": None}},
+        {"filter": {"arr.0": 1}},
     ],
 )
-def test_sorts_and_ranges_on_declared_fields_use_their_index(
+def test_sorts_ranges_and_equality_on_declared_fields_use_their_index(
     postgres_url: str, pg_schema: str, query: dict[str, Any]
 ) -> None:
     store = PostgresMemoryStore(
@@ -129,6 +140,11 @@ def test_sorts_and_ranges_on_declared_fields_use_their_index(
         create_memory(store).write({"memories": _records(50, 3)})
         plan = _plan(store, postgres_url, query)
         assert PREFIX in plan, plan
+        if "filter" in query:  # the condition is the index's, not a filter on its rows
+            found = [line for line in plan.splitlines() if "Index Cond" in line]
+            assert found and "jsonb_typeof" in found[0], plan
+        else:  # the index gives the order: no sort of every row
+            assert "Presorted Key" in plan or "  Sort Key" not in plan, plan
     finally:
         store.close()
 

@@ -20,6 +20,7 @@ from ditto_worker.testing.conformance import (  # noqa: F401
     test_cursor_is_bound_to_its_query,
     test_cursors_cannot_be_forged_or_altered,
     test_default_order_is_creation_order,
+    test_dot_paths_never_index_arrays,
     test_filter_semantics,
     test_odd_metadata_field_names,
     test_page_size_and_last_page,
