@@ -13,6 +13,8 @@ from ditto_worker.memory.filters import matches, parse_filter
 from ditto_worker.testing._conformance_harness import Harness
 
 __all__ = [
+    "ODD_FIELDS",
+    "QUERY_FIELDS",
     "test_cursor_is_bound_to_its_query",
     "test_default_order_is_creation_order",
     "test_dot_paths_never_index_arrays",
@@ -296,6 +298,16 @@ def test_undeclared_order_by_fails(conformance: Harness) -> None:
 
 ODD_FIELDS = ['a"b', "it's", "100%", "_", "a_b", "a-b", "with space", "ключ", "键", "back\\slash",
               "tab\there", "[0]", "$", "a$"]  # fmt: skip
+
+QUERY_FIELDS: tuple[str, ...] = (
+    *("n", "s", "i", "flag", "nested", "nested.x", "nested.x.y", "tag", "tags", "kind"),
+    *("topic", "g", "k", "o", "a", "tenant", "a.0", "a.1", "a.-1"),
+    *(name for name in ODD_FIELDS if not name.startswith("$")),
+    *(f"nest.{name}" for name in ODD_FIELDS if not name.startswith("$")),
+)
+"""Every metadata field the suite's QUERY and cursor tests filter and sort on: a store
+with declared query fields (``queryFields``, issue 28) runs those tests with these
+declared, so the compiled expressions of declared fields meet the same cases."""
 
 
 def test_odd_metadata_field_names(conformance: Harness) -> None:

@@ -90,6 +90,7 @@ from ditto_worker.testing._conformance_operations import (
     test_undeclared_features_are_unsupported,
 )
 from ditto_worker.testing._conformance_query import (
+    QUERY_FIELDS,
     test_cursor_is_bound_to_its_query,
     test_default_order_is_creation_order,
     test_dot_paths_never_index_arrays,
@@ -133,6 +134,7 @@ from ditto_worker.testing._conformance_search import (
 )
 
 __all__ = [
+    "QUERY_FIELDS",
     "Harness",
     "conformance",
     "conformance_capabilities",

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from ditto_plugin_postgres import PostgresMemoryStore
-from ditto_worker.testing._conformance_query import ODD_FIELDS
 from ditto_worker.testing.conformance import (  # noqa: F401
+    QUERY_FIELDS,
     conformance,
     conformance_capabilities,
     conformance_search,
@@ -26,18 +26,11 @@ from ditto_worker.testing.conformance import (  # noqa: F401
     test_updated_sort_key_may_move,
 )
 
-DECLARED = [
-    *("n", "s", "i", "flag", "nested", "nested.x", "nested.x.y", "tag", "tags", "kind"),
-    *("topic", "g", "k", "o", "a", "tenant"),
-    *(name for name in ODD_FIELDS if not name.startswith("$")),
-    *(f"nest.{name}" for name in ODD_FIELDS if not name.startswith("$")),
-]
-
 
 @pytest.fixture
 def conformance_store(postgres_url: str, pg_schema: str) -> Iterator[PostgresMemoryStore]:
     store = PostgresMemoryStore(
-        postgres_url, schema=pg_schema, pool_max_size=2, query_fields=DECLARED
+        postgres_url, schema=pg_schema, pool_max_size=2, query_fields=QUERY_FIELDS
     )
     yield store
     store.close()

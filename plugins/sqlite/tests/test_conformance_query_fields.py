@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ditto_plugin_sqlite import SqliteMemoryStore
-from ditto_worker.testing._conformance_query import ODD_FIELDS
 from ditto_worker.testing.conformance import (  # noqa: F401
+    QUERY_FIELDS,
     conformance,
     conformance_capabilities,
     conformance_search,
@@ -30,17 +30,10 @@ from ditto_worker.testing.conformance import (  # noqa: F401
     test_updated_sort_key_may_move,
 )
 
-DECLARED = [
-    *("n", "s", "i", "flag", "nested", "nested.x", "nested.x.y", "tag", "tags", "kind"),
-    *("topic", "g", "k", "o", "a", "tenant"),
-    *(name for name in ODD_FIELDS if not name.startswith("$")),
-    *(f"nest.{name}" for name in ODD_FIELDS if not name.startswith("$")),
-]
-
 
 @pytest.fixture
 def conformance_store(tmp_path: Path) -> Iterator[SqliteMemoryStore]:
-    store = SqliteMemoryStore(tmp_path / "memory.sqlite", query_fields=DECLARED)
+    store = SqliteMemoryStore(tmp_path / "memory.sqlite", query_fields=QUERY_FIELDS)
     assert store._query.declared  # the compiled expressions are the indexed ones
     yield store
     store.close()
