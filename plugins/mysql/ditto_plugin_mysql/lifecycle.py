@@ -33,6 +33,7 @@ from ditto_plugin_mysql.migrations import (
     check_schema,
     migrate,
 )
+from ditto_plugin_mysql.reembed import Reembedding
 from ditto_plugin_mysql.rows import marks
 from ditto_plugin_mysql.settings import claim_setting, lock_sequence, read_setting, scope_id
 from ditto_worker.errors import ErrorCode, MemoryError
@@ -43,7 +44,7 @@ from ditto_worker.memory.indexing import (
     encode_fields,
     fields_mismatch,
 )
-from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
+from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider, MemoryCallOptions
 from ditto_worker.memory.text import embedding_text, keyword_text
 
 __all__ = ["Lifecycle"]
@@ -191,7 +192,12 @@ class Lifecycle:
 
     def _check_identity(self) -> None:
         """``EMBEDDING_MISMATCH`` when the embedder differs from the database's, or the
-        ``indexFields`` from those its index was built with (MEM-RET-4)."""
+        ``indexFields`` from those its index was built with (MEM-RET-4). A mismatch is
+        read again at each call: a reindex may have switched the database to this
+        store's identity since (:mod:`ditto_plugin_mysql.reembed`)."""
+        if self._mismatch is not None and self._embedder is not None:
+            with self._direct(self.database) as conn:
+                self._compare(vec.live_table(conn, lock=False)[1])
         if self._mismatch is not None:
             raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
         if self._index_mismatch is not None:
@@ -212,19 +218,68 @@ class Lifecycle:
         self, conn: Conn, scope: int, seqs: Sequence[int], blobs: list[bytes | None] | None
     ) -> None:
         """Replace the vectors of ``seqs`` (in the record's transaction); without an
-        embedder, refuse the write when the database keeps vectors."""
+        embedder, refuse the write when the database keeps vectors; with one, when a
+        reindex switched the database to another identity since this process opened it
+        (the table and identity are read locked: :func:`.vectors.live_table`)."""
         if blobs is None:
             if seqs:
                 vec.forbid_unembedded_write(conn)
             return
+        table, stored = vec.live_table(conn, lock=True)
+        self._compare(stored)
+        if self._mismatch is not None:
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
         with conn.cursor() as cur:
             if seqs:
-                cur.execute(f"DELETE FROM memory_vectors WHERE seq IN ({marks(seqs)})", list(seqs))
+                cur.execute(f"DELETE FROM {table} WHERE seq IN ({marks(seqs)})", list(seqs))
             rows = [(scope, s, b) for s, b in zip(seqs, blobs, strict=True) if b is not None]
             if rows:
                 cur.executemany(
-                    "INSERT INTO memory_vectors (scope, seq, embedding) VALUES (%s, %s, %s)", rows
+                    f"INSERT INTO {table} (scope, seq, embedding) VALUES (%s, %s, %s)", rows
                 )
+
+    def _compare(self, stored: EmbeddingIdentity | None) -> None:
+        """Remember whether ``stored`` (the database's identity) is the provider's."""
+        if self._embedder is None or stored in (None, self._embedder.identity):
+            self._mismatch = None
+        else:
+            assert stored is not None
+            self._mismatch = vec.mismatch_message(self._embedder.identity, stored)
+
+    def reembed_embeddings(self, batch_size: int = 256) -> int:
+        """Re-embed every record under this store's provider and record its identity
+        (``ditto-worker reindex`` after a model change, MEM-RET-4); resumable, and the
+        database stays in its old identity until the last vector is staged, then
+        switches in one short transaction (:mod:`ditto_plugin_mysql.reembed`).
+
+        Returns:
+            The number of records embedded.
+
+        Raises:
+            MemoryError: ``INVALID_INPUT`` for a store without a provider or a
+                ``batch_size`` below 1; ``CONFLICT`` while another reindex of the
+                database runs; ``EMBEDDING_UNAVAILABLE``; ``EMBEDDING_MISMATCH`` for an
+                ``indexFields`` change (run :meth:`reindex_embeddings` first);
+                ``MEMORY_BACKEND_ERROR`` (safe message).
+        """
+        if self._embedder is None:
+            raise MemoryError(ErrorCode.INVALID_INPUT, "embedding: reindex needs a provider")
+        if batch_size < 1:
+            raise MemoryError(ErrorCode.INVALID_INPUT, "batchSize must be at least 1")
+        self._get_pool()
+        if self._index_mismatch is not None:
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._index_mismatch)
+        embedder = self._embedder
+        run = Reembedding(
+            lambda: connect(self._address, self._timeouts[0], self.database),
+            embedder,
+            lambda pairs: vec.embed_contents(embedder, pairs, self._embedding_text),
+            batch_size,
+        )
+        with self._direct(self.database) as guard:
+            done = run.run(guard, self.database)
+            self._compare(vec.live_table(guard, lock=False)[1])
+        return done
 
     def reindex_embeddings(self, batch_size: int = 256) -> int:
         """After an ``indexFields`` change: rebuild the keyword terms and re-embed every

@@ -18,16 +18,19 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Final
 
+import pymysql
+
 from ditto_plugin_mysql.db import Conn
 from ditto_plugin_mysql.keywords import keyword_plan
 from ditto_plugin_mysql.rows import COLUMNS, WIDTH, item, marks
 from ditto_plugin_mysql.sql import Sql, compile_filter
-from ditto_plugin_mysql.vectors import nearest
+from ditto_plugin_mysql.vectors import live_table, nearest
 from ditto_worker.contracts import MemorySearchInput
+from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.filters import parse_filter
 from ditto_worker.memory.native import VECTOR_OPTIONS, Hit, NativeSearch
-from ditto_worker.memory.ports import MemoryCallOptions
+from ditto_worker.memory.ports import EmbeddingIdentity, MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
 
 __all__ = ["KEYWORD_CAPABILITIES", "VECTOR_CAPABILITIES", "SearchMixin"]
@@ -79,6 +82,28 @@ class SearchMixin(NativeSearch):
     def _scope_id(self, conn: Conn, namespace: str, create: bool) -> int | None:
         raise NotImplementedError
 
+    _mismatch: str | None
+
+    def _compare(self, stored: EmbeddingIdentity | None) -> None:
+        raise NotImplementedError
+
+    def _nearest(
+        self, conn: Conn, vector: list[float], scope: int, where: Sql, limit: int
+    ) -> list[tuple[int, float]]:
+        """:func:`.vectors.nearest` over the live table, in this store's identity:
+        ``EMBEDDING_MISMATCH`` when a reindex switched the database to another one (read
+        before the scan, and again when the scanned table was dropped under it)."""
+        table, stored = live_table(conn, lock=False)
+        self._compare(stored)
+        try:
+            if self._mismatch is None:
+                return nearest(conn, vector, scope, where, limit, table)
+        except pymysql.err.ProgrammingError:
+            self._compare(live_table(conn, lock=False)[1])
+            if self._mismatch is None:
+                raise
+        raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, str(self._mismatch))
+
     def _keyword_hits(
         self, query: str, input: MemorySearchInput, limit: int, options: MemoryCallOptions | None
     ) -> list[Hit]:
@@ -110,7 +135,7 @@ class SearchMixin(NativeSearch):
             scope = self._scope_id(conn, namespace_of(options), create=False)
             if scope is None:
                 return []
-            hits = nearest(conn, vector, scope, where, limit)
+            hits = self._nearest(conn, vector, scope, where, limit)
             if not hits:
                 return []
             seqs = [seq for seq, _ in hits]

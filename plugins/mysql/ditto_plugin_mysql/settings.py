@@ -2,10 +2,12 @@
 
 Settings rows: ``sequence`` (the last ``seq`` handed out; its row lock serialises
 writers), ``cursor_secret`` (:mod:`ditto_worker.memory.cursors`), ``embedding``
-(:mod:`ditto_plugin_mysql.vectors`), ``index_fields`` (:mod:`ditto_worker.memory.indexing`).
-Apart from ``sequence``, a value is set once by the first writer (``INSERT IGNORE``) and
-then only read. ``scopes`` maps each namespace (through ``ns_hash``, SHA-256 of its
-UTF-8 bytes) to a small integer used by every other table; rows are never deleted.
+(:mod:`ditto_plugin_mysql.vectors`), ``index_fields`` (:mod:`ditto_worker.memory.indexing`),
+``vectors_table`` and ``embedding_next`` (:mod:`ditto_plugin_mysql.reembed`). Apart from
+``sequence``, a value is set once by the first writer (``INSERT IGNORE``) and then only
+read, except that a reindex replaces ``embedding`` and ``vectors_table``. ``scopes``
+maps each namespace (through ``ns_hash``, SHA-256 of its UTF-8 bytes) to a small integer
+used by every other table; rows are never deleted.
 """
 
 from __future__ import annotations

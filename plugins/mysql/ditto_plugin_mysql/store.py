@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ditto_plugin_mysql import keywords
+from ditto_plugin_mysql import vectors as vec
 from ditto_plugin_mysql.db import Conn
 from ditto_plugin_mysql.lifecycle import Lifecycle
 from ditto_plugin_mysql.operations import claim_call, record_call
@@ -393,10 +394,11 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
             scope = self._scope_id(conn, ns, create=False)
             found = {} if scope is None or not ids else self._locked_rows(conn, scope, ids)
             seqs = [int(row[0]) for row in found.values()]
+            table = vec.live_table(conn, lock=True)[0] if seqs else ""  # a reindex may switch
             with conn.cursor() as cur:
                 for chunk in _chunks(seqs):
                     cur.execute(f"DELETE FROM memories WHERE seq IN ({marks(chunk)})", chunk)
-                    cur.execute(f"DELETE FROM memory_vectors WHERE seq IN ({marks(chunk)})", chunk)
+                    cur.execute(f"DELETE FROM {table} WHERE seq IN ({marks(chunk)})", chunk)
             keywords.unindex(conn, seqs)
             if scope is not None:
                 keywords.adjust(conn, scope, [(int(row[WIDTH]), 0) for row in found.values()])

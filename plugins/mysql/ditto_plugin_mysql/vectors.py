@@ -21,6 +21,9 @@ transaction. Content without text has no vector. The database records the identi
 the provider that made its vectors (``store_settings.embedding``); a provider with
 another identity fails every call with ``EMBEDDING_MISMATCH``, and so does a write or
 content update through a store without a provider once the database keeps vectors.
+``ditto-worker reindex`` moves the database to another identity: the live vectors are in
+``memory_vectors`` or ``memory_vectors_b``, named by ``store_settings.vectors_table``
+(:func:`live_table`, :mod:`ditto_plugin_mysql.reembed`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ __all__ = [
     "IDENTITY_SETTING",
     "CONCAT_MAX_BYTES",
     "SCAN_CHUNK",
+    "TABLES",
+    "TABLE_OPTIONS",
+    "TABLE_SETTING",
+    "live_table",
+    "other_table",
     "claim_identity",
     "embed_contents",
     "forbid_unembedded_write",
@@ -59,6 +67,41 @@ _CHUNK_BYTES: Final = 8 << 20
 CONCAT_MAX_BYTES: Final = 2 * _CHUNK_BYTES
 """The session's ``group_concat_max_len`` during a scan (a denser window than estimated
 may need more; it is then read row by row)."""
+
+
+TABLE_SETTING: Final = "vectors_table"
+"""``store_settings.name`` of the table holding the live vectors (absent: the first)."""
+TABLES: Final = ("memory_vectors", "memory_vectors_b")
+"""The two tables the live vectors alternate between, one reindex after another."""
+TABLE_OPTIONS: Final = (
+    "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin ROW_FORMAT=DYNAMIC"
+)
+
+
+def live_table(
+    conn: Conn, lock: bool, update: bool = False
+) -> tuple[str, EmbeddingIdentity | None]:
+    """``(table of the live vectors, recorded identity)``. ``lock``: a locking read (the
+    latest committed rows, held ``LOCK IN SHARE MODE`` until the transaction ends, so a
+    reindex's switch waits for the caller or the caller for it; ``update``: ``FOR
+    UPDATE``, the switch's own)."""
+    mode = (" FOR UPDATE" if update else " LOCK IN SHARE MODE") if lock else ""
+    with conn.cursor() as cur:
+        cur.execute(
+            f"SELECT name, value FROM store_settings WHERE name IN (%s, %s){mode}",
+            [IDENTITY_SETTING, TABLE_SETTING],
+        )
+        rows = {str(name): str(value) for name, value in cur.fetchall()}
+    table = rows.get(TABLE_SETTING, TABLES[0])
+    if table not in TABLES:
+        raise MemoryError(ErrorCode.MEMORY_BACKEND_ERROR, "the MySQL vectors table is unknown")
+    text = rows.get(IDENTITY_SETTING)
+    return table, None if text is None else EmbeddingIdentity.from_json(text)
+
+
+def other_table(table: str) -> str:
+    """The table of :data:`TABLES` that is not ``table``."""
+    return TABLES[1] if table == TABLES[0] else TABLES[0]
 
 
 def to_blob(vector: Sequence[float]) -> bytes:
@@ -149,8 +192,9 @@ def _chunk(cur: Any, sql: str, params: list[Any], width: int) -> tuple[np.ndarra
 
 
 def nearest(
-    conn: Conn, query: Sequence[float], scope: int, where: Sql, limit: int
-) -> list[tuple[int, float]]:
+    conn: Conn, query: Sequence[float], scope: int, where: Sql, limit: int,
+    table: str = TABLES[0],
+) -> list[tuple[int, float]]:  # fmt: skip
     """``(seq, score)`` of the ``limit`` records of ``scope`` passing ``where`` nearest to
     ``query``, best first (exact cosine; module docstring).
 
@@ -162,15 +206,13 @@ def nearest(
     best = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
     join = "" if where.text == "TRUE" else " JOIN memories AS m ON m.seq = v.seq"
     sql = (
-        f"FROM memory_vectors AS v{join} WHERE v.scope = %s AND v.seq > %s AND v.seq <= %s "
+        f"FROM {table} AS v{join} WHERE v.scope = %s AND v.seq > %s AND v.seq <= %s "
         f"AND {where.text}"
     )
     rows = max(1, min(SCAN_CHUNK, _CHUNK_BYTES // (4 * len(q))))
     with conn.cursor() as cur:
         cur.execute("SET SESSION group_concat_max_len = %s", [CONCAT_MAX_BYTES])
-        cur.execute(
-            "SELECT COUNT(*), MIN(seq), MAX(seq) FROM memory_vectors WHERE scope = %s", [scope]
-        )
+        cur.execute(f"SELECT COUNT(*), MIN(seq), MAX(seq) FROM {table} WHERE scope = %s", [scope])
         count, low, high = cur.fetchone() or (0, None, None)
         if not count:
             return []
