@@ -6,17 +6,26 @@ index is only the text's terms, so this bench writes the same synthetic texts
 (``store_scale.drafts``: seeded, Zipf-like over the LoCoMo vocabulary) straight into the
 store's tables through the plugin's own indexing function
 (:func:`ditto_plugin_sqlite.fts.index_record`, what WRITE calls) in one transaction, then
-measures ``memory.search`` (strategy ``keyword``, limit 10) through the SDK for
-two-term queries of middle-frequency words (ranks 5 %-25 % of the vocabulary), p50 / p95
-ms with the load average. ``--sizes`` grows one store from size to size.
+measures two-term queries of middle-frequency words (ranks 5 %-25 % of the vocabulary),
+p50 / p95 ms with the 1-minute load average. ``--sizes`` grows one store from size to
+size; ``--sqlite-file F`` keeps the store in ``F`` and reuses it (a file holding a size
+already is not written again), so a 1M file is loaded once.
 
-Two rows per size, in one run: ``top k first`` (no filter: the best 10 candidates are
-chosen from the scores before any record is read) and ``every candidate`` (the same
-queries with a filter every record passes, ``{"tag": {"$exists": false}}``: each
-candidate's record is read and checked, as every keyword search did before issue 28),
-and their ratio.
+Rows per size, in one run:
+
+* ``SDK pruned`` and ``SDK every candidate``: ``memory.search`` (strategy ``keyword``,
+  ``--limit``) without a filter (the best candidates chosen before any record is read,
+  :mod:`ditto_plugin_sqlite.keyword_top`) and with a filter every record passes
+  (``{"tag": {"$exists": false}}``: each candidate's record read and checked).
+* ``store: scored all`` vs ``store: pruned``, the same queries interleaved one by one on
+  the store's connection in a read transaction: the previous page statement (every
+  candidate scored in SQL, the best ``--limit`` sorted out there, then their records)
+  beside the pruned one (``ditto_plugin_sqlite.search._best_rows``), their p50 ratio,
+  CPU ms per query (``time.process_time``: what a query costs on free cores, the
+  machine being shared) and how many pages differ (ids, order or scores; 0 expected).
 
     python bench/keyword_scale.py --sizes 100000,1000000
+    python bench/keyword_scale.py --sizes 1000000 --sqlite-file /tmp/kw.db   # kept
 """
 
 from __future__ import annotations
@@ -29,14 +38,19 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from store_scale import drafts, percentiles, timed, vocabulary  # noqa: E402
 
 from ditto_plugin_sqlite import SqliteMemoryStore  # noqa: E402
-from ditto_plugin_sqlite.fts import index_record  # noqa: E402
+from ditto_plugin_sqlite.fts import KeywordPlan, index_record, keyword_plan  # noqa: E402
+from ditto_plugin_sqlite.rows import COLUMNS  # noqa: E402
+from ditto_plugin_sqlite.search import _best_rows  # noqa: E402
+from ditto_plugin_sqlite.sql import compile_filter, in_namespace  # noqa: E402
 from ditto_worker import create_memory  # noqa: E402
 from ditto_worker.memory.text import keyword_text  # noqa: E402
 
@@ -64,46 +78,103 @@ def load(store: SqliteMemoryStore, source: object, start: int, count: int) -> fl
     return count / (time.perf_counter() - began)
 
 
+def previous_rows(conn: Any, plan: KeywordPlan, limit: int) -> list[tuple[Any, ...]]:
+    """The page statement of an unfiltered search before the pruning: every candidate
+    scored in SQL, the best ``limit`` chosen there, then their records."""
+    where = in_namespace(compile_filter(None), "", lookup=False)
+    sql = (
+        f"{plan.sql}SELECT {COLUMNS}, s.score AS score FROM "
+        "(SELECT seq, score FROM s ORDER BY score DESC, seq LIMIT ?) AS s "
+        f"JOIN memories AS m ON m.seq = s.seq WHERE {where.text} "
+        "ORDER BY score DESC, m.seq LIMIT ?"
+    )
+    return list(conn.execute(sql, [*plan.params, limit, *where.params, limit]))
+
+
+def pruned_rows(conn: Any, plan: KeywordPlan, limit: int) -> list[tuple[Any, ...]]:
+    """The page statement of an unfiltered search now (:mod:`.keyword_top`)."""
+    return _best_rows(conn, plan, in_namespace(compile_filter(None), "", lookup=False), limit)
+
+
+def side_by_side(store: SqliteMemoryStore, queries: list[str], limit: int) -> None:
+    """Both page statements, interleaved query by query; p50s, CPU, ratio, differences."""
+    ways: dict[str, Callable[[Any, KeywordPlan, int], list[tuple[Any, ...]]]] = {
+        "scored all": previous_rows,
+        "pruned": pruned_rows,
+    }
+    wall: dict[str, list[float]] = {name: [] for name in ways}
+    cpu: dict[str, list[float]] = {name: [] for name in ways}
+    differ = 0
+    with store._tx(None, write=False) as conn:
+        for query in queries:
+            pages = []
+            for name, way in ways.items():
+                began, used = time.perf_counter(), time.process_time()
+                plan = keyword_plan(conn, query, "", read=name == "pruned")
+                pages.append([] if plan is None else way(conn, plan, limit))
+                wall[name].append((time.perf_counter() - began) * 1000)
+                cpu[name].append((time.process_time() - used) * 1000)
+            differ += pages[0] != pages[1]
+    load_now = "/".join(f"{x:.2f}" for x in os.getloadavg())
+    for name in ways:
+        p50, p95 = percentiles(wall[name])
+        print(f"  store: {name:<19} p50 {p50:7.2f} ms, p95 {p95:7.2f} ms, "
+              f"CPU p50 {percentiles(cpu[name])[0]:6.2f} ms")  # fmt: skip
+    ratio = percentiles(wall["scored all"])[0] / percentiles(wall["pruned"])[0]
+    cpu_ratio = percentiles(cpu["scored all"])[0] / percentiles(cpu["pruned"])[0]
+    print(f"  p50 ratio scored all / pruned: {ratio:.2f}x wall, {cpu_ratio:.2f}x CPU; "
+          f"pages that differ: {differ} of {len(queries)}; load average {load_now}",
+          flush=True)  # fmt: skip
+
+
+def held(path: Path) -> int:
+    """Records an existing bench file holds (0 for a new one)."""
+    if not path.exists():
+        return 0
+    with SqliteMemoryStore(path) as store, store._tx(None, write=False) as conn:
+        return int(conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100000", help="comma-separated sizes")
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--limit", type=int, default=10, help="SEARCH limit")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--sqlite-file", type=Path, help="keep and reuse the store here")
     args = parser.parse_args(argv)
     words = vocabulary()
     middle = words[len(words) // 20 : len(words) // 4]
     rng = random.Random(args.seed + 1)
-    queries = [
-        {"query": " ".join(rng.sample(middle, 2)), "strategy": "keyword", "limit": 10}
-        for _ in range(args.queries)
-    ]
-    folder = tempfile.mkdtemp(prefix="ditto-kw-")
-    path = Path(folder) / "kw.sqlite"
-    source, done = drafts(10**9, args.seed, words), 0
-    print(f"load average at start {os.getloadavg()}")
+    texts = [" ".join(rng.sample(middle, 2)) for _ in range(args.queries)]
+    queries = [{"query": text, "strategy": "keyword", "limit": args.limit} for text in texts]
+    folder = None if args.sqlite_file else tempfile.mkdtemp(prefix="ditto-kw-")
+    path = args.sqlite_file or Path(str(folder)) / "kw.sqlite"
+    done = held(path)
+    source = drafts(10**9, args.seed, words)
+    for _ in range(done):
+        next(source)
+    print(f"load average at start {os.getloadavg()}; {done:,} records held")
     with SqliteMemoryStore(path) as store:
         memory = create_memory(store)
         for size in sorted(int(s) for s in args.sizes.split(",")):
-            rate = load(store, source, done, size - done)
-            done = size
-            mb = path.stat().st_size / 1e6
-            print(f"{size:>9,} memories: load {rate:,.0f}/s, {mb:,.0f} MB", flush=True)
-            rows = {}
-            for label, extra in (("top k first", {}), ("every candidate", EVERY)):
+            if size > done:
+                rate = load(store, source, done, size - done)
+                print(f"{size:>9,} memories: loaded {rate:,.0f}/s", flush=True)
+                done = size
+            print(f"{size:>9,} memories (file holds {done:,}): "
+                  f"{path.stat().st_size / 1e6:,.0f} MB, limit {args.limit}")  # fmt: skip
+            for label, extra in (("pruned", {}), ("every candidate", EVERY)):
                 calls = [{**q, **extra} for q in queries]
                 timed(memory.search, calls[:20])
-                rows[label] = percentiles(timed(memory.search, calls))
-                p50, p95 = rows[label]
-                print(f"  keyword two-term, {label:<16} p50 {p50:7.2f} ms, p95 {p95:7.2f} ms")
-            ratio = rows["top k first"][0] / rows["every candidate"][0]
-            print(
-                f"  p50 ratio top k first / every candidate: {ratio:.3f}; load average "
-                + "/".join(f"{x:.2f}" for x in os.getloadavg()),
-                flush=True,
-            )
-    for name in os.listdir(folder):
-        os.remove(Path(folder) / name)
-    os.rmdir(folder)
+                p50, p95 = percentiles(timed(memory.search, calls))
+                print(f"  SDK {label:<21} p50 {p50:7.2f} ms, p95 {p95:7.2f} ms, load "
+                      f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+            side_by_side(store, texts, args.limit)
+    if folder is not None:
+        for name in os.listdir(folder):
+            os.remove(Path(folder) / name)
+        os.rmdir(folder)
     return 0
 
 

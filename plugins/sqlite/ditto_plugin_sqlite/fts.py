@@ -28,15 +28,18 @@ Tables (schema 5)::
     memories_fts_docs(seq INTEGER PRIMARY KEY, scope INTEGER, terms INTEGER)  -- length
     keyword_scopes(id INTEGER PRIMARY KEY, namespace TEXT UNIQUE, records, terms)
 
-A query is never passed to ``MATCH``: its terms (:func:`~ditto_worker.memory.text.
-query_terms`) are bound parameters, OR-ed. Of more than 64 distinct terms the 64 held by
-the fewest records of the scope are kept (:func:`~ditto_worker.memory.text.select_terms`
-with the ``fts5vocab`` frequencies); terms no record holds are dropped first.
+An unfiltered search scores only the records that can reach its page
+(:mod:`ditto_plugin_sqlite.keyword_top`, from :func:`postings`); a filtered one scores
+every candidate with :func:`keyword_plan`'s SQL. A query is never passed to ``MATCH``:
+its terms (:func:`~ditto_worker.memory.text.query_terms`) are bound parameters, OR-ed.
+Of more than 64 distinct terms the 64 held by the fewest records of the scope are kept
+(:func:`~ditto_worker.memory.text.select_terms` with the ``fts5vocab`` frequencies, or
+with the postings' own counts); terms no record holds are dropped first.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
@@ -45,6 +48,7 @@ from ditto_plugin_sqlite.rows import chunks, marks
 from ditto_worker.memory.text import (
     BM25_B,
     BM25_K1,
+    MAX_QUERY_TERMS,
     bm25_idf,
     index_terms,
     query_terms,
@@ -56,6 +60,7 @@ __all__ = [
     "KeywordPlan",
     "index_record",
     "keyword_plan",
+    "postings",
     "rebuild",
     "unindex_records",
 ]
@@ -142,20 +147,54 @@ def rebuild(conn: Connection, records: Iterable[tuple[int, str, str]]) -> None:
 
 
 class KeywordPlan:
-    """The scored candidates of one keyword search: a SQL ``WITH`` prefix naming ``s(seq,
-    score)`` and its parameters (see :func:`keyword_plan`)."""
+    """The scored candidates of one keyword search (see :func:`keyword_plan`).
 
-    def __init__(self, sql: str, params: list[Any]) -> None:
+    Attributes:
+        sql: a SQL ``WITH`` prefix naming ``s(seq, score)`` (every candidate scored).
+        params: its parameters.
+        weights: ``(stored term, IDF)`` per chosen query term, in the query's order (the
+            stored term carries the scope prefix).
+        constants: ``(k1 + 1, k1·b / avgdl, k1·(1 − b))``: a term held ``n`` times by a
+            record of ``dl`` terms adds ``idf·n·c0 / (n + c1·dl + c2)`` (BM25, as the SQL).
+        postings: per weight, its :func:`postings` (``keyword_plan(read=True)``), else
+            ``None``.
+    """
+
+    def __init__(
+        self,
+        sql: str,
+        params: list[Any],
+        weights: list[tuple[str, float]],
+        constants: tuple[float, float, float],
+        postings: list[Counter[str]] | None = None,
+    ) -> None:
         self.sql = sql
         self.params = params
+        self.weights = weights
+        self.constants = constants
+        self.postings = postings
 
 
-def keyword_plan(conn: Connection, query: str, namespace: str) -> KeywordPlan | None:
+def postings(conn: Connection, term: str) -> Counter[str]:
+    """Record number (as text) -> occurrences of stored ``term``, from one ``group_concat``
+    over ``memories_fts_hits`` (one string, not a row per posting)."""
+    joined = conn.execute(
+        "SELECT group_concat(doc) FROM memories_fts_hits WHERE term = ?", (term,)
+    ).fetchone()[0]
+    return Counter(joined.split(",")) if joined else Counter()
+
+
+def keyword_plan(
+    conn: Connection, query: str, namespace: str, read: bool = False
+) -> KeywordPlan | None:
     """The BM25 scores of ``namespace``'s records holding any term of ``query``.
 
     Reads the scope's statistics (one ``keyword_scopes`` row, the terms' frequencies) and
     returns ``WITH w(term, idf) …, tf …, s(seq, score) AS (…)`` over the scope's postings
-    only; ``None`` when the query has no term the scope holds.
+    only; ``None`` when the query has no term the scope holds. ``read``: the plan also
+    carries the chosen terms' :func:`postings` (a query of at most ``MAX_QUERY_TERMS``
+    terms takes its frequencies from them: ``fts5vocab``'s row table reads a term's whole
+    postings to count them, so they are read once, not twice).
     """
     scope = conn.execute(
         "SELECT id, records, terms FROM keyword_scopes WHERE namespace = ?", (namespace,)
@@ -164,15 +203,39 @@ def keyword_plan(conn: Connection, query: str, namespace: str) -> KeywordPlan | 
     if scope is None or not wanted or not scope[1]:
         return None
     sid, records, total = int(scope[0]), int(scope[1]), int(scope[2])
+    found: dict[str, Counter[str]] | None = None
+    if read and len(wanted) <= MAX_QUERY_TERMS:
+        found = {term: postings(conn, f"{sid}_{term}") for term in wanted}
+        frequencies = {term: len(docs) for term, docs in found.items()}
+    else:
+        frequencies = _frequencies(conn, sid, wanted)
+    chosen = select_terms(wanted, frequencies)
+    if not chosen:
+        return None
+    counts = None
+    if read:
+        found = found or {}
+        counts = [found.get(t) or postings(conn, f"{sid}_{t}") for t in chosen]
+    weights = [(f"{sid}_{term}", bm25_idf(records, frequencies[term])) for term in chosen]
+    constants = (BM25_K1 + 1, BM25_K1 * BM25_B / (total / records), BM25_K1 * (1 - BM25_B))
+    sql, params = _scores_sql(weights, constants)
+    return KeywordPlan(sql, params, weights, constants, counts)
+
+
+def _frequencies(conn: Connection, sid: int, wanted: list[str]) -> dict[str, int]:
+    """Records of scope ``sid`` holding each of ``wanted`` (``fts5vocab`` row table)."""
     prefixed = {f"{sid}_{term}": term for term in wanted}
     frequencies: dict[str, int] = {}
     for chunk in chunks(list(prefixed)):
         sql = f"SELECT term, doc FROM memories_fts_rows WHERE term IN ({marks(chunk)})"
         frequencies.update((prefixed[t], int(df)) for t, df in conn.execute(sql, chunk))
-    chosen = select_terms(wanted, frequencies)
-    if not chosen:
-        return None
-    weights = [(f"{sid}_{term}", bm25_idf(records, frequencies[term])) for term in chosen]
+    return frequencies
+
+
+def _scores_sql(
+    weights: list[tuple[str, float]], constants: tuple[float, float, float]
+) -> tuple[str, list[Any]]:
+    """``WITH … s(seq, score)``: every candidate's BM25 score, and its parameters."""
     values = ", ".join("(?, ?)" for _ in weights)
     sql = (
         f"WITH w(term, idf) AS (VALUES {values}), "
@@ -182,8 +245,5 @@ def keyword_plan(conn: Connection, query: str, namespace: str) -> KeywordPlan | 
         "FROM tf JOIN w ON w.term = tf.term JOIN memories_fts_docs AS d ON d.seq = tf.seq "
         "GROUP BY tf.seq) "
     )
-    average = total / records
     params: list[Any] = [x for pair in weights for x in pair]
-    params += [term for term, _ in weights]
-    params += [BM25_K1 + 1, BM25_K1 * BM25_B / average, BM25_K1 * (1 - BM25_B)]
-    return KeywordPlan(sql, params)
+    return sql, [*params, *(term for term, _ in weights), *constants]

@@ -22,11 +22,12 @@ import os
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
+from ditto_plugin_sqlite import keyword_top
 from ditto_plugin_sqlite.ann import SimHashIndex
 from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.fts import KeywordPlan, keyword_plan
 from ditto_plugin_sqlite.nearest import nearest_rows
-from ditto_plugin_sqlite.rows import COLUMNS, row_item
+from ditto_plugin_sqlite.rows import COLUMNS, marks, row_item
 from ditto_plugin_sqlite.sql import Sql, compile_filter, in_namespace
 from ditto_worker.contracts import MemorySearchInput
 from ditto_worker.memory.capabilities import StoreCapabilities
@@ -74,26 +75,30 @@ VECTOR_CAPABILITIES: Final = StoreCapabilities(
 """What a store with an embedding provider declares (``vector`` and ``hybrid`` added)."""
 
 
-def _keyword_sql(
-    plan: KeywordPlan, where: Sql, limit: int, filtered: bool = True
-) -> tuple[str, list[Any]]:
-    """The page of a keyword search: the scope's scored candidates (:mod:`.fts`) joined
-    to their records, filtered (``where``: :func:`.sql.in_namespace` with ``lookup=False``),
-    best first. Without a ``filter`` the best ``limit`` candidates are chosen before any
-    record is read (the namespace test stays a check: the postings are the scope's own),
-    not every candidate's record (issue 28: most of a search's time at 100k)."""
-    source = "s"
-    params = [*plan.params]
-    if not filtered:
-        source = "(SELECT seq, score FROM s ORDER BY score DESC, seq LIMIT ?) AS s"
-        params.append(limit)
+def _keyword_sql(plan: KeywordPlan, where: Sql, limit: int) -> tuple[str, list[Any]]:
+    """The page of a filtered keyword search: the scope's scored candidates (:mod:`.fts`)
+    joined to their records, filtered (``where``: :func:`.sql.in_namespace` with
+    ``lookup=False``), best first; every candidate's record is read."""
     sql = (
-        f"{plan.sql}SELECT {COLUMNS}, s.score AS score FROM {source} "
+        f"{plan.sql}SELECT {COLUMNS}, s.score AS score FROM s "
         "JOIN memories AS m ON m.seq = s.seq "
         f"WHERE {where.text} "
         "ORDER BY score DESC, m.seq LIMIT ?"
     )
-    return sql, [*params, *where.params, limit]
+    return sql, [*plan.params, *where.params, limit]
+
+
+def _best_rows(
+    conn: Connection, plan: KeywordPlan, where: Sql, limit: int
+) -> list[tuple[Any, ...]]:
+    """The page of a keyword search without a ``filter``: the best ``limit`` candidates
+    chosen before any record is read (:mod:`.keyword_top`, exact), then their records
+    (``where`` stays a check: the postings are the scope's own); rows end with the score."""
+    best = keyword_top.best_records(conn, plan, limit)
+    scores = {seq: score for score, seq in best}
+    sql = f"SELECT {COLUMNS} FROM memories AS m WHERE m.seq IN ({marks(best)}) AND {where.text}"
+    rows = conn.execute(sql, [*scores, *where.params]).fetchall()
+    return sorted(((*row, scores[row[0]]) for row in rows), key=lambda r: (-r[6], r[0]))
 
 
 class SearchMixin(NativeSearch):
@@ -122,11 +127,13 @@ class SearchMixin(NativeSearch):
     ) -> list[Hit]:
         where = self._where(input, options, lookup=False)
         with self._tx(options, write=False) as conn:
-            plan = keyword_plan(conn, query, namespace_of(options))
+            plan = keyword_plan(conn, query, namespace_of(options), input.filter is None)
             if plan is None:
                 return []
-            statement = _keyword_sql(plan, where, limit, input.filter is not None)
-            rows = conn.execute(*statement).fetchall()
+            if input.filter is None:
+                rows = _best_rows(conn, plan, where, limit)
+            else:
+                rows = conn.execute(*_keyword_sql(plan, where, limit)).fetchall()
         return [(row_item(row), float(row[6])) for row in rows]
 
     def _vector_hits(

@@ -1,17 +1,19 @@
 """Keyword top k (issue 28 item 2): a search without a filter picks its best ``limit``
-candidates before reading any record; its hits and BM25 scores are the exhaustive
-evaluation's on a seeded corpus, as are those of a filtered search (every candidate
-read)."""
+candidates before reading any record, scoring only those that can reach the page; its hits
+and BM25 scores are the exhaustive evaluation's on a seeded corpus and the plan's own SQL
+scoring every candidate's, as are those of a filtered search (every candidate read)."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ditto_plugin_sqlite import SqliteMemoryStore
+from ditto_plugin_sqlite import SqliteMemoryStore, keyword_top
+from ditto_plugin_sqlite.fts import KeywordPlan, keyword_plan
 from ditto_worker import Scope, create_memory
 from ditto_worker.memory.text import bm25, bm25_idf, index_terms, keyword_text, query_terms
 
@@ -57,3 +59,56 @@ def test_top_k_is_the_exhaustive_top_k(tmp_path: Path) -> None:
                 got = [(h.memory.content, h.score) for h in memory.search(call, scope=ALICE).output]
                 assert [text for text, _ in got] == [text for text, _ in expected], call
                 assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-12)
+
+
+def _scored_all(conn: Any, plan: KeywordPlan, limit: int) -> list[tuple[float, int]]:
+    """The best ``limit`` by scoring every candidate in SQL (the plan's own statement)."""
+    sql = f"{plan.sql}SELECT score, seq FROM s ORDER BY score DESC, seq LIMIT ?"
+    return [(score, seq) for score, seq in conn.execute(sql, [*plan.params, limit])]
+
+
+def test_pruned_top_k_is_scoring_every_candidate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same records, order and scores as scoring every candidate, for 1-4 terms and
+    limits 1-60, in a scope beside another, after deletes; both the pruned and the
+    read-the-shortest branches are taken (keyword_top module doc)."""
+    rng = random.Random(11)
+    texts = [
+        " ".join(rng.choices(WORDS, [1 / (r + 3) for r in range(300)], k=rng.randint(1, 40)))
+        for _ in range(1500)
+    ]
+    read: list[int] = []
+    scored: list[int] = []
+    single, exact = keyword_top._single, keyword_top._exact
+    monkeypatch.setattr(keyword_top, "_single", lambda *a: read.append(1) or single(*a))
+    monkeypatch.setattr(keyword_top, "_exact", lambda *a: scored.append(1) or exact(*a))
+    with SqliteMemoryStore(tmp_path / "p.sqlite") as store:
+        memory = create_memory(store)
+        ids = [h.id for h in memory.write({"memories": [{"content": t} for t in texts]}).output]
+        memory.write({"memories": [{"content": t} for t in _corpus(300, 2)]}, scope=ALICE)
+        memory.delete({"ids": ids[::7]})
+        pruned = repeated = 0
+        with store._tx(None, write=False) as conn:
+            for _ in range(120):
+                query = " ".join(rng.sample(WORDS[:200], rng.randint(1, 4)))
+                plan = keyword_plan(conn, query, "")  # frequencies from fts5vocab
+                read_plan = keyword_plan(conn, query, "", read=True)  # from the postings
+                assert plan is not None and read_plan is not None
+                assert read_plan.weights == plan.weights
+                for limit in (1, 3, 10, 60):
+                    before, exact_calls = len(read), len(scored)
+                    got = keyword_top.best_records(conn, read_plan, limit)
+                    expected = _scored_all(conn, plan, limit)
+                    assert [seq for _, seq in got] == [seq for _, seq in expected], query
+                    if len(plan.weights) <= 2:  # two floats add up the same in any order
+                        assert got == expected, (query, limit)
+                    else:  # fsum vs SQLite's compensated sum(), in its row order
+                        assert [s for s, _ in got] == pytest.approx(
+                            [s for s, _ in expected], rel=1e-14
+                        )
+                    pruned += len(read) == before and len(scored) == exact_calls + 1
+                    repeated += len(scored) > exact_calls + 1
+    assert read, "the records holding one term once were never read"
+    assert repeated, "the records holding one term repeatedly were never scored"
+    assert pruned, "no search was pruned"
