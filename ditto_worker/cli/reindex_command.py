@@ -6,7 +6,8 @@ built as ``ditto-worker worker --store NAME`` builds it (``plugins.<name>`` of
 ``embedding`` setting. A store that can switch identities is a
 :class:`ditto_worker.memory.ports.ReembeddingStore` (SQLite:
 :mod:`ditto_plugin_sqlite.reembed`, PostgreSQL: :mod:`ditto_plugin_postgres.reembed`, Qdrant:
-:mod:`ditto_plugin_qdrant.reembed`, MySQL: :mod:`ditto_plugin_mysql.reembed`); the
+:mod:`ditto_plugin_qdrant.reembed`, MySQL: :mod:`ditto_plugin_mysql.reembed`,
+Milvus: :mod:`ditto_plugin_milvus.reembed`); the
 others are refused with exit 2.
 """
 
@@ -45,7 +46,7 @@ def reindex(
     Run it after changing the embedding model. Until it finishes, the store keeps its old
     vectors and model: workers on the old model keep searching, workers on the new one
     fail their vector searches. An interrupted run finishes when run again. Supported
-    on sqlite, postgres, qdrant and mysql.
+    on sqlite, postgres, qdrant, mysql and milvus.
 
     Exit 0 when done, 1 when the store or model fails (safe message on stderr), 2 for a
     config error or a store that cannot reindex.

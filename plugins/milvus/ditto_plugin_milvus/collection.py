@@ -10,6 +10,7 @@ embed policy, the keyword tokenizer, the cursor secret.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -96,6 +97,8 @@ class _Opened:
     cursor_secret: str
     mismatch: str | None
     refuse_writes: bool
+    physical: str = ""
+    """The collection the name stood for (itself, or its alias's after a reindex)."""
 
 
 def tiebreak(row: Row) -> tuple[int, str]:
@@ -247,8 +250,7 @@ class MilvusCollection(NativeSearch):
                     raise
                 logger.info("milvus collection created concurrently: %s", type(exc).__name__)
         client.load_collection(name, timeout=timeout)
-        described = client.describe_collection(name, timeout=timeout)
-        return dict(described.get("properties") or {})
+        return dict(client.describe_collection(name, timeout=timeout))
 
     def _open(self, name: str, options: MemoryCallOptions | None) -> _Opened:
         """Create collection ``name`` if missing, load it and check its identity (once per
@@ -262,16 +264,33 @@ class MilvusCollection(NativeSearch):
             if opened is not None and opened.generation == self._conn.generation:
                 return opened
             generation = self._conn.generation
-            properties = self._conn.call(
+            described = self._conn.call(
                 options, lambda client, timeout: self._setup(client, name, timeout)
             )
+            properties = dict(described.get("properties") or {})
             try:
                 recorded = json.loads(properties.get(_PROPERTY, "null"))
             except ValueError:
                 recorded = None
             opened = self._check_properties(name, recorded, generation)
+            physical = str(described.get("collection_name") or name)
+            opened = dataclasses.replace(opened, physical=physical)
             self._opened[name] = opened
             return opened
+
+    def _verify_current(self, ns: str, options: MemoryCallOptions | None) -> None:
+        """Before an embedding write or a vector search: ``EMBEDDING_MISMATCH`` when a
+        reindex pointed the collection name at a collection of another identity since
+        this store opened it (:mod:`ditto_plugin_milvus.reembed`; one request)."""
+        name = self.name_of(ns)
+        opened = self._opened.get(name)
+        described = self._conn.call(options, MilvusClient.describe_collection, name)
+        if opened is not None and opened.physical == str(described.get("collection_name")):
+            return
+        self._opened.pop(name, None)
+        opened = self._open(name, options)
+        if opened.mismatch is not None:
+            raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, opened.mismatch)
 
     def _check_properties(self, name: str, recorded: Any, generation: int) -> _Opened:
         if not isinstance(recorded, dict) or recorded.get("format") != _FORMAT:
@@ -313,6 +332,9 @@ class MilvusCollection(NativeSearch):
     def _begin(self, options: MemoryCallOptions | None, write: bool = False) -> str:
         ns = namespace_of(options)
         opened = self._open(self.name_of(ns), options)
+        if opened.mismatch is not None and self._embedder is not None:
+            self._opened.pop(self.name_of(ns), None)  # read again: a reindex may have
+            opened = self._open(self.name_of(ns), options)  # switched to this identity
         if opened.mismatch is not None:
             raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, opened.mismatch)
         if write and opened.refuse_writes:
@@ -360,7 +382,10 @@ class MilvusCollection(NativeSearch):
 
     def _insert(self, ns: str, rows: Sequence[Row], options: MemoryCallOptions | None) -> None:
         """Upsert ``rows`` in requests of at most ``max_message_bytes`` (an upsert, not an
-        insert, for new rows too: a request resent by pymilvus is idempotent)."""
+        insert, for new rows too: a request resent by pymilvus is idempotent); rows with
+        a vector only while the collection still has this store's identity."""
+        if any(row.get("dv") for row in rows):
+            self._verify_current(ns, options)
         for chunk in chunks(rows, self.max_message_bytes):
             self._conn.call(
                 options, MilvusClient.upsert, self.name_of(ns), chunk, check_cancel=False

@@ -162,6 +162,7 @@ class MilvusReads(MilvusCollection):
     ) -> list[Hit]:
         node = parse_filter(input.filter)
         ns = self._begin(options)
+        self._verify_current(ns, options)  # not moved to another identity by a reindex
         expression = f"(dv == true) and ({scope_expression(ns, node)})"
         fetch = self._search(ns, vector, "dense", "COSINE", expression)
         return [(item(r), r["score"]) for r in self._ranked(fetch, limit, options)]

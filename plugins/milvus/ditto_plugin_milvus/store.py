@@ -10,7 +10,9 @@ collection and requests: :mod:`ditto_plugin_milvus.collection`; GET/QUERY/search
 The collection (created on first use when missing, ``Strong`` consistency so a call reads
 every write before it) records in its properties the embedding identity, the embed
 policy, the keyword tokenizer and the cursor secret; another provider or policy fails
-every call with ``EMBEDDING_MISMATCH``.
+every call with ``EMBEDDING_MISMATCH``. A model change is ``ditto-worker reindex``
+(:meth:`reembed_embeddings`, :mod:`ditto_plugin_milvus.reembed`): the new identity's
+collection is built beside and the collection name becomes its alias.
 
 Behaviour (declared in ``capabilities``):
 
@@ -52,6 +54,7 @@ from ditto_plugin_milvus.expressions import CREATED
 from ditto_plugin_milvus.keywords import document_terms
 from ditto_plugin_milvus.operations import MilvusOperations, memory_id
 from ditto_plugin_milvus.reads import MilvusReads
+from ditto_plugin_milvus.reembed import MilvusReembed
 from ditto_plugin_milvus.rows import OUTPUT, item, memory_row, row_operation
 from ditto_worker.contracts import (
     MemoryDeleteInput,
@@ -75,7 +78,7 @@ def _conflict(index: int, where: str) -> MemoryError:
     return MemoryError(ErrorCode.CONFLICT, f"memories[{index}].key {where}")
 
 
-class MilvusMemoryStore(MilvusReads, MilvusOperations):
+class MilvusMemoryStore(MilvusReads, MilvusOperations, MilvusReembed):
     """MemoryStore and native MemorySearchProvider on one Milvus collection.
 
     Args:
