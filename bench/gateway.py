@@ -6,30 +6,40 @@ enqueued on the fleet through the same client Python callers use). MEMORY.GET of
 record is called three ways, in interleaved rounds so a noisy neighbour hits all alike:
 
   (python) ``await runtime.ainvoke`` — the Python fleet client (``create_ditto`` with a
-      broker);
+      broker), one client shared by every caller (as it is meant to be used);
   (asgi) the gateway app in this process over that same client, called through httpx's
-      ``ASGITransport`` (no socket, no server process): what the app itself costs (auth,
-      validation, JSON in and out, the FastAPI stack);
-  (http) ``POST /v1/nodes/MEMORY.GET`` to the ``ditto-worker serve`` process through
-      httpx's keep-alive ``AsyncClient``.
+      ``ASGITransport`` (no socket, no server process): the app's cost (auth, validation,
+      JSON in and out, the FastAPI stack) plus httpx building the request and reading the
+      response in this process;
+  (http) ``POST /v1/nodes/MEMORY.GET`` to the ``ditto-worker serve`` process over
+      keep-alive HTTP: each caller has its own httpx ``AsyncClient`` and keeps its one
+      connection open, as independent callers do. (One client shared by 100 callers is
+      not used: httpcore's pool walks every connection on each request, encode/httpx#3215,
+      which at 100 callers cost this process ~7 ms of CPU per call against ~1.8 ms with
+      a client per caller; the gateway sees the same 100 keep-alive connections either
+      way.)
 
 At 1, 10 and 100 concurrent callers it prints p50/p99 latency (ms) and throughput
 (calls/s) per path and the ratios to python. Targets (issue 26): HTTP p50 <= 1.3x the
-direct client at 1 caller; throughput >= 0.5x at 100 callers. asgi - python is the app's
-share of the difference; http - asgi is the HTTP transport's (the socket both ways,
-uvicorn's parsing, one more process to wake on a shared machine). On this 2-core machine
-the gateway process, the worker, Redis and the callers share the cores, so at 100
-callers the HTTP path also pays the HTTP client's and the gateway's CPU.
+direct client at 1 caller; throughput >= 0.5x at 100 callers. It also prints where the
+CPU goes: CPU ms per call of this process (the callers: the Python client, or httpx),
+the gateway process, the worker process and Redis (Linux: from /proc). On this 2-core
+machine all four share the cores (with anything else running: the load average is
+printed at the start and the end), so at 100 callers the HTTP path pays the gateway's
+CPU and the HTTP client's on top of the fleet's.
 
     python bench/gateway.py                      # 5 rounds, 200 calls per level
     python bench/gateway.py --rounds 7 --calls 400
+    python bench/gateway.py --gateway-workers 2  # serve --workers 2
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
+import math
 import os
 import statistics
 import subprocess
@@ -69,20 +79,38 @@ gateway:
 
 
 async def timed(calls: int, callers: int, one: Any) -> tuple[list[float], float]:
-    """Latencies (ms) of ``calls`` calls made by ``callers`` concurrent callers, and the
-    throughput (calls/s) of the whole batch."""
+    """Latencies (ms) of ``calls`` calls made by ``callers`` concurrent callers (caller
+    ``i`` calls ``one(i)``), and the throughput (calls/s) of the whole batch."""
     latencies: list[float] = []
     per = max(1, calls // callers)
 
-    async def caller() -> None:
+    async def caller(i: int) -> None:
         for _ in range(per):
             started = time.perf_counter()
-            await one()
+            await one(i)
             latencies.append((time.perf_counter() - started) * 1000)
 
     started = time.perf_counter()
-    await asyncio.gather(*(caller() for _ in range(callers)))
+    await asyncio.gather(*(caller(i) for i in range(callers)))
     return latencies, len(latencies) / (time.perf_counter() - started)
+
+
+def cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system) so far of process ``pid`` and its children (the
+    processes of ``serve --workers N``); ``None``: this process."""
+    if pid is None:
+        return time.process_time()
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:  # not Linux (or gone): no per-process figures
+        return math.nan
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_s(int(child)) for child in children)
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def pct(values: list[float], q: float) -> float:
@@ -91,47 +119,58 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def measure(
-    args: argparse.Namespace, gateway: GatewayServer, runtime: Any, folder: Path
-) -> None:
+    args: argparse.Namespace, gateway: GatewayServer, runtime: Any, folder: Path,
+    pids: dict[str, int | None],
+) -> None:  # fmt: skip
     scope = {"tenant": "bench", "user": "ada"}
     written = await runtime.ainvoke("MEMORY.WRITE", {"memories": [{"key": "k", "content": "v"}]},
                                     scope=scope, timeout=30)  # fmt: skip
     assert written.status == "success", written.error
     body = {"keys": ["k"]}
-    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
     headers = {"Authorization": f"Bearer {TOKEN}"}
     app = create_app(runtime, load_gateway_settings(folder / "ditto.yaml"))
     in_process = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://app",
                                    headers=headers, timeout=60)  # fmt: skip
-    async with in_process, httpx.AsyncClient(base_url=gateway.url, limits=limits,
-                                             headers=headers, timeout=60) as http:  # fmt: skip
+    # one keep-alive client (one connection) per caller: the module docstring says why
+    clients = [httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=60)
+               for _ in range(max(LEVELS))]  # fmt: skip
+    async with contextlib.AsyncExitStack() as stack:
+        for client in (in_process, *clients):
+            await stack.enter_async_context(client)
 
-        async def direct() -> None:
+        async def direct(_: int) -> None:
             result = await runtime.ainvoke("MEMORY.GET", body, scope=scope, timeout=60)
             assert result.status == "success" and result.output, result.error
 
-        async def over_http() -> None:
-            answer = await http.post("/v1/nodes/MEMORY.GET", json=body)
+        async def over_http(i: int) -> None:
+            answer = await clients[i].post("/v1/nodes/MEMORY.GET", json=body)
             assert answer.status_code == 200 and answer.json()["output"], answer.text
 
-        async def over_asgi() -> None:
+        async def over_asgi(_: int) -> None:
             answer = await in_process.post("/v1/nodes/MEMORY.GET", json=body)
             assert answer.status_code == 200 and answer.json()["output"], answer.text
 
         paths = (("python", direct), ("asgi", over_asgi), ("http", over_http))
-        for _ in range(20):  # warm every path (connections, pools)
+        for _ in range(20):  # warm every path
             for _name, fn in paths:
-                await fn()
+                await fn(0)
+        await asyncio.gather(*(over_http(i) for i in range(len(clients))))  # open them all
         rows: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
+        cpu: dict[tuple[int, str], dict[str, float]] = {}
         for round_no in range(args.rounds):
             for callers in LEVELS:
                 for name, fn in paths:
+                    before = {who: cpu_s(pid) for who, pid in pids.items()}
                     lat, rate = await timed(args.calls, callers, fn)
+                    spent = cpu.setdefault((callers, name), dict.fromkeys(pids, 0.0))
+                    for who, pid in pids.items():
+                        spent[who] += (cpu_s(pid) - before[who]) * 1000 / len(lat)
                     rows.setdefault((callers, name), []).append(
                         (pct(lat, 0.5), pct(lat, 0.99), rate)
                     )
-            print(f"round {round_no + 1}/{args.rounds} done", flush=True)
+            print(f"round {round_no + 1}/{args.rounds} done ({load()})", flush=True)
     report(rows)
+    report_cpu(cpu, args.rounds)
 
 
 def report(rows: dict[tuple[int, str], list[tuple[float, float, float]]]) -> None:
@@ -154,15 +193,30 @@ def report(rows: dict[tuple[int, str], list[tuple[float, float, float]]]) -> Non
     print("targets: p50 h/p <= 1.3x at 1 caller; throughput h/p >= 0.5x at 100 callers")
 
 
+def report_cpu(cpu: dict[tuple[int, str], dict[str, float]], rounds: int) -> None:
+    """CPU ms per call of each process, averaged over rounds (the callers' process runs
+    the Python client, the in-process app, or httpx)."""
+    print("\nCPU ms per call (mean over rounds)")
+    whos = list(next(iter(cpu.values())))
+    print(f"{'callers':>7} {'path':>6} " + " ".join(f"{w:>9}" for w in whos) + f" {'total':>8}")
+    for (callers, name), spent in cpu.items():
+        per = [spent[w] / rounds for w in whos]
+        cells = " ".join(f"{v:>9.2f}" for v in per)
+        print(f"{callers:>7} {name:>6} {cells} {sum(per):>8.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200, help="calls per level and path")
     parser.add_argument("--concurrency", type=int, default=8, help="the worker's threads")
+    parser.add_argument("--gateway-workers", type=int, default=1,
+                        help="gateway processes (serve --workers N)")  # fmt: skip
     args = parser.parse_args()
     from ditto_worker.config import load_runtime_config_file
     from ditto_worker.runtime import create_ditto
 
+    print(f"start: {load()} on {os.cpu_count()} cores", flush=True)
     with RedisServer() as redis_server, tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         url = f"{redis_server.url}/0"
@@ -174,14 +228,18 @@ def main() -> None:
             env={**os.environ},
         )  # fmt: skip
         try:
-            with GatewayServer(folder) as gateway:
+            with GatewayServer(folder, args=["--workers", str(args.gateway_workers)]) as gateway:
                 runtime = create_ditto(None, load_runtime_config_file(folder / "ditto.yaml"))
                 try:
-                    asyncio.run(measure(args, gateway, runtime, folder))
+                    pids = {"callers": None, "gateway": gateway.process.pid,  # type: ignore[union-attr]
+                            "worker": worker.pid,
+                            "redis": redis_server.proc.pid}  # type: ignore[union-attr]  # fmt: skip
+                    asyncio.run(measure(args, gateway, runtime, folder, pids))
                 finally:
                     runtime.close()
         finally:
             stop_process(worker)
+    print(f"end: {load()}")
 
 
 if __name__ == "__main__":
