@@ -5,9 +5,10 @@ this one process. Several server processes would each hold their own CONTEXT cac
 model, so ``--workers`` above 1 is refused there; with a broker every process is only a
 client of the fleet and ``--workers N`` runs N of them. Shutdown (SIGTERM/SIGINT) stops
 accepting connections and drains the calls in flight for up to
-``gateway.shutdownGraceS`` seconds before the runtime closes. TLS is left to the proxy in
-front (docs/http.md). Each response is written to the socket once
-(:mod:`ditto_worker.gateway.protocol`).
+``gateway.shutdownGraceS`` seconds before the runtime closes. An idle keep-alive
+connection stays open ``gateway.keepAliveS`` seconds (75; uvicorn's own default is 5).
+TLS is left to the proxy in front (docs/http.md). Each response is written to the socket
+once (:mod:`ditto_worker.gateway.protocol`).
 """
 
 from __future__ import annotations
@@ -106,10 +107,11 @@ def serve(
     from ditto_worker.gateway.protocol import coalescing_protocol
     from ditto_worker.gateway.settings import load_gateway_settings
 
-    grace = load_gateway_settings(config_path).shutdown_grace_s
+    settings = load_gateway_settings(config_path)
     # each response reaches the socket in one write (gateway.protocol); no WebSocket
     # routes, so no WebSocket upgrade either
-    http, ws, grace_s = coalescing_protocol(), "none", int(grace)
+    http, ws, grace_s = coalescing_protocol(), "none", int(settings.shutdown_grace_s)
+    keep_alive_s = settings.keep_alive_s
     if workers > 1:
         if config.fleet.in_process:
             raise ConfigError(
@@ -120,7 +122,7 @@ def serve(
             os.environ[CONFIG_ENV] = str(config_path)
         uvicorn.run("ditto_worker.gateway.serve:app_from_env", factory=True, host=host,
                     port=port, workers=workers, http=http, ws=ws,
-                    timeout_graceful_shutdown=grace_s)  # fmt: skip
+                    timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=grace_s)  # fmt: skip
         return
     uvicorn.run(build_app(config, config_path), host=host, port=port, http=http, ws=ws,
-                timeout_graceful_shutdown=grace_s)  # fmt: skip
+                timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=grace_s)  # fmt: skip

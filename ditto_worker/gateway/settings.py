@@ -154,6 +154,14 @@ class GatewaySettings(_Section):
     shutdown_grace_s: float = Field(
         default=30.0, ge=0, description="How long a stopping server waits for calls in flight."
     )
+    keep_alive_s: int = Field(
+        default=75,
+        ge=1,
+        description="How long an idle keep-alive connection stays open, seconds (uvicorn's "
+        "``timeout_keep_alive``, whose own default is 5). Longer than the 60 s idle "
+        "timeout of common proxies and load balancers, so the side in front closes idle "
+        "connections first and never reuses one the server is closing.",
+    )
 
 
 def load_gateway_settings(path: str | Path | None) -> GatewaySettings:

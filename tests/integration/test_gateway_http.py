@@ -215,14 +215,15 @@ def test_a_client_that_disconnects_cancels_the_call(served: GatewayServer) -> No
 
 def test_each_answer_reaches_the_socket_in_one_write(served: GatewayServer) -> None:
     # headers and body in one TCP segment: the first read has the whole answer (two
-    # writes would wake the client for the headers alone); keep-alive still holds
+    # writes would wake the client for the headers alone); an idle connection stays open
     body = json.dumps({"keys": ["none"]}).encode()
     request = (
         f"POST /v1/nodes/MEMORY.GET HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {T1}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode() + body
     with socket.create_connection(("127.0.0.1", served.port), timeout=20) as sock:
-        for _ in range(3):
+        for pause_s in (0.0, 0.0, 6.0):  # past uvicorn's own 5 s idle timeout (keepAliveS)
+            time.sleep(pause_s)
             sock.sendall(request)
             head, _, rest = sock.recv(65536).partition(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 200"), head

@@ -359,6 +359,14 @@ def test_settings_refuse_what_would_be_unsafe(
         GatewaySettings.model_validate({"tokens": [{"sha256": "abc", "tenant": "t", "user": "u"}]})
 
 
+def test_idle_keep_alive_connections_outlast_a_proxys_idle_timeout() -> None:
+    # uvicorn's own 5 s made clients reuse connections the server was closing
+    assert GatewaySettings().keep_alive_s == 75 > 60
+    assert GatewaySettings.model_validate({"keepAliveS": 120}).keep_alive_s == 120
+    with pytest.raises(Exception, match="keepAliveS"):
+        GatewaySettings.model_validate({"keepAliveS": 0})
+
+
 def test_the_openapi_document_has_each_nodes_schemas(client: TestClient) -> None:
     document = client.get("/openapi.json").json()
     schemas = document["components"]["schemas"]
