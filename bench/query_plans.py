@@ -11,7 +11,9 @@ every SELECT the store sends, and prints each distinct statement (abridged) with
 * SQLite: statements from ``Connection.set_trace_callback`` (values inlined), plans from
   ``EXPLAIN QUERY PLAN`` on the same connection;
 * PostgreSQL: statements recorded at ``psycopg.Cursor.execute``, plans from ``EXPLAIN
-  (COSTS OFF)`` with the same parameters on the same connection.
+  (COSTS OFF)`` with the same parameters on the same connection;
+* MySQL / MariaDB: statements recorded at ``pymysql.cursors.Cursor.execute``, plans from
+  ``EXPLAIN`` (table, access type, key, estimated rows, extra) on the same connection.
 
 Embeddings are ``HashingEmbedder(dims=384)`` (the MiniLM's dimensions without loading a
 model): plans depend on the statements and the data's shape, not on vector values. This
@@ -25,6 +27,7 @@ indexes are used (``--records 0`` skips this part).
     python bench/query_plans.py                          # sqlite and postgres, 4 tenants
     python bench/query_plans.py --stores sqlite --tenants 100
     python bench/query_plans.py --stores sqlite --records 100000
+    python bench/query_plans.py --stores mysql --tenants 1 --records 20000
 
 The PostgreSQL URL comes from ``DITTO_WORKER_MEMORY_POSTGRES_URL`` or
 ``DITTO_TEST_POSTGRES_URL`` (``bash scripts/postgres.sh start``).
@@ -120,6 +123,48 @@ def postgres_statements() -> Iterator[Callable[[], list[tuple[str, list[str]]]]]
         psycopg.Cursor.execute = original  # type: ignore[method-assign]
 
 
+@contextmanager
+def mysql_statements() -> Iterator[Callable[[], list[tuple[str, list[str]]]]]:
+    """Record the SELECTs PyMySQL runs (each with its ``EXPLAIN`` rows, taken on the same
+    connection right after it ran); yields a function returning ``[(statement, plan)]``."""
+    import pymysql
+
+    original = pymysql.cursors.Cursor.execute
+    found: dict[str, list[str]] = {}
+    busy = False
+
+    def execute(self: Any, query: Any, args: Any = None) -> Any:
+        nonlocal busy
+        result = original(self, query, args)
+        text = str(query)
+        if not busy and text.lstrip().upper().startswith(("SELECT", "WITH")) and text not in found:
+            busy = True
+            try:
+                with self.connection.cursor(pymysql.cursors.DictCursor) as explain:
+                    original(explain, "EXPLAIN " + text, args)
+                    found[text] = [
+                        f"{row['table']}: {row['type']} key={row['key']} rows={row['rows']} "
+                        f"{row['Extra'] or ''}"
+                        for row in explain.fetchall()
+                    ]
+            finally:
+                busy = False
+        return result
+
+    pymysql.cursors.Cursor.execute = execute  # type: ignore[method-assign]
+    try:
+        yield lambda: list(found.items())
+    finally:
+        pymysql.cursors.Cursor.execute = original  # type: ignore[method-assign]
+
+
+def recorder_of(name: str, store: Any) -> Any:
+    """The statement recorder of store ``name``."""
+    if name == "sqlite":
+        return sqlite_statements(store)
+    return mysql_statements() if name == "mysql" else postgres_statements()
+
+
 def _print(title: str, statements: list[tuple[str, list[str]]]) -> None:
     print(f"\n=== {title}: {len(statements)} distinct SELECTs")
     for sql, plan in statements:
@@ -148,7 +193,7 @@ def query_plans(name: str, records: int, fields: list[str]) -> None:
             for kind in ("eq", "sorted", "and"):
                 call = inputs[kind][0]
                 memory.query(call)  # warm
-                recorder = sqlite_statements(store) if name == "sqlite" else postgres_statements()
+                recorder = recorder_of(name, store)
                 with recorder as plans:
                     result = memory.query(call)
                     statements = plans()
@@ -188,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             for strategy in STRATEGIES:
                 call = {"query": question, "strategy": strategy, "limit": 10}
                 memory.search(call, scope=scope)  # warm: statements prepared, caches filled
-                recorder = sqlite_statements(store) if name == "sqlite" else postgres_statements()
+                recorder = recorder_of(name, store)
                 with recorder as plans:
                     result = memory.search(call, scope=scope)
                     statements = plans()

@@ -19,7 +19,7 @@ from ditto_plugin_mysql.migrations import LATEST_VERSION, MigrationReport
 from ditto_plugin_mysql.store import MysqlMemoryStore
 from ditto_worker.config.plugin_settings import flag_setting, number_setting, plugin_values
 from ditto_worker.errors import ConfigError
-from ditto_worker.memory.indexing import parse_fields
+from ditto_worker.memory.indexing import parse_fields, parse_query_fields
 
 __all__ = [
     "ENV_DATABASE",
@@ -46,6 +46,7 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "hybrid": None,
     "executionRetentionS": 86400.0,
     "indexFields": None,
+    "queryFields": None,
 }
 
 
@@ -62,7 +63,9 @@ def create_store(
             :func:`ditto_worker.runtime.registry.build_embedder`), ``hybrid``
             (``RetrievalConfig`` settings of the ``hybrid`` strategy),
             ``executionRetentionS`` (86400), ``indexFields`` (metadata fields indexed
-            with the content). A ``url`` key, or any other key, is rejected (MEM-CONF-5).
+            with the content), ``queryFields`` (metadata fields QUERY filters on, given
+            indexed generated columns: :mod:`ditto_plugin_mysql.query_index`). A ``url``
+            key, or any other key, is rejected (MEM-CONF-5).
         env: the environment (default ``os.environ``): ``DITTO_WORKER_MEMORY_MYSQL_URL``
             (required, ``mysql://user:password@host:port/database``),
             ``DITTO_WORKER_MEMORY_MYSQL_DATABASE`` and
@@ -99,6 +102,7 @@ def create_store(
             hybrid=hybrid,
             execution_retention_s=number_setting(values, "mysql", "executionRetentionS", 0),
             index_fields=parse_fields(values["indexFields"]),
+            query_fields=parse_query_fields(values["queryFields"]),
         )
     except ValueError as exc:
         raise ConfigError(f"plugins.mysql: {exc}") from exc

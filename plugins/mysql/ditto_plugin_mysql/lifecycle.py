@@ -33,6 +33,7 @@ from ditto_plugin_mysql.migrations import (
     check_schema,
     migrate,
 )
+from ditto_plugin_mysql.query_index import column_prefixes, sync_columns
 from ditto_plugin_mysql.reembed import Reembedding
 from ditto_plugin_mysql.rows import marks
 from ditto_plugin_mysql.settings import claim_setting, lock_sequence, read_setting, scope_id
@@ -68,6 +69,7 @@ class Lifecycle:
         hybrid: Any = None,
         execution_retention_s: float = DEFAULT_RETENTION_S,
         index_fields: Sequence[str] = (),
+        query_fields: Sequence[str] = (),
     ) -> None:
         self._address = parse_url(url)
         self.database = check_database_name(database or self._address.database or "ditto")
@@ -78,6 +80,8 @@ class Lifecycle:
         self._hybrid_settings = hybrid
         self._retention_s = execution_retention_s
         self._index_fields = tuple(index_fields)
+        self._query_fields = tuple(query_fields)
+        self._declared = column_prefixes(self._query_fields)
         self._lock = threading.Lock()
         self._pool: QueuePool | None = None
         self._pid = os.getpid()
@@ -127,6 +131,7 @@ class Lifecycle:
                         check_schema(conn, self.database)
                     conn.select_db(self.database)
                     self._claims(conn)
+                    sync_columns(conn, self.database, self._query_fields)
                 self._pool = open_pool(
                     self._address, self.database, self._pool_max_size, *self._timeouts
                 )

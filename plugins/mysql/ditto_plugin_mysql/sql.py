@@ -20,6 +20,14 @@ Typed semantics (MEM-PY-5), every predicate true or false, never ``NULL``:
 * ``key`` is matched through ``key_hash`` (SHA-256 of its bytes), ``id`` and the
   timestamps by their bytes.
 
+Declared fields (``queryFields``, issue 28): a condition on a field the store declares
+also tests its generated columns (:mod:`ditto_plugin_mysql.query_index`), which its
+indexes serve: ``_r = 1 AND _d = x AND <exact test>`` (numbers), ``_r = 2 AND _h =
+SHA-256 AND <exact test>`` (strings, with ``_d IS NULL``), ``_r = 5 AND _d = 0|1``
+(booleans; equalities also ``_h IS NULL``), ``_r = 0``
+(``null``), ``_r = 1 AND _d >= x AND <exact test>`` (number ranges).
+The column names come from the configured names, never from a request.
+
 Sort terms select four columns each: ``r{i}`` (type rank of
 :func:`ditto_worker.memory.filters.sort_key`), ``d{i}``/``x{i}`` (numbers; booleans 0/1)
 and ``t{i}`` (strings as bytes); :func:`keyset_condition` continues after a cursor, the
@@ -31,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
@@ -50,6 +58,7 @@ from ditto_worker.memory.filters import (
 )
 
 __all__ = [
+    "Declared",
     "Sql",
     "compile_filter",
     "json_path",
@@ -71,6 +80,11 @@ _TEXT: Final = f"JSON_UNQUOTE({_VALUE})"
 _DOUBLE: Final = f"(CASE WHEN {_TYPE} IN {_NUMBER_TYPES} THEN CAST({_TEXT} AS DOUBLE) END)"
 _DECIMAL: Final = f"(CASE WHEN {_TYPE} IN {_NUMBER_TYPES} THEN CAST({_TEXT} AS DECIMAL(65,30)) END)"
 _DECIMAL_LIMIT: Final = 1e35
+_INDEXED_LIMIT: Final = 1e299  # below it a declared column holds every number's double
+
+Declared = Mapping[str, str]
+"""``{field name: column prefix}`` of a store's declared ``queryFields``
+(:func:`ditto_plugin_mysql.query_index.column_prefixes`)."""
 
 
 @dataclass
@@ -133,9 +147,33 @@ def _reserved_equals(name: str, value: Scalar) -> Sql:
     return Sql(f"({column} = %s AND CAST({column} AS BINARY) = %s)", [value, _utf8(value)])
 
 
-def _equals(ref: FieldRef, value: Scalar) -> Sql:
+def _equals(ref: FieldRef, value: Scalar, declared: Declared | None = None) -> Sql:
     if ref.reserved:
         return _reserved_equals(ref.name, value)
+    exact = _exact_equals(ref, value)
+    prefix = (declared or {}).get(ref.name)
+    if prefix is None:
+        return exact
+    if value is None:
+        return Sql(f"({prefix}_r = 0)")
+    if isinstance(value, bool):
+        return Sql(f"({prefix}_r = 5 AND {prefix}_d = %s AND {prefix}_h IS NULL)", [int(value)])
+    if isinstance(value, str):
+        digest = hashlib.sha256(_utf8(value)).digest()
+        return Sql(
+            f"({prefix}_r = 2 AND {prefix}_d IS NULL AND {prefix}_h = %s AND {exact.text})",
+            [digest, *exact.params],
+        )
+    if abs(value) >= _INDEXED_LIMIT:
+        return exact
+    return Sql(
+        f"({prefix}_r = 1 AND {prefix}_d = %s AND {prefix}_h IS NULL AND {exact.text})",
+        [float(value), *exact.params],
+    )
+
+
+def _exact_equals(ref: FieldRef, value: Scalar) -> Sql:
+    """Equality on a metadata field over ``JSON_EXTRACT`` (the typed test itself)."""
     path = json_path(ref.path)
     if value is None:
         return _fill(f"COALESCE({_TYPE} = 'NULL', TRUE)", path)
@@ -150,7 +188,23 @@ def _equals(ref: FieldRef, value: Scalar) -> Sql:
     return _fill(text, path, double, exact)
 
 
-def _range(ref: FieldRef, op: str, value: Scalar) -> Sql:
+def _range(ref: FieldRef, op: str, value: Scalar, declared: Declared | None = None) -> Sql:
+    exact = _exact_range(ref, op, value)
+    prefix = (declared or {}).get(ref.name)
+    if prefix is None or ref.reserved or isinstance(value, str):
+        return exact
+    if abs(value) >= _INDEXED_LIMIT:  # type: ignore[arg-type]
+        return exact
+    # the double of a number above (below) the bound is at or above (below) its double
+    # (every number the core admits has a double in its column: 64-bit integers, floats)
+    side = ">=" if op in ("$gt", "$gte") else "<="
+    return Sql(
+        f"({prefix}_r = 1 AND {prefix}_d {side} %s AND {exact.text})",
+        [float(value), *exact.params],  # type: ignore[arg-type]
+    )
+
+
+def _exact_range(ref: FieldRef, op: str, value: Scalar) -> Sql:
     sql_op = _RANGE[op]
     if ref.reserved:
         if not isinstance(value, str):
@@ -176,27 +230,32 @@ def _exists(ref: FieldRef, exists: bool) -> Sql:
     return Sql(f"({_VALUE} IS {'NOT ' if exists else ''}NULL)", [json_path(ref.path)])
 
 
-def compile_filter(node: FilterNode | None) -> Sql:
-    """A boolean SQL expression over ``m`` for a parsed filter (``TRUE`` for none)."""
+def compile_filter(node: FilterNode | None, declared: Declared | None = None) -> Sql:
+    """A boolean SQL expression over ``m`` for a parsed filter (``TRUE`` for none);
+    conditions on ``declared`` fields also test their indexed columns (module doc)."""
     if node is None:
         return Sql("TRUE")
     if isinstance(node, And):
-        return _join("AND", [compile_filter(child) for child in node.children], "TRUE")
+        parts = [compile_filter(child, declared) for child in node.children]
+        return _join("AND", parts, "TRUE")
     if isinstance(node, Or):
-        return _join("OR", [compile_filter(child) for child in node.children], "FALSE")
+        parts = [compile_filter(child, declared) for child in node.children]
+        return _join("OR", parts, "FALSE")
     if isinstance(node, Exists):
         return _exists(node.field, node.exists)
     if isinstance(node, In):
-        found = _join("OR", [_equals(node.field, value) for value in node.values], "FALSE")
+        found = _join(
+            "OR", [_equals(node.field, value, declared) for value in node.values], "FALSE"
+        )
         return Sql(f"(NOT {found.text})", found.params) if node.negate else found
-    return _compare(node)
+    return _compare(node, declared)
 
 
-def _compare(node: Compare) -> Sql:
+def _compare(node: Compare, declared: Declared | None) -> Sql:
     if node.op in ("$eq", "$ne"):
-        equal = _equals(node.field, node.value)
+        equal = _equals(node.field, node.value, declared)
         return equal if node.op == "$eq" else Sql(f"(NOT {equal.text})", equal.params)
-    return _range(node.field, node.op, node.value)
+    return _range(node.field, node.op, node.value, declared)
 
 
 def _term_columns(index: int, ref: FieldRef) -> Sql:

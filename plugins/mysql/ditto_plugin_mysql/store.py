@@ -103,6 +103,8 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
             - ``execution_retention_s``: how long a committed mutation's execution id is
               kept.
             - ``index_fields``: metadata fields indexed with the content (``indexFields``).
+            - ``query_fields``: metadata fields QUERY filters on (``queryFields``), given
+              indexed generated columns at open (:mod:`.query_index`); results unchanged.
 
     Behaviour (declared in :attr:`capabilities`): atomic batches, unique keys per scope
     (``CONFLICT``, nothing written), ``NOT_FOUND`` for UPDATE of a missing id, keys freed
@@ -173,7 +175,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
                 ``INVALID_CURSOR`` (malformed, or made for another filter/orderBy).
         """
         terms = parse_order_by(input.order_by)
-        where = compile_filter(parse_filter(input.filter))
+        where = compile_filter(parse_filter(input.filter), self._declared)
         fingerprint = query_fingerprint(input.filter, input.order_by)
         secret = self._cursor_secret()
         ns = namespace_of(options)
