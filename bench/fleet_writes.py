@@ -2,24 +2,26 @@
 
 Batches of ``--batch`` (1,000) small memories (``bench/store_scale.py``'s drafts: 12-30
 words, five metadata fields; no embedding provider, so no vectors) are written, one batch
-at a time by one caller, alternately:
+at a time by one caller:
 
 * SDK: ``create_memory(SqliteMemoryStore(...)).write`` in this process;
 * fleet: ``DittoClient.invoke("MEMORY.WRITE", ...)`` through a real Redis to a real
-  ``ditto-worker worker --nodes writes`` process (``--pools``: each ``pool:concurrency``
-  measured on its own worker, one after the other) writing its own SQLite file.
+  ``ditto-worker worker --nodes writes`` process writing its own SQLite file, one worker
+  per ``--pools`` entry (``pool:concurrency``), all running at once, each on its own
+  Redis database.
 
-Each batch goes to both paths back to back, so a noisy neighbour on a shared machine hits
-both alike. Printed per pool: memories/s of each (median per-batch time), the ratio
-fleet/SDK per round (median and range; target >= 0.7, issue 28) and where the time goes:
-CPU ms per batch of this process (SDK; the fleet client's send + reply parse), of the
-worker (every process of it) and of Redis, and the wall time no CPU of ours explains
-(waiting for a core: the load average is printed). Then the parts of the fleet's extra
-work, timed alone in this process (CPU ms per batch): the reply's wire JSON, its JSON
-encoding and decoding, the client's validation of the reply.
+Each batch goes through the SDK, then through every pool (the order rotates from batch to
+batch), so a noisy neighbour on a shared machine hits every path alike. Printed: memories/s
+of each path (median per-batch time), the ratio fleet/SDK per round for each pool (median
+and range; target >= 0.7, issue 28) and where the time goes: CPU ms per batch of this
+process (SDK; the fleet client's send + reply parse), of the worker (every process of it)
+and of Redis, and the wall time no CPU of ours explains (waiting for a core, wake-ups:
+the load average is printed). Then the parts of the fleet's extra work, timed alone in
+this process (CPU ms per batch): the input's and the reply's JSON, the reply's wire form,
+the client's validation of the reply.
 
     python bench/fleet_writes.py                          # throwaway redis-server
-    python bench/fleet_writes.py --pools prefork:2,solo:1 --rounds 5 --batches 10
+    python bench/fleet_writes.py --pools prefork:2,threads:1 --rounds 5 --batches 10
 """
 
 from __future__ import annotations
@@ -72,12 +74,14 @@ def redis_cpu_s(client: redis.Redis) -> float:
 class Worker:
     """``ditto-worker worker --nodes writes`` on ``redis_url``, in its own folder."""
 
-    def __init__(self, folder: Path, redis_url: str, pool: str, concurrency: int) -> None:
-        self.log = folder / f"worker-{pool}.log"
-        env = {**os.environ, "DITTO_WORKER_MEMORY_SQLITE_PATH": str(folder / f"fleet-{pool}.db"),
+    def __init__(self, folder: Path, redis_url: str, spec: str) -> None:
+        pool, _, concurrency = spec.partition(":")
+        name = f"{pool}-{concurrency or 1}"
+        self.log = folder / f"worker-{name}.log"
+        env = {**os.environ, "DITTO_WORKER_MEMORY_SQLITE_PATH": str(folder / f"fleet-{name}.db"),
                "DITTO_WORKER_MEMORY_SQLITE_EMBEDDING": "none"}  # fmt: skip
-        args = ["--nodes", "writes", "-P", pool, "-c", str(concurrency), "--broker", redis_url,
-                "-l", "WARNING", "-n", f"bench-writes-{pool}@%h"]  # fmt: skip
+        args = ["--nodes", "writes", "-P", pool, "-c", concurrency or "1", "--broker", redis_url,
+                "-l", "WARNING", "-n", f"bench-writes-{name}@%h"]  # fmt: skip
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "ditto_worker", "worker", *args],
@@ -99,118 +103,162 @@ def batches(count: int, size: int, seed: int, words: list[str]) -> Iterator[list
 
 
 class Tally:
-    """Per-path wall seconds per batch and CPU seconds per place, over a run."""
+    """One path's wall seconds per batch and CPU seconds per place, over a run."""
 
     def __init__(self) -> None:
-        self.wall: dict[str, list[float]] = {"sdk": [], "fleet": []}
-        self.cpu: dict[str, float] = {"sdk": 0.0, "client": 0.0, "worker": 0.0, "redis": 0.0}
-        self.count = 0
+        self.wall: list[float] = []
+        self.cpu: dict[str, float] = {"caller": 0.0, "worker": 0.0, "redis": 0.0}
+        self.round_s: list[float] = []  # wall seconds of each round
 
 
-def write_both(sdk: Any, client: Any, batch: list[dict[str, Any]], worker: int,
-               r: redis.Redis, tally: Tally) -> None:  # fmt: skip
-    """One batch through the SDK, then the same batch through the fleet."""
+class Fleet:
+    """One pool's worker (on its own Redis database), its client and its tally."""
+
+    def __init__(self, spec: str, redis_url: str, folder: Path) -> None:
+        from ditto_worker.config import FleetSettings
+        from ditto_worker.fleet import DittoClient
+
+        self.spec = spec
+        self.worker = Worker(folder, redis_url, spec)
+        self.client = DittoClient.from_fleet(FleetSettings(broker_url=redis_url))
+        self.tally = Tally()
+
+    def write(self, batch: list[dict[str, Any]], r: redis.Redis) -> float:
+        """Write ``batch`` through the fleet; returns the wall seconds."""
+        w0, r0 = tree_cpu_s(self.worker.proc.pid), redis_cpu_s(r)
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        result = self.client.invoke("MEMORY.WRITE", {"memories": batch}, timeout=120)
+        t1, cpu1 = time.perf_counter(), time.process_time()
+        if result.status != "success" or len(result.output) != len(batch):
+            raise SystemExit(f"fleet WRITE failed ({self.spec}): {result.error}")
+        self.tally.cpu["caller"] += cpu1 - cpu0
+        self.tally.cpu["worker"] += tree_cpu_s(self.worker.proc.pid) - w0
+        self.tally.cpu["redis"] += redis_cpu_s(r) - r0
+        self.tally.wall.append(t1 - t0)
+        return t1 - t0
+
+    def close(self) -> None:
+        self.client.close()
+        self.worker.close()
+
+
+def sdk_write(sdk: Any, batch: list[dict[str, Any]], tally: Tally) -> float:
     cpu0, t0 = time.process_time(), time.perf_counter()
     result = sdk.write({"memories": batch})
     t1, cpu1 = time.perf_counter(), time.process_time()
     if result.status != "success":
         raise SystemExit(f"SDK WRITE failed: {result.error}")
-    w0, r0 = tree_cpu_s(worker), redis_cpu_s(r)
-    cpu2, t2 = time.process_time(), time.perf_counter()
-    result = client.invoke("MEMORY.WRITE", {"memories": batch}, timeout=120)
-    t3, cpu3 = time.perf_counter(), time.process_time()
-    if result.status != "success" or len(result.output) != len(batch):
-        raise SystemExit(f"fleet WRITE failed: {result.error}")
-    tally.wall["sdk"].append(t1 - t0)
-    tally.wall["fleet"].append(t3 - t2)
-    tally.cpu["sdk"] += cpu1 - cpu0
-    tally.cpu["client"] += cpu3 - cpu2
-    tally.cpu["worker"] += tree_cpu_s(worker) - w0
-    tally.cpu["redis"] += redis_cpu_s(r) - r0
-    tally.count += 1
+    tally.cpu["caller"] += cpu1 - cpu0
+    tally.wall.append(t1 - t0)
+    return t1 - t0
 
 
-def measure_pool(redis_url: str, folder: Path, spec: str, args: argparse.Namespace,
-                 words: list[str]) -> None:  # fmt: skip
+def database_url(base: str, db: int) -> str:
+    """``base`` (a ``redis://host:port[/db]`` URL) on database ``db``."""
+    head, _, tail = base.rpartition("/")
+    return f"{head}/{db}" if tail.isdigit() and head.count("/") >= 2 else f"{base}/{db}"
+
+
+def measure(base_url: str, folder: Path, specs: list[str], args: argparse.Namespace,
+            words: list[str]) -> None:  # fmt: skip
+    """Every pool's worker at once; each batch through the SDK, then each pool in turn
+    (the order rotates per batch), so the machine's load hits every path alike."""
     from ditto_plugin_sqlite import SqliteMemoryStore
     from ditto_worker import create_memory
-    from ditto_worker.config import FleetSettings
-    from ditto_worker.fleet import DittoClient
 
-    pool, _, conc = spec.partition(":")
-    worker = Worker(folder, redis_url, pool, int(conc or 1))
-    sdk = create_memory(SqliteMemoryStore(str(folder / f"sdk-{pool}.db")))
-    client = DittoClient.from_fleet(FleetSettings(broker_url=redis_url))
-    r = redis.Redis.from_url(redis_url)
+    fleets = [Fleet(spec, database_url(base_url, i), folder) for i, spec in enumerate(specs)]
+    sdk = create_memory(SqliteMemoryStore(str(folder / "sdk.db")))
+    sdk_tally = Tally()
+    r = redis.Redis.from_url(base_url)
     try:
-        for warm in batches(2, args.batch, 999, words):  # waits for the worker; warms both
-            result = client.invoke("MEMORY.WRITE", {"memories": warm}, timeout=120)
-            if result.status != "success":
-                raise SystemExit(f"worker not serving: {result.error}\n{log_tail(str(worker.log))}")
+        for fleet in fleets:  # waits for each worker; warms both paths
+            for warm in batches(2, args.batch, 999, words):
+                result = fleet.client.invoke("MEMORY.WRITE", {"memories": warm}, timeout=120)
+                if result.status != "success":
+                    raise SystemExit(f"worker {fleet.spec} not serving: {result.error}\n"
+                                     f"{log_tail(str(fleet.worker.log))}")  # fmt: skip
+        for warm in batches(2, args.batch, 998, words):
             sdk.write({"memories": warm})
-        ratios, tally = [], Tally()
+        turn = 0
         for round_ in range(args.rounds):
-            one = Tally()
+            sums = [0.0] * (len(fleets) + 1)
             for batch in batches(args.batches, args.batch, round_, words):
-                write_both(sdk, client, batch, worker.proc.pid, r, one)
-            ratios.append(sum(one.wall["sdk"]) / sum(one.wall["fleet"]))
-            for key in tally.wall:
-                tally.wall[key] += one.wall[key]
-            for key in tally.cpu:
-                tally.cpu[key] += one.cpu[key]
-            tally.count += one.count
-        report(spec, args, ratios, tally)
+                sums[0] += sdk_write(sdk, batch, sdk_tally)
+                for k in range(len(fleets)):
+                    i = (k + turn) % len(fleets)
+                    sums[i + 1] += fleets[i].write(batch, r)
+                turn += 1
+            sdk_tally.round_s.append(sums[0])
+            for i, fleet in enumerate(fleets):
+                fleet.tally.round_s.append(sums[i + 1])
+        report(args, sdk_tally, fleets)
     finally:
-        client.close()
         r.close()
-        worker.close()
+        for fleet in fleets:
+            fleet.close()
 
 
-def report(spec: str, args: argparse.Namespace, ratios: list[float], tally: Tally) -> None:
-    sdk_s, fleet_s = (statistics.median(tally.wall[k]) for k in ("sdk", "fleet"))
-    per = {k: 1000 * v / tally.count for k, v in tally.cpu.items()}
-    print(f"\npool {spec}: {args.rounds} rounds x {args.batches} batches of {args.batch}")
-    print(f"  SDK    {args.batch / sdk_s:>8,.0f} memories/s  ({1000 * sdk_s:6.1f} ms/batch)")
-    print(f"  fleet  {args.batch / fleet_s:>8,.0f} memories/s  ({1000 * fleet_s:6.1f} ms/batch)")
-    print(f"  ratio fleet/SDK per round: median {statistics.median(ratios):.2f} "
-          f"(range {min(ratios):.2f}-{max(ratios):.2f}; target >= 0.70)")  # fmt: skip
-    ours = per["client"] + per["worker"] + per["redis"]
-    print("  where the time goes (ms per batch; CPU is summed over the run / batches):")
-    print(f"    SDK wall {1000 * sdk_s:6.1f}   CPU of this process        {per['sdk']:6.1f}")
-    print(f"    fleet wall {1000 * fleet_s:6.1f} CPU client (send + parse)  {per['client']:6.1f}")
-    print(f"                      CPU worker (all processes) {per['worker']:6.1f}"
-          f"  (beyond the SDK's CPU: {per['worker'] - per['sdk']:+.1f})")  # fmt: skip
-    print(f"                      CPU Redis                  {per['redis']:6.1f}")
-    print(
-        f"                      wall not spent on our CPU  {1000 * fleet_s - ours:6.1f}"
-        "  (waiting for a core, wake-ups)"
-    )
+def report(args: argparse.Namespace, sdk: Tally, fleets: list[Fleet]) -> None:
+    count = len(sdk.wall)
+    sdk_s = statistics.median(sdk.wall)
+    sdk_cpu = 1000 * sdk.cpu["caller"] / count
+    print(f"\n{args.rounds} rounds x {args.batches} batches of {args.batch}; each batch through "
+          "the SDK, then every pool (order rotating)")  # fmt: skip
+    print(f"  SDK              {args.batch / sdk_s:>7,.0f} memories/s "
+          f"({1000 * sdk_s:6.1f} ms/batch)"
+          f"  CPU {sdk_cpu:6.1f} ms/batch")  # fmt: skip
+    for fleet in fleets:
+        t = fleet.tally
+        wall = statistics.median(t.wall)
+        ratios = [s / f for s, f in zip(sdk.round_s, t.round_s, strict=True)]
+        per = {k: 1000 * v / count for k, v in t.cpu.items()}
+        ours = per["caller"] + per["worker"] + per["redis"]
+        print(f"  fleet {fleet.spec:<10} {args.batch / wall:>7,.0f} memories/s "
+              f"({1000 * wall:6.1f} ms/batch)  fleet/SDK per round: median "
+              f"{statistics.median(ratios):.2f} (range {min(ratios):.2f}-{max(ratios):.2f}; "
+              "target >= 0.70)")  # fmt: skip
+        print(f"      CPU ms/batch: client {per['caller']:5.1f}  worker {per['worker']:6.1f} "
+              f"(beyond the SDK's: {per['worker'] - sdk_cpu:+.1f})  Redis {per['redis']:4.1f}"
+              f"  sum / SDK CPU {ours / sdk_cpu:.2f}; wall not on our CPU "
+              f"{1000 * wall - ours:6.1f}")  # fmt: skip
 
 
 def parts(words: list[str], size: int) -> None:
     """The fleet's extra work on one reply, timed alone (CPU ms, median of 9)."""
+    from kombu.utils.json import dumps, loads
+
     from ditto_plugin_sqlite import SqliteMemoryStore
     from ditto_worker import create_memory
     from ditto_worker.contracts import MemoryItem, NodeResult, to_wire
+    from ditto_worker.fleet.redaction import Reply
+    from ditto_worker.fleet.replies import encode_result_meta
 
     folder = Path(tempfile.mkdtemp(prefix="bench-writes-parts-"))
     try:
         memory = create_memory(SqliteMemoryStore(str(folder / "parts.db")))
         batch = next(batches(1, size, 7, words))
         result = memory.write({"memories": batch})
-        wire = to_wire(result)
-        body = json.dumps(wire)
+        message = [[], {"input": {"memories": batch}}, {"callbacks": None, "errbacks": None}]
+        text = dumps(message)
+        meta = {"status": "SUCCESS", "traceback": None, "children": [], "task_id": "t"}
+        body = dumps({**meta, "result": to_wire(result)})
         steps: dict[str, Callable[[], Any]] = {
-            "input JSON encode (client)": lambda: json.dumps({"input": {"memories": batch}}),
-            "input JSON decode (worker)": lambda: json.loads(json.dumps({"memories": batch})),
-            "reply wire JSON: to_wire (worker)": lambda: to_wire(result),
-            "reply JSON encode (worker, result backend)": lambda: json.dumps(wire),
+            "input JSON encode (client, kombu)": lambda: dumps(message),
+            "input JSON decode (worker, kombu)": lambda: loads(text),
+            "reply as before: to_wire + kombu JSON (worker)": (
+                lambda: dumps({**meta, "result": to_wire(result)})
+            ),
+            "reply now: one pass from the model (worker)": (
+                lambda: encode_result_meta({**meta, "result": Reply(result)})
+            ),
             "reply JSON decode (client)": lambda: json.loads(body),
-            "reply validation (client)": lambda: NodeResult[list[MemoryItem]].model_validate(wire),
+            "reply validation (client)": (
+                lambda: NodeResult[list[MemoryItem]].model_validate(json.loads(body)["result"])
+            ),
         }
         print(f"\nparts of the fleet's extra work, one batch of {size}, CPU ms (median of 9):")
         for label, step in steps.items():
-            print(f"  {label:<46}{_cpu_ms(step):7.2f}")
+            print(f"  {label:<50}{_cpu_ms(step):7.2f}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -231,8 +279,8 @@ def _load() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--redis", help="Redis URL (default: start a throwaway redis-server)")
-    parser.add_argument("--pools", default="prefork:2,solo:1",
-                        help="pool:concurrency list, each on its own worker")  # fmt: skip
+    parser.add_argument("--pools", default="prefork:2,threads:1,solo:1",
+                        help="pool:concurrency list, one worker each, side by side")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batches", type=int, default=10, help="batches per round")
     parser.add_argument("--batch", type=int, default=1000, help="memories per batch")
@@ -244,8 +292,7 @@ def main() -> None:
     try:
         print(f"bulk WRITE into SQLite, fleet vs direct SDK; load average {_load()} "
               f"on {os.cpu_count()} cores")  # fmt: skip
-        for spec in args.pools.split(","):
-            measure_pool(url, folder, spec, args, words)
+        measure(url, folder, args.pools.split(","), args, words)
         parts(words, args.batch)
         print(f"load average at the end {_load()}")
     finally:

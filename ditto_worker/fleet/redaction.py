@@ -33,6 +33,8 @@ from typing import Any
 
 from kombu.utils.json import register_type
 
+from ditto_worker.contracts import NodeResult, to_wire
+
 __all__ = [
     "INPUT_REPR",
     "REDACTED_LOGGERS",
@@ -64,26 +66,39 @@ def input_repr(size: int | None) -> str:
 
 
 class Reply:
-    """A task's return value: the NodeResult wire JSON, shown as a summary.
+    """A task's return value: the NodeResult, shown as a summary.
 
     Celery logs and sends ``repr(return value)``; kombu's JSON encoder stores
-    :attr:`wire` (registered below), so the result backend and the client see the plain
-    NodeResult JSON.
+    :attr:`wire` (registered below), or :mod:`ditto_worker.fleet.replies` encodes the
+    model in one pass, so the result backend and the client see the plain NodeResult JSON.
 
     Args:
-        wire: the NodeResult wire JSON (``executionId``, ``node``, ``status`` …).
+        result: the NodeResult, or its wire JSON (``executionId``, ``node``, ``status`` …).
         show: ``True``: ``repr`` is the whole JSON (``fleet.logContent``).
     """
 
-    __slots__ = ("show", "wire")
+    __slots__ = ("_wire", "result", "show")
 
-    def __init__(self, wire: Mapping[str, Any], show: bool = False) -> None:
-        self.wire = wire
+    def __init__(self, result: NodeResult[Any] | Mapping[str, Any], show: bool = False) -> None:
+        self.result = result
         self.show = show
+        self._wire: Mapping[str, Any] | None = None if isinstance(result, NodeResult) else result
+
+    @property
+    def wire(self) -> Mapping[str, Any]:
+        """The NodeResult wire JSON (made from the model on first use)."""
+        if self._wire is None:
+            assert isinstance(self.result, NodeResult)
+            self._wire = to_wire(self.result)
+        return self._wire
 
     def __repr__(self) -> str:
         if self.show:
             return repr(self.wire)
+        if isinstance(self.result, NodeResult):
+            error = self.result.error
+            code = f" {error.code}" if error is not None else ""
+            return f"<NodeResult {self.result.node} {self.result.status}{code}>"
         error = self.wire.get("error")
         code = f" {error.get('code')}" if isinstance(error, Mapping) else ""
         return f"<NodeResult {self.wire.get('node')} {self.wire.get('status')}{code}>"

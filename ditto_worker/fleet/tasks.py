@@ -6,7 +6,8 @@ injected) and :func:`register_tasks` registers each node as a task named by its 
 routed to its own queue (the lower-case id). A task parses nothing itself: it builds the
 call's :class:`~ditto_worker.runtime.NodeContext` once from the message (execution id,
 deadline, trusted scope, cancel token) and hands the JSON input to
-:func:`~ditto_worker.runtime.execute.run_node`, then returns the NodeResult's wire JSON.
+:func:`~ditto_worker.runtime.execute.run_node`, then returns the NodeResult (a
+:class:`~ditto_worker.fleet.redaction.Reply`, stored as its wire JSON).
 Every outcome is a NodeResult: a success is the task's return value; any other status
 leaves the task as :class:`~ditto_worker.fleet.failures.NodeFailed` (a Celery failure that
 carries the NodeResult, which the client rebuilds: Flower, events and tracing count it as a
@@ -42,6 +43,7 @@ from ditto_worker.fleet.failures import NodeFailed
 from ditto_worker.fleet.heartbeat import QueueHeartbeat, consumed_queues
 from ditto_worker.fleet.redaction import Reply, input_repr, install_redaction
 from ditto_worker.fleet.redis_urls import is_redis_url, sync_client
+from ditto_worker.fleet.replies import install_reply_encoder
 from ditto_worker.fleet.shutdown import ignore_group_sigterm
 from ditto_worker.operation import OPERATION_HEADER, check_operation_id
 from ditto_worker.runtime.cancel import CancelToken
@@ -276,8 +278,9 @@ class FleetRuntime:
             return NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, message)
         return None
 
-    def run(self, task: Task, node: str, input: Any) -> dict[str, Any]:
-        """Run ``node`` for the task's current request; returns the NodeResult wire JSON.
+    def run(self, task: Task, node: str, input: Any) -> NodeResult[Any]:
+        """Run ``node`` for the task's current request; returns its NodeResult (the task
+        writes it to the result backend in one pass, :mod:`ditto_worker.fleet.replies`).
 
         The call runs with a cancel token registered under its execution id (see
         :mod:`ditto_worker.fleet.cancellation`); a call flagged cancelled before it started
@@ -292,10 +295,10 @@ class FleetRuntime:
             scope = parse_scope(_header(request, SCOPE_HEADER))
             operation_id = check_operation_id(_header(request, OPERATION_HEADER))
         except NodeError as exc:
-            return to_wire(NodeResult.failure(eid, node, exc.code, exc.safe_message))
+            return NodeResult.failure(eid, node, exc.code, exc.safe_message)
         refused = self._refusal(task, node, eid, input)
         if refused is not None:
-            return to_wire(refused)
+            return refused
         watcher = self._watcher.get()
         with local_registry().running(eid, deadline) as token:
             # a call with effects always reads its flag; one without may rely on the
@@ -311,7 +314,7 @@ class FleetRuntime:
                 headers=trace, defaults=self._defaults(definition.kind),
                 operation_id=operation_id,
             )  # fmt: skip
-            return to_wire(run_node(definition, spec, input, ctx))
+            return run_node(definition, spec, input, ctx)
 
 
 def _make_task(
@@ -320,10 +323,10 @@ def _make_task(
     show = runtime.config.fleet.log_content
 
     def run_node_task(self: Task, input: Any = None) -> Reply:
-        wire = runtime.run(self, node, input)
-        if wire["status"] != "success":  # a Celery failure, with the NodeResult inside
-            raise NodeFailed(wire)
-        return Reply(wire, show)
+        result = runtime.run(self, node, input)
+        if result.status != "success":  # a Celery failure, with the NodeResult inside
+            raise NodeFailed(to_wire(result))
+        return Reply(result, show)
 
     run_node_task.__doc__ = f"Celery task for {node}: NodeResult JSON for the given input."
     app.task(
@@ -358,6 +361,7 @@ def register_tasks(app: Celery, runtime: FleetRuntime) -> None:
     runtime._app = app
     log_content = runtime.config.fleet.log_content
     install_redaction(log_content)
+    install_reply_encoder()  # a reply's JSON in one pass, straight from its model
     install_log_trace()  # a traced call's run and Graph node on its received/succeeded lines
     margin = runtime.config.fleet.time_limit_margin_s
     request = type("SizedRequest", (SizedRequest,),
