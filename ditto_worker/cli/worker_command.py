@@ -28,8 +28,10 @@ class NodeSelection:
 
     Attributes:
         nodes: node ids, in the order named (a kind or group expands in its own order).
-        concurrency: pool size (a single group's own, else the kind's).
-        pool: ``prefork`` | ``threads`` | ``solo`` (the first selected kind's).
+        concurrency: pool size (a single group's own, else the kind's; 1 for mutations on
+            a single-writer store).
+        pool: ``prefork`` | ``threads`` | ``solo`` (a single group's own, else the first
+            selected kind's; ``threads`` for mutations on a single-writer store).
         state_db: Celery worker state file of that kind (``workers.<name>.stateDb``).
         name: the worker name prefix (the first selected kind, lower case).
     """
@@ -49,15 +51,19 @@ def _kind_names(table: NodeTable) -> dict[str, list[str]]:
 
 
 def resolve_nodes(
-    config: RuntimeConfig, nodes: str | None, table: NodeTable | None = None
-) -> NodeSelection:
+    config: RuntimeConfig, nodes: str | None, table: NodeTable | None = None,
+    store: str | None = None, pool: str | None = None,
+) -> NodeSelection:  # fmt: skip
     """What ``--nodes`` names: kinds, groups and/or node ids, comma-separated.
 
     A kind name (``memory``, ``retrieval``, ``context`` … lower case) is all its nodes; a
     group (``workers.<kind>.groups.<name>``, e.g. ``reads``) is its nodes; anything else
     must be a node id. No ``--nodes`` is ``memory``. Pool, concurrency and state db come
-    from the first kind named (``workers.<kind>``), a single group's concurrency from the
-    group.
+    from the first kind named (``workers.<kind>``), a single group's concurrency and pool
+    (when set) from the group. MEMORY mutations alone (the ``writes`` group, or node ids)
+    on a store with one writer (``store``, default ``workers.memory.store``; SQLite) run
+    on ``threads`` with concurrency 1 (:func:`_one_writer`) unless ``pool`` (``--pool``)
+    or their group names a pool.
 
     Raises:
         ConfigError: a name that is neither a kind, a group nor a node id.
@@ -88,10 +94,27 @@ def resolve_nodes(
         raise ConfigError(f"--nodes: no worker kind serves {', '.join(unknown)}")
     kind = table[picked[0]][0].kind.lower()
     settings = config.process_settings(kind)
-    concurrency = settings.concurrency
-    if len(names) == 1 and names[0] in groups:
-        concurrency = groups[names[0]][1].concurrency
-    return NodeSelection(picked, concurrency, settings.pool, settings.state_db, kind)
+    group = groups[names[0]][1] if len(names) == 1 and names[0] in groups else None
+    concurrency = settings.concurrency if group is None else group.concurrency
+    chosen = pool or (group.pool if group is not None else None)
+    if chosen is None and _one_writer(config, table, picked, store):
+        chosen, concurrency = "threads", 1
+    return NodeSelection(picked, concurrency, chosen or settings.pool, settings.state_db, kind)
+
+
+def _one_writer(
+    config: RuntimeConfig, table: NodeTable, nodes: list[str], store: str | None
+) -> bool:
+    """Every node is a MEMORY mutation and the store takes one writer at a time (SQLite):
+    the worker then runs one call at a time on one thread. A prefork pool process would add
+    the hand-over of each batch (1,000 memories: +11-16 ms CPU, about 10 % of the write
+    itself, bench/fleet_writes.py) and a second one only waits for the database's write
+    lock (issue 28 item 4)."""
+    from ditto_worker.runtime.registry import store_single_writer
+
+    if not all(table[n][0].kind == "MEMORY" and table[n][1].mutation for n in nodes):
+        return False
+    return store_single_writer(config, store)
 
 
 _OWN_QUEUE_OPTIONS = ("-Q", "--queues", "-X", "--exclude-queues", "-A", "--app", "-b")
@@ -168,14 +191,14 @@ def worker(
     try:
         extra = _celery_extra(list(ctx.args))
         celery_app = create_worker_app(cfg, store=store)
-        selection = resolve_nodes(cfg, nodes, celery_app.ditto_runtime.table)
+        selection = resolve_nodes(cfg, nodes, celery_app.ditto_runtime.table, store, pool)
     except ConfigError as exc:
         fail("worker", str(exc))
     from ditto_worker.fleet.startup import check_broker, check_resources
 
     wait_s = cfg.fleet.start_wait_s
     failure = check_broker(celery_app, wait_s) or check_resources(
-        celery_app.ditto_runtime, selection.nodes, pool or selection.pool, wait_s
+        celery_app.ditto_runtime, selection.nodes, selection.pool, wait_s
     )
     if failure:  # before Celery announces ready: a worker that would fail every call
         fail("worker", f"cannot start: {failure}", 1)
@@ -186,7 +209,7 @@ def worker(
         "worker",
         "-Q", ",".join(queue_for(n) for n in selection.nodes),
         "-c", str(concurrency or selection.concurrency),
-        "-P", pool or selection.pool,
+        "-P", selection.pool,
         "-l", loglevel,
         "-n", name,
         "-E",

@@ -42,6 +42,13 @@ class NodeGroup(Section):
 
     nodes: list[str] = Field(description="Node ids of the group, e.g. [MEMORY.GET, MEMORY.QUERY].")
     concurrency: int = Field(ge=1, description="Pool size for this group's worker.")
+    pool: Literal["prefork", "threads", "solo"] | None = Field(
+        default=None,
+        description="Celery pool of this group's worker. null: the kind's pool, except that "
+        "a group of MEMORY mutations on a store with one writer (SQLite) runs on one thread "
+        "(threads, concurrency 1): the store takes one write at a time anyway, and a prefork "
+        "pool process only adds the hand-over of each batch (docs/fleet.md).",
+    )
 
 
 def _default_groups() -> dict[str, NodeGroup]:

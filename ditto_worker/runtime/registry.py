@@ -53,6 +53,7 @@ __all__ = [
     "build_store",
     "connect_transport",
     "node_table",
+    "store_single_writer",
     "worker_definitions",
 ]
 
@@ -142,6 +143,28 @@ def build_store(
     if must_exist and _accepts_must_exist(factory):
         return factory(settings, environ, must_exist=True)  # type: ignore[call-arg]
     return factory(settings, environ)
+
+
+def store_single_writer(config: RuntimeConfig, name: str | None = None) -> bool:
+    """Whether the store plugin ``name`` (default ``workers.memory.store``) has one writer at
+    a time per database: its factory's return annotation names a store class whose
+    ``single_writer`` class attribute is true (SQLite: ``BEGIN IMMEDIATE`` takes the
+    database's one write lock). Nothing is built. ``False`` when unknown (no such plugin,
+    an unannotated factory).
+
+    Source: issue 28 item 4 — ``ditto-worker worker`` runs a group of MEMORY mutations on
+    such a store on one thread by default (:func:`ditto_worker.cli.worker_command.resolve_nodes`).
+    """
+    import typing
+
+    try:
+        factory = _named(ENTRY_POINT_GROUP, name or config.memory_worker.store, "store plugin")
+        store_class = typing.get_type_hints(factory).get("return")
+    except (ConfigError, ImportError, NameError, TypeError) as exc:
+        # a plugin that cannot be found or imported fails later, where it is built
+        logger.debug("store plugin traits unknown (%s)", type(exc).__name__)
+        return False
+    return bool(getattr(store_class, "single_writer", False))
 
 
 def _named(group: str, name: str, what: str, other: str = "") -> Any:

@@ -10,6 +10,7 @@ import pytest
 from ditto_worker.cli.commands import resolve_nodes
 from ditto_worker.config import load_runtime_config, load_runtime_config_file
 from ditto_worker.errors import ConfigError
+from ditto_worker.runtime.registry import store_single_writer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -113,10 +114,11 @@ def test_resolve_nodes_groups_ids_and_concurrency() -> None:
         4,
         "prefork",
     )
+    # the default store is SQLite, one writer at a time: its mutations run on one thread
     assert _picked(config, "writes") == (
         ["MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"],
-        2,
-        "prefork",
+        1,
+        "threads",
     )
     assert _picked(config, "MEMORY.GET,search") == (["MEMORY.GET", "MEMORY.SEARCH"], 4, "prefork")
     # any worker kind by name, with its own section's pool and concurrency (MEM-RT-1)
@@ -126,3 +128,30 @@ def test_resolve_nodes_groups_ids_and_concurrency() -> None:
     assert _picked(config, "infer") == (["INFER.GENERATE"], 1, "threads")
     with pytest.raises(ConfigError):
         resolve_nodes(config, "bogus")
+
+
+def test_mutations_on_a_single_writer_store_run_on_one_thread() -> None:
+    # issue 28 item 4: SQLite takes one writer at a time; a prefork pool process only adds
+    # the hand-over of each batch. Stores with concurrent writers keep the group's pool.
+    config = load_runtime_config(None, env={})
+    assert store_single_writer(config) and store_single_writer(config, "sqlite")
+    assert not any(store_single_writer(config, n) for n in ("postgres", "memory", "nope"))
+    writes = ["MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"]
+
+    def pick(nodes: str, **kwargs: Any) -> tuple[str, int]:
+        selection = resolve_nodes(config, nodes, **kwargs)
+        return selection.pool, selection.concurrency
+
+    assert resolve_nodes(config, "writes").nodes == writes
+    assert pick("writes") == pick("MEMORY.WRITE") == pick("MEMORY.DELETE") == ("threads", 1)
+    assert pick("writes", store="postgres") == ("prefork", 2)
+    assert pick("writes", pool="prefork") == ("prefork", 2)  # --pool wins, with the group's -c
+    assert pick("MEMORY.GET,MEMORY.WRITE") == ("prefork", 4)  # reads too: the kind's pool
+    assert pick("reads") == ("prefork", 4)
+    chosen = load_runtime_config(
+        {"workers": {"memory": {"groups": {
+            "writes": {"nodes": writes, "concurrency": 3, "pool": "prefork"}}}}},
+        env={},
+    )  # fmt: skip
+    selection = resolve_nodes(chosen, "writes")
+    assert (selection.pool, selection.concurrency) == ("prefork", 3)  # the group's own pool

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from ditto_plugin_sqlite import vectors as vec
 from ditto_plugin_sqlite.db import open_connection, transaction, usable
@@ -138,6 +138,10 @@ class SqliteMemoryStore(SearchMixin):
     """
 
     capabilities: StoreCapabilities = KEYWORD_CAPABILITIES
+    single_writer: ClassVar[bool] = True
+    """One writer at a time per database file (``BEGIN IMMEDIATE``): ``ditto-worker worker``
+    runs a group of mutations on one thread by default
+    (:func:`ditto_worker.runtime.registry.store_single_writer`)."""
 
     def __init__(
         self,
