@@ -51,18 +51,20 @@ def parse_fields(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def parse_query_fields(value: Any) -> tuple[str, ...]:
+def parse_query_fields(value: Any) -> tuple[str, ...] | None:
     """``queryFields`` from settings (issue 28): the metadata fields a deployment filters
     and sorts QUERY on, named as in filters (``user``, ``profile.city``), each indexed
     by the SQL stores. Unlike ``indexFields`` it changes no result, only plans: a field
-    declared or removed later is indexed or unindexed when a store opens.
+    declared or removed later is indexed or unindexed when a store opens. ``None`` (the
+    key left out) leaves a store's existing query-field indexes alone; a list, even
+    empty, is the whole declaration (the others are dropped).
 
     Raises:
         ConfigError: not a list of distinct metadata field names (a reserved field,
             ``id``/``key``/``createdAt``/``updatedAt``, is a column with its own index).
     """
     if value is None:
-        return ()
+        return None
     message = "queryFields must be a list of distinct metadata field names"
     if not isinstance(value, list | tuple) or len(set(map(str, value))) != len(value):
         raise ConfigError(message)

@@ -69,7 +69,7 @@ class Lifecycle:
         hybrid: Any = None,
         execution_retention_s: float = DEFAULT_RETENTION_S,
         index_fields: Sequence[str] = (),
-        query_fields: Sequence[str] = (),
+        query_fields: Sequence[str] | None = None,
     ) -> None:
         self._address = parse_url(url)
         self.database = check_database_name(database or self._address.database or "ditto")
@@ -80,7 +80,8 @@ class Lifecycle:
         self._hybrid_settings = hybrid
         self._retention_s = execution_retention_s
         self._index_fields = tuple(index_fields)
-        self._query_fields = tuple(query_fields)
+        self._query_fields = tuple(query_fields or ())
+        self._query_declared = query_fields is not None  # else: columns left alone
         self._declared = column_prefixes(self._query_fields)
         self._lock = threading.Lock()
         self._pool: QueuePool | None = None
@@ -131,7 +132,8 @@ class Lifecycle:
                         check_schema(conn, self.database)
                     conn.select_db(self.database)
                     self._claims(conn)
-                    sync_columns(conn, self.database, self._query_fields)
+                    if self._query_declared:
+                        sync_columns(conn, self.database, self._query_fields)
                 self._pool = open_pool(
                     self._address, self.database, self._pool_max_size, *self._timeouts
                 )

@@ -29,7 +29,8 @@ with ``-`` is not indexed (MariaDB 10.11 cannot parse ``$."-x"``: it finds no su
 at all, declared or not). A store opening with declared
 fields adds the missing columns and drops those of fields no longer declared, under a
 named lock (``GET_LOCK``), in one ``ALTER TABLE`` (the indexes are built then: seconds per
-100,000 records); without ``queryFields`` existing ones are left alone.
+100,000 records). The declared list is the whole declaration: an empty list drops every
+column named with :data:`PREFIX`; a store opened without the setting leaves them alone.
 """
 
 from __future__ import annotations
@@ -106,14 +107,14 @@ def _existing(conn: Conn, database: str) -> set[str]:
 
 def sync_columns(conn: Conn, database: str, fields: Sequence[str]) -> bool:
     """Add the columns and indexes of ``fields``, drop those of undeclared fields (module
-    doc); True when something changed. Nothing is done for no fields.
+    doc); True when something changed. An empty ``fields`` drops them all.
 
     Raises:
         MemoryError: ``MEMORY_BACKEND_ERROR`` when another process held the lock for
             ``_LOCK_WAIT_S`` seconds.
     """
     wanted: Mapping[str, str] = column_prefixes(fields)
-    if not fields or _existing(conn, database) == set(wanted.values()):
+    if _existing(conn, database) == set(wanted.values()):
         return False
     lock = f"ditto_qf_{database}"
     with conn.cursor() as cur:

@@ -104,7 +104,8 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
               kept.
             - ``index_fields``: metadata fields indexed with the content (``indexFields``).
             - ``query_fields``: metadata fields QUERY filters on (``queryFields``), given
-              indexed generated columns at open (:mod:`.query_index`); results unchanged.
+              indexed generated columns at open (:mod:`.query_index`); results unchanged;
+              the whole declaration (``[]`` drops them all; ``None``: left alone).
 
     Behaviour (declared in :attr:`capabilities`): atomic batches, unique keys per scope
     (``CONFLICT``, nothing written), ``NOT_FOUND`` for UPDATE of a missing id, keys freed

@@ -182,7 +182,7 @@ def test_equality_uses_the_index_and_ranges_may(
 
 
 def test_declaring_and_removing_fields(mysql_url: str, mysql_database: str) -> None:
-    def opened(fields: list[str]) -> set[str]:
+    def opened(fields: list[str] | None) -> set[str]:
         store = MysqlMemoryStore(mysql_url, database=mysql_database, query_fields=fields)
         assert create_memory(store).query({"filter": {"score": 1}}).status == "success"
         store.close()
@@ -191,10 +191,11 @@ def test_declaring_and_removing_fields(mysql_url: str, mysql_database: str) -> N
     assert opened([]) == set()
     two = opened(["score", "user"])
     assert len(two) == 6 and opened(["score", "user"]) == two  # idempotent
-    assert opened([]) == two  # no queryFields: left alone
+    assert opened(None) == two  # no queryFields setting: left alone
     one = opened(["score"])
     assert len(one) == 3 and one < two
     assert opened(["score", "a.-b"]) == one  # "-b" is not indexable on MariaDB
+    assert opened([]) == set()  # declared empty: every query-field column dropped
 
 
 def test_query_fields_setting(mysql_url: str, mysql_database: str) -> None:

@@ -17,8 +17,9 @@ conditions over these expressions.
 declared fields creates the missing indexes and drops those of fields no longer declared,
 under the store's write lock (writers wait while an index is built: seconds per 100,000
 records), then ``ANALYZE``\\ s the table once so the planner has the expressions'
-statistics (autovacuum keeps them after). A store opened without ``queryFields`` leaves
-existing ones alone.
+statistics (autovacuum keeps them after). The declared list is the whole declaration: an
+empty list drops every index named with :data:`PREFIX`; only a store opened without the
+setting (``None``) leaves them alone.
 """
 
 from __future__ import annotations
@@ -63,19 +64,25 @@ def existing(conn: psycopg.Connection, schema_name: str) -> set[str]:
 
 
 def sync_indexes(
-    conn: psycopg.Connection, schema: str, schema_name: str, fields: Sequence[str], lock: int
+    conn: psycopg.Connection,
+    schema: str,
+    schema_name: str,
+    fields: Sequence[str] | None,
+    lock: int,
 ) -> bool:
     """Create the indexes of ``fields``, drop those of undeclared fields (module doc);
-    True when something changed. Nothing is done for no fields.
+    True when something changed. Nothing is done for ``None`` (not declared).
 
     Args:
         conn: an autocommit connection.
         schema: the quoted schema; ``schema_name`` its plain name.
-        fields: the ``queryFields``.
+        fields: the ``queryFields`` (``None``: not set).
         lock: the store's write advisory lock key (held while indexes change).
     """
+    if fields is None:
+        return False
     wanted = index_statements(schema, fields)
-    if not fields or existing(conn, schema_name) == set(wanted):
+    if existing(conn, schema_name) == set(wanted):
         return False
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock])
@@ -85,5 +92,6 @@ def sync_indexes(
         for name, statement in wanted.items():
             if name not in present:
                 conn.execute(statement)
-    conn.execute(f"ANALYZE {schema}.memories")
+    if wanted:
+        conn.execute(f"ANALYZE {schema}.memories")
     return True

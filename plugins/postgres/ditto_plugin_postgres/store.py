@@ -120,7 +120,8 @@ class PostgresMemoryStore(SearchMixin):
             remembered (``plugins.postgres.executionRetentionS``, 24 h).
         query_fields: ``queryFields``, metadata fields QUERY filters and sorts on, given
             B-tree expression indexes when the pool opens
-            (:mod:`ditto_plugin_postgres.query_index`).
+            (:mod:`ditto_plugin_postgres.query_index`); the whole declaration (``[]``
+            drops them all); ``None``: existing ones left alone.
 
     Behaviour (declared in :attr:`capabilities`): atomic batches, unique keys
     (``CONFLICT``, nothing written), ``NOT_FOUND`` for UPDATE of a missing id, keys freed
@@ -161,10 +162,11 @@ class PostgresMemoryStore(SearchMixin):
         hybrid: Any = None,
         execution_retention_s: float = DEFAULT_RETENTION_S,
         index_fields: Sequence[str] = (),
-        query_fields: Sequence[str] = (),
+        query_fields: Sequence[str] | None = None,
     ) -> None:
         self._index_fields = tuple(index_fields)
-        self._query_fields = tuple(query_fields)
+        self._query_fields = tuple(query_fields or ())
+        self._query_declared = query_fields is not None  # else: indexes left alone
         self._index_mismatch: str | None = None
         self._quoted = quote_schema(schema)
         self._retention_s = execution_retention_s
@@ -231,7 +233,11 @@ class PostgresMemoryStore(SearchMixin):
                         self._claim(conn, self._embedder)
                     self._claim_index_fields(conn)
                     sync_indexes(
-                        conn, self._quoted, self.schema, self._query_fields, self._write_lock
+                        conn,
+                        self._quoted,
+                        self.schema,
+                        self._query_fields if self._query_declared else None,
+                        self._write_lock,
                     )
                     self._cursor_key = claim_setting(
                         conn, self._quoted, CURSOR_SECRET_SETTING, new_cursor_secret()

@@ -150,7 +150,7 @@ def test_sorts_ranges_and_equality_on_declared_fields_use_their_index(
 
 
 def test_declaring_and_removing_fields(postgres_url: str, pg_schema: str) -> None:
-    def opened(fields: list[str]) -> set[str]:
+    def opened(fields: list[str] | None) -> set[str]:
         store = PostgresMemoryStore(postgres_url, schema=pg_schema, query_fields=fields)
         assert create_memory(store).query({"filter": {"score": 1}}).status == "success"
         store.close()
@@ -159,9 +159,10 @@ def test_declaring_and_removing_fields(postgres_url: str, pg_schema: str) -> Non
     assert opened([]) == set()
     two = opened(["score", "user"])
     assert len(two) == 2 and opened(["score", "user"]) == two  # idempotent
-    assert opened([]) == two  # no queryFields: left alone
+    assert opened(None) == two  # no queryFields setting: left alone
     one = opened(["score"])
     assert len(one) == 1 and one < two
+    assert opened([]) == set()  # declared empty: every query-field index dropped
 
 
 def test_query_fields_setting(postgres_url: str) -> None:

@@ -15,8 +15,9 @@ names keep working through ``json_each``, unindexed) gets two expression indexes
 ``<digest>`` a SHA-256 prefix of the index's statement, so an index whose expression
 changes in a later version is a new index. Opening a store creates the indexes of newly
 declared fields and drops those of fields no longer declared (idempotent; one write
-transaction, only when something differs; several seconds at a million records); a
-store opened without ``queryFields`` leaves existing ones alone.
+transaction, only when something differs; several seconds at a million records). The
+declared list is the whole declaration: an empty list drops every index named with
+:data:`PREFIX`; only a store opened without the setting (``None``) leaves them alone.
 
 Statistics: the planner must choose between indexes (``user`` held by 0.5 % of records
 against ``kind`` held by 20 %), and SQLite only knows how selective an index is from
@@ -68,11 +69,13 @@ class QueryIndexes:
     """The declared fields of one store object: which are indexed, and their upkeep.
 
     Args:
-        fields: the ``queryFields`` setting (names as in filters).
+        fields: the ``queryFields`` setting (names as in filters); ``None``: not set,
+            existing indexes are left alone.
     """
 
-    def __init__(self, fields: Sequence[str]) -> None:
-        self.fields = tuple(fields)
+    def __init__(self, fields: Sequence[str] | None) -> None:
+        self._managed = fields is not None
+        self.fields = tuple(fields or ())
         self.declared: Declared = frozenset(
             name for name in self.fields if indexable(parse_field(name), frozenset({name}))
         )
@@ -87,19 +90,21 @@ class QueryIndexes:
         return {str(row[0]) for row in rows if str(row[0]).startswith(PREFIX)}
 
     def in_step(self, conn: Connection) -> bool:
-        """True when nothing is to do at open: no fields declared (existing indexes are
-        left alone), or their indexes exactly and statistics present."""
-        if not self.fields:
+        """True when nothing is to do at open: no declaration (existing indexes are left
+        alone), or exactly the declared fields' indexes and, with some, statistics."""
+        if not self._managed:
             return True
         if self.existing(conn) != set(self._statements):
             return False
+        if not self.fields:
+            return True
         self._analyzed = _analyzed_rows(conn)
         return self._analyzed > 0 or _empty(conn)
 
     def sync(self, conn: Connection) -> None:
         """Create missing indexes, drop those of undeclared fields, refresh statistics
         (in the caller's write transaction)."""
-        if not self.fields:
+        if not self._managed:
             return
         present = self.existing(conn)
         for name in sorted(present - set(self._statements)):
@@ -107,7 +112,8 @@ class QueryIndexes:
         for name, statement in self._statements.items():
             if name not in present:
                 conn.execute(statement)
-        self.analyze(conn)
+        if self.fields:
+            self.analyze(conn)
 
     def analyze(self, conn: Connection) -> None:
         """``ANALYZE memories`` (sampled; in the caller's write transaction)."""

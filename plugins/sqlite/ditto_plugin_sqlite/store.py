@@ -103,7 +103,8 @@ class SqliteMemoryStore(SearchMixin):
             :class:`ditto_worker.retrieval.RetrievalConfig` or its mapping (camelCase
             keys, ``plugins.sqlite.hybrid``); default: ``RetrievalConfig()``.
         query_fields: ``queryFields``, metadata fields QUERY filters and sorts on, given
-            expression indexes at open (:mod:`ditto_plugin_sqlite.query_index`).
+            expression indexes at open (:mod:`ditto_plugin_sqlite.query_index`); the
+            whole declaration (``[]`` drops them all); ``None``: existing left alone.
 
     Behaviour (declared in :attr:`capabilities`):
         * WRITE/UPDATE/DELETE batches commit atomically, all or nothing (MEM-PY-11).
@@ -152,7 +153,7 @@ class SqliteMemoryStore(SearchMixin):
         hybrid: Any = None,
         execution_retention_s: float = DEFAULT_RETENTION_S,
         index_fields: Sequence[str] = (),
-        query_fields: Sequence[str] = (),
+        query_fields: Sequence[str] | None = None,
     ) -> None:
         self._path = os.fspath(path)
         self._index_fields = tuple(index_fields)

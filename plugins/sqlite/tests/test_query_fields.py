@@ -135,6 +135,8 @@ def test_declaring_and_removing_fields_on_an_existing_store(tmp_path: Path) -> N
         assert _indexes(path) == set(index_statements(["score"]))
         plain = create_memory(store)
         assert len(_pages(plain, {"filter": {"user": 1}}, None)) > 0
+    SqliteMemoryStore(path, query_fields=[]).close()  # declared empty: all dropped
+    assert _indexes(path) == set()
 
 
 def test_statistics_follow_the_table(tmp_path: Path) -> None:
@@ -170,6 +172,11 @@ def test_query_fields_setting(tmp_path: Path) -> None:
     store = create_store({"path": str(tmp_path / "x.sqlite"), "queryFields": ["user"]}, env={})
     assert store._query.declared == frozenset({"user"})
     store.close()
+    SqliteMemoryStore(tmp_path / "x.sqlite", query_fields=["user", "score"]).close()
+    create_store({"path": str(tmp_path / "x.sqlite")}, env={}).close()  # key left out
+    assert len(_indexes(tmp_path / "x.sqlite")) == 4  # left alone
+    create_store({"path": str(tmp_path / "x.sqlite"), "queryFields": []}, env={}).close()
+    assert _indexes(tmp_path / "x.sqlite") == set()  # the whole declaration: none
     for bad in (["id"], ["a", "a"], "user", [3], ["a..b"]):
         with pytest.raises(ConfigError, match="queryFields"):
             create_store({"path": str(tmp_path / "y.sqlite"), "queryFields": bad}, env={})
