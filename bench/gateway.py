@@ -3,7 +3,7 @@
 One throwaway Redis, ONE worker process (``ditto-worker worker --nodes memory``, threads
 pool) and ONE gateway process (``ditto-worker serve`` with a broker: every call is
 enqueued on the fleet through the same client Python callers use). MEMORY.GET of one
-record is called three ways, in interleaved rounds so a noisy neighbour hits all alike:
+record is called four ways, in interleaved rounds so a noisy neighbour hits all alike:
 
   (python) ``await runtime.ainvoke`` — the Python fleet client (``create_ditto`` with a
       broker), one client shared by every caller (as it is meant to be used);
@@ -18,6 +18,10 @@ record is called three ways, in interleaved rounds so a noisy neighbour hits all
       which at 100 callers cost this process ~7 ms of CPU per call against ~1.8 ms with
       a client per caller; the gateway sees the same 100 keep-alive connections either
       way.)
+  (raw) the same ``POST`` over a keep-alive connection per caller written and read by
+      hand (the request in one write, the answer read by its ``Content-Length``): what
+      the gateway costs without an HTTP client library's work in the caller's process.
+      The targets are the http row's; raw says how much of the difference is the client.
 
 At 1, 10 and 100 concurrent callers it prints p50/p99 latency (ms) and throughput
 (calls/s) per path and the ratios to python. Targets (issue 26): HTTP p50 <= 1.3x the
@@ -39,6 +43,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import json
 import math
 import os
 import statistics
@@ -113,6 +118,38 @@ def load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+class RawClients:
+    """One keep-alive HTTP/1.1 connection per caller, written and read by hand: the
+    request in one write, the answer read by its ``Content-Length``. Not a client to
+    use; it shows what the gateway costs without an HTTP client library's own work."""
+
+    def __init__(self, url: str, token: str, body: bytes) -> None:
+        self.host, port = url.removeprefix("http://").split(":")
+        self.port = int(port)
+        self.request = (
+            f"POST /v1/nodes/MEMORY.GET HTTP/1.1\r\nHost: {self.host}\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        self.streams: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+
+    async def post(self, i: int) -> tuple[int, bytes]:
+        if i not in self.streams:
+            self.streams[i] = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self.streams[i]
+        writer.write(self.request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        length = next(
+            int(v.split(b":")[1]) for v in lines if v.lower().startswith(b"content-length:")
+        )
+        return int(lines[0].split()[1]), await reader.readexactly(length)
+
+    def close(self) -> None:
+        for _, writer in self.streams.values():
+            writer.close()
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -146,11 +183,17 @@ async def measure(
             answer = await clients[i].post("/v1/nodes/MEMORY.GET", json=body)
             assert answer.status_code == 200 and answer.json()["output"], answer.text
 
+        raw = RawClients(gateway.url, TOKEN, json.dumps(body).encode())
+
+        async def over_raw(i: int) -> None:
+            status, answer = await raw.post(i)
+            assert status == 200 and json.loads(answer)["output"], answer
+
         async def over_asgi(_: int) -> None:
             answer = await in_process.post("/v1/nodes/MEMORY.GET", json=body)
             assert answer.status_code == 200 and answer.json()["output"], answer.text
 
-        paths = (("python", direct), ("asgi", over_asgi), ("http", over_http))
+        paths = (("python", direct), ("asgi", over_asgi), ("http", over_http), ("raw", over_raw))
         for _ in range(20):  # warm every path
             for _name, fn in paths:
                 await fn(0)
@@ -169,6 +212,7 @@ async def measure(
                         (pct(lat, 0.5), pct(lat, 0.99), rate)
                     )
             print(f"round {round_no + 1}/{args.rounds} done ({load()})", flush=True)
+        raw.close()
     report(rows)
     report_cpu(cpu, args.rounds)
 
@@ -178,18 +222,19 @@ def report(rows: dict[tuple[int, str], list[tuple[float, float, float]]]) -> Non
     print(f"{'callers':>7} {'path':>6} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>9}")
     for callers in LEVELS:
         med = {}
-        for name in ("python", "asgi", "http"):
+        for name in ("python", "asgi", "http", "raw"):
             p50, p99, rate = (
                 statistics.median(v[i] for v in rows[(callers, name)]) for i in range(3)
             )
             med[name] = (p50, p99, rate)
             print(f"{callers:>7} {name:>6} {p50:>8.2f} {p99:>8.2f} {rate:>9.0f}")
         (p50p, _, ratep) = med["python"]
-        for name, label in (("asgi", "a/p"), ("http", "h/p")):
+        for name, label in (("asgi", "a/p"), ("http", "h/p"), ("raw", "r/p")):
             p50, _, rate = med[name]
             print(f"{callers:>7} {label:>6} {p50 / p50p:>7.2f}x {'':>8} {rate / ratep:>8.2f}x")
-        app_ms, transport_ms = med["asgi"][0] - p50p, med["http"][0] - med["asgi"][0]
-        print(f"{callers:>7} p50 added: app {app_ms:.2f} ms, HTTP hop {transport_ms:.2f} ms")
+        gateway_ms, client_ms = med["raw"][0] - p50p, med["http"][0] - med["raw"][0]
+        print(f"{callers:>7} p50 added: gateway and hop (raw - python) {gateway_ms:.2f} ms, "
+              f"httpx (http - raw) {client_ms:.2f} ms")  # fmt: skip
     print("targets: p50 h/p <= 1.3x at 1 caller; throughput h/p >= 0.5x at 100 callers")
 
 
