@@ -57,6 +57,7 @@ __all__ = [
     "SimHashIndex",
     "candidate_count",
     "code_bytes",
+    "create_index_tables",
     "ensure_tables",
     "put_codes",
 ]
@@ -98,6 +99,14 @@ _HEAD: Final = (
     "SELECT (SELECT seq FROM sqlite_sequence WHERE name = 'memory_vector_log'), "
     "(SELECT min(id) FROM memory_vector_log)"
 )
+
+
+def create_index_tables(conn: Connection) -> None:
+    """Create the codes table, the change log and their triggers where missing (in the
+    caller's write transaction; a reindex's switch gives the new ``memory_vectors`` its
+    triggers with it, :mod:`ditto_plugin_sqlite.reembed`)."""
+    for statement in _DDL:
+        conn.execute(statement)
 
 
 def ensure_tables(conn: Connection) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ditto_plugin_sqlite import SqliteMemoryStore
+from ditto_plugin_sqlite import SqliteMemoryStore, ann
 from ditto_plugin_sqlite import vectors as vec
 from ditto_worker.contracts import (
     MemoryGetInput,
@@ -142,3 +142,28 @@ def test_a_store_without_a_provider_cannot_reindex(tmp_path: Path) -> None:
 )
 def test_shared_reindex_checks(tmp_path: Path, check: Any) -> None:
     check(lambda embedder: SqliteMemoryStore(tmp_path / "m.sqlite", embedder=embedder))
+
+
+def test_the_switch_renames_the_staged_tables_with_their_codes_and_triggers(
+    tmp_path: Path,
+) -> None:
+    # the switch copies no vector: the staged vectors and SimHash codes become the live
+    # tables, the code and change-log triggers follow, the log is cut (every process
+    # reloads its index), and a write after it codes and logs its vector as before
+    path = tmp_path / "m.sqlite"
+    _filled(path)
+    with SqliteMemoryStore(path, embedder=NEW) as new:
+        assert new.reembed_embeddings(batch_size=3) == 7
+        new.write(MemoryWriteInput.model_validate({"memories": [{"content": "after"}]}))
+        with new._tx(None, write=False) as conn:
+            vectors = dict(conn.execute("SELECT seq, embedding FROM memory_vectors"))
+            codes = dict(conn.execute("SELECT seq, code FROM memory_vector_codes"))
+            log = conn.execute("SELECT count(*) FROM memory_vector_log").fetchone()
+            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert len(vectors) == 8 and set(codes) == set(vectors)
+    seqs = sorted(vectors)
+    expected = ann.code_bytes([bytes(vectors[s]) for s in seqs])
+    assert [bytes(codes[s]) for s in seqs] == [c.tobytes() for c in expected]
+    assert log == (2,)  # the cut's last entry and the write after it
+    assert {"memory_vectors_code_insert", "memory_vectors_log_insert"} <= names
+    assert not {n for n in names if n.endswith("_next") or "_next_" in n}
