@@ -48,9 +48,9 @@ __all__ = [
 CONVERSATION_PIPELINE: Final = RetrievalConfig.model_validate(
     {
         "candidates": 200,
-        "fusion": {"method": "weighted", "weights": {"keyword": 0.5, "vector": 0.5}},
+        "fusion": {"method": "weighted", "weights": {"keyword": 0.8, "vector": 0.2}},
         "mention": {"fields": ["speaker"], "weight": 0.1},
-        "context": {"groupField": "session", "orderField": "turn", "window": 1,
+        "context": {"groupField": "session", "orderField": "turn", "window": 2,
                     "neighbourWeight": 0.3, "groupWeight": 0.3, "groupTop": 3, "expand": 20},
     }
 )  # fmt: skip
@@ -58,9 +58,10 @@ CONVERSATION_PIPELINE: Final = RetrievalConfig.model_validate(
 ``session`` and ``turn`` (any chat log; nothing LoCoMo-only). Chosen by
 ``ditto-worker eval locomo --leave-one-out`` (:mod:`ditto_worker.cli.tuning`, issue 28
 item 7): the grid's choice on one file beat plain reciprocal-rank fusion on the other in
-both folds (R@10 0.781 vs 0.719 on 30.json, 0.780 vs 0.667 on 26.json), so a tuned
-setting may ship; this one is the grid's best over both files (0.809 / 0.821 in-sample).
-docs/retrieval.md "Leave-one-out" has the table."""
+both folds (R@10 0.806 vs 0.709 on 30.json, 0.810 vs 0.695 on 26.json; both legs search
+without the speaker names the question mentions, ``mention.stripFromKeywordQuery``), so a
+tuned setting may ship; this one is the grid's best over both files (0.843 / 0.810
+in-sample). docs/retrieval.md "Leave-one-out" has the table."""
 
 STRATEGIES: Final = ("keyword", "vector", "hybrid")
 INDEX_FIELDS: Final = ("speaker",)

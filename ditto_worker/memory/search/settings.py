@@ -62,6 +62,12 @@ class MentionSettings(_Settings):
         description="Embed the query without the mentioned values (found in the keyword "
         "candidates' metadata); they are scored by this boost instead.",
     )
+    strip_from_keyword_query: bool = Field(
+        default=True,
+        description="hybrid: search keywords again without the mentioned values (found in "
+        "the first keyword search's candidates); they are scored by this boost instead "
+        "(issue 28 item 7: a conversation's turns name the other speaker).",
+    )
 
 
 class ContextSettings(_Settings):

@@ -218,6 +218,46 @@ def test_vector_strategy_embeds_the_query_without_mentioned_names(
         assert embedder.texts[-1] == embedded
 
 
+class _KeywordQueries:
+    """The store, recording the text query of every keyword search it is sent."""
+
+    def __init__(self, store: SqliteMemoryStore) -> None:
+        self.store, self.embedder, self.queries = store, store.embedder, []
+        self.capabilities = store.capabilities
+
+    def search(self, input: MemorySearchInput, options: Any = None) -> Any:
+        if input.strategy == "keyword":
+            self.queries.append(input.query)
+        return self.store.search(input, options)
+
+    def query(self, input: Any, options: Any = None) -> Any:
+        return self.store.query(input, options)
+
+
+def test_hybrid_keyword_leg_searches_without_mentioned_names(
+    store: SqliteMemoryStore, embedder: HashingEmbedder
+) -> None:
+    """Issue 28 item 7: a turn that names the other speaker ("Thanks, Jon!") no longer
+    matches a question about Jon by his name; the keyword leg searches again without the
+    names the mention boost scores (``mention.stripFromKeywordQuery``, on by default)."""
+    ids = _write(store, [
+        {"content": "Thanks, Jon! Good luck", "metadata": {"speaker": "Gina"}},
+        {"content": "I opened a dance studio", "metadata": {"speaker": "Jon"}},
+    ])  # fmt: skip
+    query = "What did Jon open?"
+    for strip, queries, thanks_matched, first in ((True, [query, "What did open?"], False, 1),
+                                                  (False, [query], True, 0)):  # fmt: skip
+        config = {"mention": {"fields": ["speaker"], "stripFromKeywordQuery": strip}}
+        source = _KeywordQueries(store)
+        provider = create_retrieval_memory_search_provider(source, embedder, config)
+        hits = create_memory(store, provider).search({"query": query, "strategy": "hybrid"})
+        assert hits.status == "success" and hits.output
+        assert source.queries == queries
+        scores = {h.memory.id: h.metadata["scores"] for h in hits.output}
+        assert ("keyword" in scores[ids[0]]) is thanks_matched
+        assert "keyword" in scores[ids[1]] and hits.output[0].memory.id == ids[first]
+
+
 def test_create_store_embedding_setting(tmp_path: Path) -> None:
     env = {"DITTO_WORKER_MEMORY_SQLITE_PATH": str(tmp_path / "c.sqlite")}
     assert create_store({"embedding": "none"}, env).embedder is None
