@@ -18,7 +18,9 @@ __all__ = ["count_postgres_effects", "count_sqlite_effects", "effects_sql", "tal
 
 def count_sqlite_effects(conn: Any) -> None:
     """Create ``effects`` and its triggers in an SQLite database already holding the
-    store's schema (``conn``: an ``sqlite3`` connection)."""
+    store's schema (``conn``: a DB-API connection opened with
+    ``ditto_plugin_sqlite.driver.connect``, the process's one SQLite library: a connection
+    of another copy of SQLite on the store's file would drop the store's POSIX locks)."""
     conn.executescript(
         "CREATE TABLE effects (op TEXT NOT NULL, id TEXT NOT NULL);"
         "CREATE TRIGGER effects_insert AFTER INSERT ON memories BEGIN "

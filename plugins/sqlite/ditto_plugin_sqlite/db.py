@@ -127,15 +127,15 @@ _MISSING_MESSAGE: Final = (
 _connection_classes: dict[Any, type[Any]] = {}
 
 
-def _connection_class(module: Any) -> type[Any]:
-    """The library's ``Connection`` with room for the fault state (one class per library)."""
+def _connection_class(module: type[Any]) -> type[Any]:
+    """``module`` (:func:`.driver.connection_class`) with room for the fault state."""
     cls = _connection_classes.get(module)
     if cls is None:
         cls = type(
             "MemoryConnection",
-            (module.Connection,),
+            (module,),
             {  # reported under the library's module: it is that library's connection
-                "__module__": module.Connection.__module__,
+                "__module__": module.__module__,
                 "file_id": None,
                 "busy_timeout_ms": 0,
                 "broken": False,
@@ -248,7 +248,7 @@ def open_connection(path: str, busy_timeout_ms: int, vectors: bool = False) -> C
             timeout=busy_timeout_ms / 1000,
             isolation_level=None,
             check_same_thread=False,
-            factory=_connection_class(driver.dbapi()),
+            factory=_connection_class(driver.connection_class()),
         )
     except driver_errors() as exc:
         raise map_error(exc) from exc
@@ -256,7 +256,8 @@ def open_connection(path: str, busy_timeout_ms: int, vectors: bool = False) -> C
         if vectors:
             _load_vec(conn)
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        with driver.opening():  # a new file: its switch to WAL locks as a close does
+            conn.execute("PRAGMA journal_mode = WAL")
         _ensure_schema(conn)
         if vectors:  # reads of scattered vectors through the page cache: 4x faster rescoring
             conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")

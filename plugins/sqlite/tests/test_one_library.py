@@ -140,17 +140,100 @@ def test_the_library_is_chosen_once_and_is_pysqlite3_when_installed() -> None:
         SqliteMemoryStore(":memory:", embedder=EMBEDDER) as vec,
     ):
         for store in (plain, vec):
-            assert type(store._conn()).__mro__[1] is driver.dbapi().Connection
+            assert isinstance(store._conn(), driver.connection_class())
+        assert isinstance(store._conn(), driver.dbapi().Connection)
+
+
+_OPEN_CLOSE = """
+import sys, threading
+from ditto_plugin_sqlite import driver
+
+path, rounds = sys.argv[1], int(sys.argv[2])
+conn = driver.connect(path, isolation_level=None)
+conn.execute("PRAGMA journal_mode = WAL")
+conn.execute("CREATE TABLE t (x)")
+conn.close()
+
+def cycle():
+    for _ in range(rounds):
+        conn = driver.connect(path, isolation_level=None, timeout=30)
+        conn.execute("SELECT count(*) FROM t").fetchone()
+        conn.close()
+
+threads = [threading.Thread(target=cycle) for _ in range(int(sys.argv[3]))]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print("done", driver.driver_name())
+"""
+
+
+def test_threads_opening_and_closing_one_file_do_not_deadlock(tmp_path: Path) -> None:
+    # SQLite 3.51.0-3.51.1 (pysqlite3-binary 0.5.4) deadlocks when a close of the last
+    # connection of a WAL file meets an open or close of it in another thread; ungated,
+    # 4 threads x 10,000 cycles hung 4 times in 4 (driver.opening serializes them; ~17 s)
+    done = subprocess.run(
+        [sys.executable, "-c", _OPEN_CLOSE, str(tmp_path / "gate.sqlite"), "10000", "4"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("done")
+
+
+def test_close_holds_the_gate_and_a_collected_connection_closes(tmp_path: Path) -> None:
+    import gc
+
+    conn = driver.connect(tmp_path / "c.sqlite", check_same_thread=False)
+    closed = threading.Event()
+    closer = threading.Thread(target=lambda: (conn.close(), closed.set()))
+    with driver.opening():  # another thread opening: the close waits for it
+        closer.start()
+        assert not closed.wait(0.5)
+    closer.join(timeout=30)
+    assert closed.is_set()
+    closes: list[int] = []
+
+    class Spy(driver.connection_class()):  # type: ignore[misc]
+        def close(self) -> None:
+            closes.append(1)
+            super().close()
+
+    spy = driver.connect(tmp_path / "c.sqlite", factory=Spy)
+    del spy
+    gc.collect()
+    assert closes == [1]  # collected: closed through close(), under the gate
+    with pytest.raises(TypeError):  # a factory that would close ungated
+        driver.connect(tmp_path / "c.sqlite", factory=driver.dbapi().Connection)
+
+
+def test_a_failed_open_is_never_closed(tmp_path: Path) -> None:
+    import gc
+
+    # pysqlite3 crashed the process when the collected half-made connection was closed
+    # (the store's "folder removed" fault, tests/integration/test_storage_faults.py)
+    for _ in range(20):
+        with pytest.raises(driver.dbapi().OperationalError):
+            driver.connect(tmp_path / "missing" / "m.sqlite")
+    gc.collect()
+    conn = driver.connect(tmp_path / "m.sqlite")
+    assert conn.opened and conn.execute("SELECT 1").fetchone() == (1,)
+    conn.close()
 
 
 _CORE = """
 import json, sys
 for name in ("pysqlite3", "sqlite_vec", "numpy"):  # the core install has none of them
     sys.modules[name] = None
-from ditto_plugin_sqlite import SqliteMemoryStore, driver
 from ditto_worker.contracts import MemoryGetInput, MemoryWriteInput
 from ditto_worker.errors import MemoryError
 from ditto_worker.testing import HashingEmbedder
+from ditto_plugin_sqlite import SqliteMemoryStore, driver
+at_import = [m for m in ("sqlite3", "pysqlite3") if sys.modules.get(m)]  # chosen on first use
 
 path = sys.argv[1]
 with SqliteMemoryStore(path) as store:
@@ -162,6 +245,7 @@ try:
 except MemoryError as exc:
     code, message = str(exc.code), str(exc)
 print(json.dumps({"driver": driver.driver_name(), "found": len(got), "code": code,
+                  "at_import": at_import,
                   "message": message, "pysqlite3": "pysqlite3.dbapi2" in sys.modules}))
 """
 
@@ -177,7 +261,7 @@ def test_core_install_runs_on_the_stdlib_and_refuses_vectors_plainly(tmp_path: P
     )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["driver"] == "sqlite3" and report["found"] == 1
+    assert report["at_import"] == [] and report["driver"] == "sqlite3" and report["found"] == 1
     assert report["code"] == ErrorCode.MEMORY_BACKEND_ERROR
     assert "pysqlite3-binary" in report["message"] and not report["pysqlite3"]
 
