@@ -23,9 +23,13 @@ Rows per size, in one run:
   beside the pruned one (``ditto_plugin_sqlite.search._best_rows``), their p50 ratio,
   CPU ms per query (``time.process_time``: what a query costs on free cores, the
   machine being shared) and how many pages differ (ids, order or scores; 0 expected).
+* ``--writes N``: WRITE through ``memory.write`` in batches of 1,000 (no vectors) into two
+  new stores, rounds alternating: the keyword indexing before schema 7 (no
+  ``keyword_scopes.shortest``, reproduced here) and now; memories/s each and the ratio.
 
     python bench/keyword_scale.py --sizes 100000,1000000
     python bench/keyword_scale.py --sizes 1000000 --sqlite-file /tmp/kw.db   # kept
+    python bench/keyword_scale.py --sizes 0 --writes 100000   # WRITE only
 """
 
 from __future__ import annotations
@@ -47,12 +51,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from store_scale import drafts, percentiles, timed, vocabulary  # noqa: E402
 
 from ditto_plugin_sqlite import SqliteMemoryStore  # noqa: E402
+from ditto_plugin_sqlite import store as store_module  # noqa: E402
 from ditto_plugin_sqlite.fts import KeywordPlan, index_record, keyword_plan  # noqa: E402
+from ditto_plugin_sqlite.fts import _scope as keyword_scope  # noqa: E402
 from ditto_plugin_sqlite.rows import COLUMNS  # noqa: E402
 from ditto_plugin_sqlite.search import _best_rows  # noqa: E402
 from ditto_plugin_sqlite.sql import compile_filter, in_namespace  # noqa: E402
 from ditto_worker import create_memory  # noqa: E402
-from ditto_worker.memory.text import keyword_text  # noqa: E402
+from ditto_worker.memory.text import index_terms, keyword_text  # noqa: E402
 
 EVERY = {"filter": {"tag": {"$exists": False}}}
 """A filter every bench record passes (their metadata has ``tags``, not ``tag``)."""
@@ -127,6 +133,62 @@ def side_by_side(store: SqliteMemoryStore, queries: list[str], limit: int) -> No
           flush=True)  # fmt: skip
 
 
+def previous_index_record(conn: Any, seq: int, namespace: str, text: str) -> None:
+    """``fts.index_record`` before schema 7: the same, without ``shortest`` and ``kept``."""
+    terms = index_terms(text)
+    if not terms:
+        return
+    scope = keyword_scope(conn, namespace, create=True)
+    conn.execute(
+        "INSERT INTO memories_fts (rowid, terms) VALUES (?, ?)",
+        (seq, " ".join(f"{scope}_{term}" for term in terms)),
+    )
+    conn.execute(
+        "INSERT INTO memories_fts_docs (seq, scope, terms) VALUES (?, ?, ?)",
+        (seq, scope, len(terms)),
+    )
+    conn.execute(
+        "UPDATE keyword_scopes SET records = records + 1, terms = terms + ? WHERE id = ?",
+        (len(terms), scope),
+    )
+
+
+def writes(count: int, seed: int, words: list[str], rounds: int = 10) -> None:
+    """WRITE ``count`` memories into each of two new stores in alternating rounds (batches
+    of 1,000): the keyword indexing before schema 7 (reproduced here) and now; memories/s
+    each and their ratio."""
+    folder = Path(tempfile.mkdtemp(prefix="ditto-kw-writes-"))
+    ways = {"previous": previous_index_record, "now": index_record}
+    names = list(ways)
+    spent = dict.fromkeys(ways, 0.0)
+    sources = {name: drafts(count, seed, words) for name in ways}
+    stores = {name: SqliteMemoryStore(folder / f"{name}.sqlite") for name in ways}
+    try:
+        for turn in range(rounds):
+            for name in names if turn % 2 == 0 else names[::-1]:  # each goes first in turn
+                store_module.index_record = ways[name]  # type: ignore[assignment]
+                memory = create_memory(stores[name])
+                for _ in range(count // rounds // 1000):
+                    batch = [next(sources[name]) for _ in range(1000)]
+                    began = time.perf_counter()
+                    result = memory.write({"memories": batch})
+                    spent[name] += time.perf_counter() - began
+                    assert result.status == "success", result.error
+    finally:
+        store_module.index_record = index_record
+        for store in stores.values():
+            store.close()
+        for name in os.listdir(folder):
+            os.remove(folder / name)
+        folder.rmdir()
+    done = count // rounds // 1000 * 1000 * rounds
+    rates = {name: done / seconds for name, seconds in spent.items()}
+    print(f"WRITE {done:,} memories per store, batches of 1,000, {rounds} alternating rounds: "
+          f"previous {rates['previous']:,.0f}/s, now {rates['now']:,.0f}/s, ratio now / "
+          f"previous {rates['now'] / rates['previous']:.3f}; load average "
+          + "/".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)  # fmt: skip
+
+
 def held(path: Path) -> int:
     """Records an existing bench file holds (0 for a new one)."""
     if not path.exists():
@@ -142,8 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=10, help="SEARCH limit")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--sqlite-file", type=Path, help="keep and reuse the store here")
+    parser.add_argument("--writes", type=int, default=0, help="WRITE comparison: memories")
     args = parser.parse_args(argv)
     words = vocabulary()
+    if args.writes:
+        writes(args.writes, args.seed, words)
     middle = words[len(words) // 20 : len(words) // 4]
     rng = random.Random(args.seed + 1)
     texts = [" ".join(rng.sample(middle, 2)) for _ in range(args.queries)]
@@ -157,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at start {os.getloadavg()}; {done:,} records held")
     with SqliteMemoryStore(path) as store:
         memory = create_memory(store)
-        for size in sorted(int(s) for s in args.sizes.split(",")):
+        for size in sorted(int(s) for s in args.sizes.split(",") if int(s)):
             if size > done:
                 rate = load(store, source, done, size - done)
                 print(f"{size:>9,} memories: loaded {rate:,.0f}/s", flush=True)

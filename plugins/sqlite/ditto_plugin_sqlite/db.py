@@ -56,6 +56,7 @@ from ditto_plugin_sqlite.ann import ensure_tables
 from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.executions import DDL as EXECUTIONS_DDL
 from ditto_plugin_sqlite.fts import DDL as FTS_DDL
+from ditto_plugin_sqlite.fts import add_shortest
 from ditto_plugin_sqlite.fts import rebuild as rebuild_fts
 from ditto_plugin_sqlite.operations import DDL as OPERATIONS_DDL
 from ditto_worker.errors import ErrorCode, MemoryError
@@ -73,10 +74,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 """4: tenant namespaces; 5: the keyword index of Python terms with per-scope statistics
 (rebuilt in place from the stored records on first open, :func:`_rebuild_keywords`);
-6: operation ids (``memories.operation_id`` and the ``operations`` ledger)."""
+6: operation ids (``memories.operation_id`` and the ``operations`` ledger); 7: each keyword
+scope's fewest terms of a record (``keyword_scopes.shortest``, :func:`.fts.add_shortest`)."""
 _MEMORIES: Final = """CREATE TABLE IF NOT EXISTS memories (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
         namespace TEXT NOT NULL DEFAULT '',
@@ -291,6 +293,8 @@ def _ensure_schema(conn: Connection) -> None:
             _rebuild_keywords(conn)
         if 0 < version < 6 and "operation_id" not in _columns(conn, "memories"):
             conn.execute("ALTER TABLE memories ADD COLUMN operation_id TEXT")
+        if 0 < version < 7:
+            add_shortest(conn)
         if version < SCHEMA_VERSION:
             for statement in _DDL:
                 conn.execute(statement)

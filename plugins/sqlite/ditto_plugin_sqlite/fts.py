@@ -26,7 +26,9 @@ Tables (schema 5)::
     memories_fts_rows USING fts5vocab(memories_fts, row)        -- term, doc (= df), cnt
     memories_fts_hits USING fts5vocab(memories_fts, instance)   -- term, doc, col, offset
     memories_fts_docs(seq INTEGER PRIMARY KEY, scope INTEGER, terms INTEGER)  -- length
-    keyword_scopes(id INTEGER PRIMARY KEY, namespace TEXT UNIQUE, records, terms)
+    keyword_scopes(id INTEGER PRIMARY KEY, namespace TEXT UNIQUE, records, terms,
+                   shortest,  -- fewest terms of a record indexed (schema 7, see below)
+                   kept)      -- ``records`` as of the last write that kept ``shortest``
 
 An unfiltered search scores only the records that can reach its page
 (:mod:`ditto_plugin_sqlite.keyword_top`, from :func:`postings`); a filtered one scores
@@ -58,6 +60,7 @@ from ditto_worker.memory.text import (
 __all__ = [
     "DDL",
     "KeywordPlan",
+    "add_shortest",
     "index_record",
     "keyword_plan",
     "postings",
@@ -74,9 +77,10 @@ DDL: Final = (
         seq INTEGER PRIMARY KEY, scope INTEGER NOT NULL, terms INTEGER NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS keyword_scopes (
         id INTEGER PRIMARY KEY, namespace TEXT NOT NULL UNIQUE,
-        records INTEGER NOT NULL DEFAULT 0, terms INTEGER NOT NULL DEFAULT 0)""",
+        records INTEGER NOT NULL DEFAULT 0, terms INTEGER NOT NULL DEFAULT 0,
+        shortest INTEGER, kept INTEGER NOT NULL DEFAULT 0)""",
 )
-"""The keyword-index tables (schema 5), created idempotently."""
+"""The keyword-index tables (schema 5; ``shortest`` schema 7), created idempotently."""
 
 _MAX_LOOKUP_TERMS: Final = 4096
 """Distinct query terms whose frequencies are looked up (a longer query keeps its first)."""
@@ -106,8 +110,10 @@ def index_record(conn: Connection, seq: int, namespace: str, text: str) -> None:
         (seq, scope, len(terms)),
     )
     conn.execute(
-        "UPDATE keyword_scopes SET records = records + 1, terms = terms + ? WHERE id = ?",
-        (len(terms), scope),
+        "UPDATE keyword_scopes SET records = records + 1, terms = terms + ?,"
+        " shortest = CASE WHEN kept = records THEN min(coalesce(shortest, ?), ?) END,"
+        " kept = CASE WHEN kept = records THEN records + 1 ELSE -1 END WHERE id = ?",
+        (len(terms), len(terms), len(terms), scope),
     )
 
 
@@ -128,8 +134,9 @@ def unindex_records(conn: Connection, seqs: Sequence[int]) -> None:
         conn.execute(f"DELETE FROM memories_fts_docs WHERE seq IN ({marks(found)})", found)
     for scope, (records, terms) in removed.items():
         conn.execute(
-            "UPDATE keyword_scopes SET records = records - ?, terms = terms - ? WHERE id = ?",
-            (records, terms, scope),
+            "UPDATE keyword_scopes SET records = records - ?, terms = terms - ?,"
+            " kept = CASE WHEN kept = records THEN records - ? ELSE -1 END WHERE id = ?",
+            (records, terms, records, scope),
         )
 
 
@@ -146,6 +153,30 @@ def rebuild(conn: Connection, records: Iterable[tuple[int, str, str]]) -> None:
         index_record(conn, seq, namespace, text)
 
 
+def add_shortest(conn: Connection) -> None:
+    """Schema 6 -> 7: ``keyword_scopes.shortest``, each scope's fewest terms of a record
+    (one pass over ``memories_fts_docs``; in the caller's write transaction), and ``kept``.
+
+    :func:`index_record` keeps ``shortest`` (a delete leaves it: a lower bound) and sets
+    ``kept`` to the new ``records``, as :func:`unindex_records` does. A process still
+    running an older version of this plugin on the same file changes ``records`` alone:
+    ``kept`` no longer matches, ``shortest`` is not trusted from then on (``kept`` -1,
+    :func:`keyword_plan` bounds by 1 instead) until the index is rebuilt. (An older
+    version's insert and delete in one scope, with no write of this version between,
+    would look in step: restart the processes sharing a file after an upgrade.)
+    """
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(keyword_scopes)")}
+    if "shortest" not in columns:
+        conn.execute("ALTER TABLE keyword_scopes ADD COLUMN shortest INTEGER")
+    if "kept" not in columns:
+        conn.execute("ALTER TABLE keyword_scopes ADD COLUMN kept INTEGER NOT NULL DEFAULT 0")
+    conn.execute(
+        "UPDATE keyword_scopes SET shortest = d.fewest, kept = records FROM (SELECT scope,"
+        " min(terms) AS fewest FROM memories_fts_docs GROUP BY scope) AS d"
+        " WHERE d.scope = keyword_scopes.id"
+    )
+
+
 class KeywordPlan:
     """The scored candidates of one keyword search (see :func:`keyword_plan`).
 
@@ -158,6 +189,8 @@ class KeywordPlan:
             record of ``dl`` terms adds ``idf·n·c0 / (n + c1·dl + c2)`` (BM25, as the SQL).
         postings: per weight, its :func:`postings` (``keyword_plan(read=True)``), else
             ``None``.
+        shortest: no record of the scope has fewer terms (``keyword_scopes.shortest``,
+            at least 1): a bound for :mod:`ditto_plugin_sqlite.keyword_top`.
     """
 
     def __init__(
@@ -167,12 +200,14 @@ class KeywordPlan:
         weights: list[tuple[str, float]],
         constants: tuple[float, float, float],
         postings: list[Counter[str]] | None = None,
+        shortest: int = 1,
     ) -> None:
         self.sql = sql
         self.params = params
         self.weights = weights
         self.constants = constants
         self.postings = postings
+        self.shortest = shortest
 
 
 def postings(conn: Connection, term: str) -> Counter[str]:
@@ -197,7 +232,9 @@ def keyword_plan(
     postings to count them, so they are read once, not twice).
     """
     scope = conn.execute(
-        "SELECT id, records, terms FROM keyword_scopes WHERE namespace = ?", (namespace,)
+        "SELECT id, records, terms, CASE WHEN kept = records THEN shortest END"
+        " FROM keyword_scopes WHERE namespace = ?",
+        (namespace,),
     ).fetchone()
     wanted = query_terms(query)[:_MAX_LOOKUP_TERMS]
     if scope is None or not wanted or not scope[1]:
@@ -219,7 +256,7 @@ def keyword_plan(
     weights = [(f"{sid}_{term}", bm25_idf(records, frequencies[term])) for term in chosen]
     constants = (BM25_K1 + 1, BM25_K1 * BM25_B / (total / records), BM25_K1 * (1 - BM25_B))
     sql, params = _scores_sql(weights, constants)
-    return KeywordPlan(sql, params, weights, constants, counts)
+    return KeywordPlan(sql, params, weights, constants, counts, max(int(scope[3] or 1), 1))
 
 
 def _frequencies(conn: Connection, sid: int, wanted: list[str]) -> dict[str, int]:

@@ -7,18 +7,21 @@ length (``memories_fts_docs``) and sorts the lot, 55-80 ms of CPU for two mid-fr
 words at 1,000,000 records. Most of those records cannot reach the top ``limit``: they
 hold one query term, and BM25 bounds what such a record scores by that term's IDF and
 occurrences. So, a MaxScore-style pruning (Turtle & Flood 1995, "Query evaluation:
-strategies and optimizations") over FTS5's own postings, nothing added to WRITE:
+strategies and optimizations") over FTS5's own postings; WRITE keeps one number more,
+each scope's fewest terms of a record:
 
 1. Each term's postings are read as one ``group_concat`` of record numbers and counted
    (:func:`ditto_plugin_sqlite.fts.postings`): its term frequencies.
 2. The records holding two or more of the terms are scored exactly (their lengths read by
    primary key): a few dozen to a few hundred at 1M.
-3. Every other record holds one term ``t``, ``n`` times, and has at least ``n`` terms, so
-   it scores at most ``idf(t)·n·c0 / (n + c1·n + c2)`` (the score rises with ``n`` and
-   falls with the length). Two classes per term: once (``n = 1``) and more often (``n`` up
-   to the term's largest count). A class whose bound is below the ``limit``-th best exact
-   score so far cannot reach the page (ties go to the lower ``seq``: strictly below);
-   the classes are taken by descending bound and the rest dropped at the first such one.
+3. Every other record holds one term ``t``, ``n`` times, and has at least ``n`` terms and
+   at least the scope's ``shortest`` (``keyword_scopes.shortest``, kept by WRITE), so it
+   scores at most ``idf(t)·n·c0 / (n + c1·max(n, shortest) + c2)`` (the score rises with
+   ``n`` and falls with the length). Two classes per term: once (``n = 1``) and more
+   often (``n`` up to the term's largest count). A class whose bound is below the
+   ``limit``-th best exact score so far cannot reach the page (ties go to the lower
+   ``seq``: strictly below); the classes are taken by descending bound and the rest
+   dropped at the first such one.
    Otherwise its records are scored: the repeated ones exactly (few), the single ones by
    reading the shortest of the term's records (they score best), then the next class is
    checked against the raised threshold.
@@ -101,13 +104,14 @@ def _classes(plan: KeywordPlan, counts: Sequence[Counter[str]]) -> list[tuple[fl
     """``(bound, term index, repeated)`` per class of the records holding one term (once;
     more often, when any record does), by descending bound (module doc, step 3)."""
     c0, c1, c2 = plan.constants
-    classes = []
+    shortest, classes = plan.shortest, []
     for index, ((_, idf), count) in enumerate(zip(plan.weights, counts, strict=True)):
         most = max(count.values(), default=0)
         if most:
-            classes.append((idf * 1 * c0 / (1 + c1 * 1 + c2), index, False))
+            classes.append((idf * 1 * c0 / (1 + c1 * shortest + c2), index, False))
         if most > 1:
-            classes.append((idf * most * c0 / (most + c1 * most + c2), index, True))
+            fewest = max(most, shortest)
+            classes.append((idf * most * c0 / (most + c1 * fewest + c2), index, True))
     return sorted(classes, reverse=True)
 
 

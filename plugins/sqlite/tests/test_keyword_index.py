@@ -1,5 +1,6 @@
 """The SQLite keyword index (schema 5): rebuilt in place from a schema-4 file, per-scope
-statistics kept exact through writes, updates and deletes, query terms as parameters."""
+statistics kept exact through writes, updates and deletes (each scope's shortest record, a
+lower bound, from schema 7), query terms as parameters."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from ditto_plugin_sqlite import SqliteMemoryStore, driver
 from ditto_plugin_sqlite.db import SCHEMA_VERSION
+from ditto_plugin_sqlite.fts import keyword_plan
 from ditto_worker import Scope, create_memory
 from ditto_worker.memory.text import bm25, bm25_idf, index_terms
 
@@ -68,10 +70,68 @@ def test_a_version_4_file_gets_the_new_index_in_place(tmp_path: Path) -> None:
         assert written == memory.write(note, scope=ALICE, operation_id="op-1").output
         assert written[0].operation_id == "op-1"
     conn = driver.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     stats = conn.execute("SELECT namespace, records FROM keyword_scopes ORDER BY id").fetchall()
     assert stats == [("", 2), (ALICE.namespace, 3)]
+    assert _shortest(conn) == _fewest(conn)
     conn.close()
+
+
+def _shortest(conn: driver.Connection) -> dict[str, int]:
+    """``keyword_scopes.shortest`` per namespace."""
+    return dict(conn.execute("SELECT namespace, shortest FROM keyword_scopes").fetchall())
+
+
+def _fewest(conn: driver.Connection) -> dict[str, int]:
+    """The fewest terms of an indexed record, per namespace, counted."""
+    return dict(
+        conn.execute(
+            "SELECT k.namespace, min(d.terms) FROM memories_fts_docs AS d "
+            "JOIN keyword_scopes AS k ON k.id = d.scope GROUP BY k.namespace"
+        ).fetchall()
+    )
+
+
+def test_a_version_6_file_gets_each_scopes_shortest_record(tmp_path: Path) -> None:
+    """Schema 7: ``keyword_scopes.shortest`` computed on open, then kept by WRITE; a
+    delete leaves it (a lower bound, what the pruned search needs)."""
+    path = tmp_path / "v6.sqlite"
+    with SqliteMemoryStore(path) as store:
+        memory = create_memory(store)
+        memory.write({"memories": [{"content": "one two three four"}, {"content": "five six"}]})
+        memory.write({"memories": [{"content": "seven eight nine"}]}, scope=ALICE)
+    conn = driver.connect(path)
+    conn.execute("ALTER TABLE keyword_scopes DROP COLUMN shortest")
+    conn.execute("ALTER TABLE keyword_scopes DROP COLUMN kept")
+    conn.execute("PRAGMA user_version = 6")
+    conn.commit()
+    conn.close()
+    with SqliteMemoryStore(path) as store:
+        memory = create_memory(store)
+        conn = driver.connect(path)
+        assert _shortest(conn) == _fewest(conn) == {"": 2, ALICE.namespace: 3}
+        (short,) = memory.write({"memories": [{"content": "ten"}]}, scope=ALICE).output
+        memory.write({"memories": [{"content": "eleven twelve thirteen fourteen"}]})
+        assert _shortest(conn) == {"": 2, ALICE.namespace: 1}
+        memory.delete({"ids": [short.id]}, scope=ALICE)
+        assert _shortest(conn) == {"": 2, ALICE.namespace: 1}  # still a lower bound
+        assert _fewest(conn)[ALICE.namespace] == 3
+        assert [h.memory.content for h in memory.search({"query": "nine"}, scope=ALICE).output] == [
+            "seven eight nine"
+        ]
+        with store._tx(None, write=False) as read:
+            assert keyword_plan(read, "nine", ALICE.namespace, read=True).shortest == 1  # type: ignore[union-attr]
+            assert keyword_plan(read, "five", "", read=True).shortest == 2  # type: ignore[union-attr]
+        # a process of the previous version writes a record: it counts it, keeps no bound
+        conn.execute("UPDATE keyword_scopes SET records = records + 1 WHERE namespace = ''")
+        conn.commit()
+        with store._tx(None, write=False) as read:
+            assert keyword_plan(read, "five", "", read=True).shortest == 1  # type: ignore[union-attr]
+        memory.write({"memories": [{"content": "fifteen sixteen"}]})  # stays untrusted
+        assert conn.execute(
+            "SELECT shortest, kept FROM keyword_scopes WHERE namespace = ''"
+        ).fetchone() == (None, -1)
+        conn.close()
 
 
 def _stats(path: Path) -> dict[str, tuple[int, int]]:

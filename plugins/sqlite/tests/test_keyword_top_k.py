@@ -67,17 +67,16 @@ def _scored_all(conn: Any, plan: KeywordPlan, limit: int) -> list[tuple[float, i
     return [(score, seq) for score, seq in conn.execute(sql, [*plan.params, limit])]
 
 
+@pytest.mark.parametrize("fewest", [1, 12])
 def test_pruned_top_k_is_scoring_every_candidate(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fewest: int
 ) -> None:
     """Same records, order and scores as scoring every candidate, for 1-4 terms and
-    limits 1-60, in a scope beside another, after deletes; both the pruned and the
-    read-the-shortest branches are taken (keyword_top module doc)."""
-    rng = random.Random(11)
-    texts = [
-        " ".join(rng.choices(WORDS, [1 / (r + 3) for r in range(300)], k=rng.randint(1, 40)))
-        for _ in range(1500)
-    ]
+    limits 1-60, in a scope beside another, after deletes, with records of ``fewest`` words
+    or more (the scope's ``shortest`` bound); every branch is taken (keyword_top doc)."""
+    rng = random.Random(11 + fewest)
+    weights = [1 / (r + 3) for r in range(300)]
+    texts = [" ".join(rng.choices(WORDS, weights, k=rng.randint(fewest, 40))) for _ in range(1500)]
     read: list[int] = []
     scored: list[int] = []
     single, exact = keyword_top._single, keyword_top._exact
@@ -96,6 +95,7 @@ def test_pruned_top_k_is_scoring_every_candidate(
                 read_plan = keyword_plan(conn, query, "", read=True)  # from the postings
                 assert plan is not None and read_plan is not None
                 assert read_plan.weights == plan.weights
+                assert read_plan.shortest >= fewest
                 for limit in (1, 3, 10, 60):
                     before, exact_calls = len(read), len(scored)
                     got = keyword_top.best_records(conn, read_plan, limit)
