@@ -61,9 +61,12 @@ def _env(folder: Path) -> dict[str, str]:
 
 
 @contextmanager
-def serving(folder: Path, redis_url: str | None) -> Iterator[GatewayServer]:
+def serving(
+    folder: Path, redis_url: str | None, args: list[str] | None = None
+) -> Iterator[GatewayServer]:
     """A gateway over the embedded runtime (``redis_url`` None) or over a real fleet: a
-    worker serving the MEMORY and ECHO nodes on real Redis."""
+    worker serving the MEMORY and ECHO nodes on real Redis; ``args``: more ``serve``
+    arguments."""
     folder.mkdir(parents=True, exist_ok=True)
     write_config(folder, broker=redis_url or "")
     if redis_url is None:
@@ -78,19 +81,20 @@ def serving(folder: Path, redis_url: str | None) -> Iterator[GatewayServer]:
         stdout=(folder / "worker.log").open("w"), stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        with GatewayServer(folder, env=_env(folder)) as server:
+        with GatewayServer(folder, env=_env(folder), args=args) as server:
             _wait_for_worker(server, worker, folder)
             yield server
     finally:
         stop_process(worker)
 
 
-def _fleet_db(request: pytest.FixtureRequest) -> str:
+def _fleet_db(request: pytest.FixtureRequest, db: int = 7) -> str:
     """A Redis database of this module's own (the function-scoped ``redis_url`` flushes
-    its database between tests; this module's fleet outlives a test)."""
+    its database between tests; this module's fleet outlives a test); ``db`` 8 for a
+    fleet beside that one (its worker would take the other's calls on 7)."""
     import redis
 
-    url = f"{request.getfixturevalue('redis_server_url')}/7"
+    url = f"{request.getfixturevalue('redis_server_url')}/{db}"
     redis.Redis.from_url(url).flushdb()
     return url
 
@@ -230,6 +234,20 @@ def test_each_answer_reaches_the_socket_in_one_write(served: GatewayServer) -> N
             length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
                           if line.lower().startswith(b"content-length:"))  # fmt: skip
             assert len(rest) == length and json.loads(rest)["output"] == []
+
+
+def test_several_server_processes_on_a_fleet(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # serve --workers 2 hands its uvicorn settings (the one-write protocol class, the
+    # keep-alive) to each process; new connections reach either
+    with serving(tmp_path, _fleet_db(request, db=8), args=["--workers", "2"]) as served:
+        status, written = curl(served, "MEMORY.WRITE", {"memories": [{"key": "k", "content": "v"}]})
+        assert status == 200, written
+        for _ in range(6):
+            status, got = curl(served, "MEMORY.GET", {"keys": ["k"]})
+            assert status == 200 and got["output"][0]["content"] == "v"
+        assert served.log_path.read_text().count("Started server process") == 2, served.log()
 
 
 def _cancelled_sleeps(log: Path) -> list[dict[str, Any]]:
