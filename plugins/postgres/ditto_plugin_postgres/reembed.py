@@ -16,9 +16,15 @@ of the old identity keep searching and writing consistently.
   written meanwhile are staged.
 * **The switch** is one short transaction: ``LOCK memories IN SHARE MODE`` (writers
   wait, readers do not), the last records are staged, then under ``ACCESS EXCLUSIVE`` on
-  ``memory_vectors`` (vector searches wait) the old table is dropped, the staging table
-  takes its name, and the new identity is recorded. The trigger is dropped after it
-  commits (until then it does nothing: its function skips a missing staging table).
+  ``memory_vectors`` (vector searches wait) the old table is renamed away
+  (``memory_vectors_retired_<hex>``), the staging table takes its name, and the new
+  identity is recorded. No lock on ``memories`` is upgraded (dropping a table would drop
+  its foreign key, which locks ``memories`` against every call and deadlocks with
+  writers holding it); lock waits are bounded all the same (``lock_timeout``
+  :data:`LOCK_WAIT_MS`; rolled back and tried again, at most :data:`ATTEMPTS` times).
+  After it commits, the trigger and the retired table are dropped the same way (left
+  for the next run if the tables stay busy: the trigger does nothing without a staging
+  table).
 * A killed run leaves the staging in place; a rerun with the same identity stages only
   the records not staged yet; another identity drops the staging and starts over. One
   run per schema at a time (a session advisory lock; a second gets ``CONFLICT``).
@@ -31,6 +37,10 @@ the identity it expects, and an embedding write reads it before inserting its ve
 from __future__ import annotations
 
 import json
+import logging
+import random
+import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -48,6 +58,13 @@ NEXT_SETTING: Final = "embedding_next"
 STAGING: Final = "memory_vectors_next"
 """The staging table of an unfinished reindex."""
 _TRIGGER: Final = "ditto_reembed_stale"
+_RETIRED: Final = "memory_vectors_retired_"
+LOCK_WAIT_MS: Final = 500
+"""How long the switch waits for a table lock before it rolls back and tries again
+(below PostgreSQL's default ``deadlock_timeout`` of 1 s)."""
+ATTEMPTS: Final = 20
+"""Switch attempts before the reindex gives up (the staging stays)."""
+logger = logging.getLogger(__name__)
 Embed = Callable[[Sequence[tuple[Any, Any]]], list[str | None]]
 Row = tuple[int, str, str | None]
 
@@ -76,11 +93,46 @@ class Reembedding:
                     "USING hnsw (embedding vector_cosine_ops)"
                 )
         done += self._stage_pending()
-        with self._pool.connection() as conn, conn.transaction():
-            done += self._switch(conn)
-        with self._pool.connection() as conn:  # waits for running writers only
-            conn.execute(f"DROP TRIGGER IF EXISTS {_TRIGGER} ON {self._s}.memories")
+        done += self._retried(self._switch)
+        try:  # a trigger left in place does nothing (its function finds no staging)
+            self._retried(self._clean_up)
+        except psycopg.errors.LockNotAvailable:
+            logger.info("postgres reindex: the old vectors table stays (tables busy)")
         return done
+
+    def _retried(self, step: Callable[[psycopg.Connection], int]) -> int:
+        """``step`` in a transaction that gives up waiting for a table lock after
+        :data:`LOCK_WAIT_MS` (before PostgreSQL's deadlock check would pick a writer or a
+        search as the victim: the switch takes ``ACCESS EXCLUSIVE`` locks while they hold
+        others), rolled back and tried again, at most :data:`ATTEMPTS` times.
+
+        Raises:
+            psycopg.errors.LockNotAvailable: every attempt timed out (the staging stays:
+                run the reindex again).
+        """
+        for attempt in range(ATTEMPTS):
+            try:
+                with self._pool.connection() as conn, conn.transaction():
+                    conn.execute(f"SET LOCAL lock_timeout = {LOCK_WAIT_MS}")
+                    return step(conn)
+            except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+                if attempt == ATTEMPTS - 1:
+                    raise
+                time.sleep(random.uniform(0.05, 0.25) * (attempt + 1))
+        return 0
+
+    def _clean_up(self, conn: psycopg.Connection) -> int:
+        """Drop the trigger and the retired vectors tables (this run's and any an earlier
+        run could not drop): they lock ``memories`` briefly (foreign keys)."""
+        conn.execute(f"DROP TRIGGER IF EXISTS {_TRIGGER} ON {self._s}.memories")
+        retired = conn.execute(
+            "SELECT c.relname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = "
+            "c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname LIKE %s",
+            [self._s.strip('"'), f"{_RETIRED}%"],
+        ).fetchall()
+        for (name,) in retired:
+            conn.execute(f"DROP TABLE IF EXISTS {self._s}.{name}")
+        return 0
 
     def _begin(self) -> bool:
         """Start (or resume) the staging; ``False`` when nothing is to do."""
@@ -173,7 +225,12 @@ class Reembedding:
             done += sum(lit is not None for lit in literals)
         conn.execute(f"LOCK TABLE {s}.memory_vectors IN ACCESS EXCLUSIVE MODE")
         conn.execute(f"DELETE FROM {s}.{STAGING} WHERE embedding IS NULL")
-        conn.execute(f"DROP TABLE {s}.memory_vectors")
+        # renamed, not dropped: dropping it would drop its foreign key, which locks
+        # memories against every call (a lock upgrade that deadlocks with writers)
+        old = f"{_RETIRED}{uuid.uuid4().hex[:12]}"
+        conn.execute(f"ALTER TABLE {s}.memory_vectors RENAME TO {old}")
+        conn.execute(f"ALTER INDEX {s}.memory_vectors_pkey RENAME TO {old}_pkey")
+        conn.execute(f"ALTER INDEX IF EXISTS {s}.memory_vectors_hnsw RENAME TO {old}_hnsw")
         conn.execute(f"ALTER TABLE {s}.{STAGING} RENAME TO memory_vectors")
         conn.execute(f"ALTER TABLE {s}.memory_vectors ALTER COLUMN embedding SET NOT NULL")
         conn.execute(f"ALTER INDEX {s}.{STAGING}_pkey RENAME TO memory_vectors_pkey")
