@@ -11,6 +11,7 @@ with exactly that vector, the record comes first with cosine similarity 1.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -32,6 +33,7 @@ __all__ = [
     "Dying",
     "assert_vectors",
     "check_a_killed_reindex_keeps_the_old_identity_and_finishes",
+    "check_calls_during_a_reindex_fail_only_with_the_identity",
     "check_reindex_switches_every_vector_and_the_identity",
     "check_writes_during_a_reindex_are_not_lost",
 ]
@@ -248,3 +250,47 @@ def check_writes_during_a_reindex_are_not_lost(make: Make) -> None:
             new.close()
     finally:
         old.close()
+
+
+def check_calls_during_a_reindex_fail_only_with_the_identity(make: Make) -> None:
+    """Old-model processes write and search (two writers, one searcher, each its own
+    store object) in threads throughout a reindex of 600 records: none of their calls
+    fails except with ``EMBEDDING_MISMATCH`` once the switch has committed (no lock
+    wait past a timeout, no deadlock victim), and the reindex completes."""
+    seed = make(OLD)
+    try:
+        drafts = [{"content": f"note {i} about tea"} for i in range(600)]
+        seed.write(MemoryWriteInput.model_validate({"memories": drafts}))
+    finally:
+        seed.close()
+    stop, errors = threading.Event(), []
+
+    def loop(call: Callable[[Any], Any]) -> None:
+        store = make(OLD)
+        try:
+            while not stop.is_set():
+                try:
+                    call(store)
+                except MemoryError as exc:
+                    errors.append(str(exc.code))
+        finally:
+            store.close()
+
+    def write(store: Any) -> Any:
+        return store.write(MemoryWriteInput.model_validate({"memories": [{"content": "tea"}]}))
+
+    threads = [threading.Thread(target=loop, args=(fn,))
+               for fn in (write, write, lambda store: _search(store, "tea", "vector"))]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    try:
+        new = make(NEW)
+        try:
+            assert new.reembed_embeddings(batch_size=100) >= 600
+        finally:
+            new.close()
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert set(errors) <= {str(ErrorCode.EMBEDDING_MISMATCH)}, errors

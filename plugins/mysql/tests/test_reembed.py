@@ -39,6 +39,7 @@ def make(mysql_url: str, mysql_database: str) -> Make:
         checks.check_reindex_switches_every_vector_and_the_identity,
         checks.check_a_killed_reindex_keeps_the_old_identity_and_finishes,
         checks.check_writes_during_a_reindex_are_not_lost,
+        checks.check_calls_during_a_reindex_fail_only_with_the_identity,
     ],
 )
 def test_shared_reindex_checks(make: Make, check: Any) -> None:

@@ -138,6 +138,7 @@ def test_a_store_without_a_provider_cannot_reindex(tmp_path: Path) -> None:
         checks.check_reindex_switches_every_vector_and_the_identity,
         checks.check_a_killed_reindex_keeps_the_old_identity_and_finishes,
         checks.check_writes_during_a_reindex_are_not_lost,
+        checks.check_calls_during_a_reindex_fail_only_with_the_identity,
     ],
 )
 def test_shared_reindex_checks(tmp_path: Path, check: Any) -> None:
