@@ -58,7 +58,7 @@ CONVERSATION_PIPELINE: Final = RetrievalConfig.model_validate(
 ``session`` and ``turn`` (any chat log; nothing LoCoMo-only). Chosen by
 ``ditto-worker eval locomo --leave-one-out`` (:mod:`ditto_worker.cli.tuning`, issue 28
 item 7): the grid's choice on one file beat plain reciprocal-rank fusion on the other in
-both folds (R@10 0.806 vs 0.709 on 30.json, 0.810 vs 0.695 on 26.json; both legs search
+both folds (R@10 0.806 vs 0.719 on 30.json, 0.810 vs 0.695 on 26.json; both legs search
 without the speaker names the question mentions, ``mention.stripFromKeywordQuery``), so a
 tuned setting may ship; this one is the grid's best over both files (0.843 / 0.810
 in-sample). docs/retrieval.md "Leave-one-out" has the table."""

@@ -190,13 +190,14 @@ def _hybrid_candidates(
         candidates["keyword"] = search_candidates(
             source, config.keyword_strategy, input.query, input, config.candidates, options
         )
-    stripped = keyword_query(input.query, candidates, config)
+    found = dict(candidates)  # the query as given: where both legs find the mentioned values
+    stripped = keyword_query(input.query, found, config)
     if "keyword" in roles and stripped != input.query:
         candidates["keyword"] = search_candidates(
             source, config.keyword_strategy, stripped, input, config.candidates, options
         )
     if "vector" in roles:
-        vector = embed_query(embedder, vector_query(input.query, candidates, config))
+        vector = embed_query(embedder, vector_query(input.query, found, config))
         candidates["vector"] = search_candidates(
             source, config.vector_strategy, vector, input, config.candidates, options
         )

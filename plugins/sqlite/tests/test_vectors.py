@@ -258,6 +258,29 @@ def test_hybrid_keyword_leg_searches_without_mentioned_names(
         assert "keyword" in scores[ids[1]] and hits.output[0].memory.id == ids[first]
 
 
+def test_hybrid_legs_strip_the_names_found_with_the_query_as_given(tmp_path: Path) -> None:
+    """Both legs strip the values found in the first keyword search's candidates: Jon's
+    turn is found by his name only (``indexFields: [speaker]``), so the second keyword
+    search (without "Jon") does not return it, and the vector leg still embeds the query
+    without "Jon"."""
+    embedder = HashingEmbedder()
+    store = SqliteMemoryStore(tmp_path / "n.sqlite", embedder=embedder, index_fields=["speaker"])
+    try:
+        _write(store, [
+            {"content": "Thanks, Jon! Good luck", "metadata": {"speaker": "Gina"}},
+            {"content": "I bought new shoes", "metadata": {"speaker": "Jon"}},
+        ])  # fmt: skip
+        source = _KeywordQueries(store)
+        config = {"mention": {"fields": ["speaker"]}}
+        provider = create_retrieval_memory_search_provider(source, embedder, config)
+        hits = create_memory(store, provider).search({"query": "Did Jon wish luck?"})
+        assert hits.status == "success" and hits.output
+        assert source.queries == ["Did Jon wish luck?", "Did wish luck?"]
+        assert embedder.texts[-1] == "Did wish luck?"
+    finally:
+        store.close()
+
+
 def test_create_store_embedding_setting(tmp_path: Path) -> None:
     env = {"DITTO_WORKER_MEMORY_SQLITE_PATH": str(tmp_path / "c.sqlite")}
     assert create_store({"embedding": "none"}, env).embedder is None
