@@ -13,16 +13,16 @@ already is not written again), so a 1M file is loaded once.
 
 Rows per size, in one run:
 
-* ``SDK pruned`` and ``SDK every candidate``: ``memory.search`` (strategy ``keyword``,
-  ``--limit``) without a filter (the best candidates chosen before any record is read,
-  :mod:`ditto_plugin_sqlite.keyword_top`) and with a filter every record passes
-  (``{"tag": {"$exists": false}}``: each candidate's record read and checked).
-* ``store: scored all`` vs ``store: pruned``, the same queries interleaved one by one on
-  the store's connection in a read transaction: the previous page statement (every
-  candidate scored in SQL, the best ``--limit`` sorted out there, then their records)
-  beside the pruned one (``ditto_plugin_sqlite.search._best_rows``), their p50 ratio,
-  CPU ms per query (``time.process_time``: what a query costs on free cores, the
-  machine being shared) and how many pages differ (ids, order or scores; 0 expected).
+* ``SDK, …``: ``memory.search`` (strategy ``keyword``, ``--limit``) without a filter,
+  with one every record passes (``{"tag": {"$exists": false}}``), one kept by about 20 %
+  (``kind``) and one by about 0.5 % (``user``).
+* ``store, …``: the same four, the same queries interleaved one by one on the store's
+  connection in a read transaction: the page statement before the pruning (no filter:
+  every candidate scored in SQL, the best ``--limit`` sorted out there, then their
+  records; a filter: every candidate scored and its record read and checked) beside the
+  current one (``ditto_plugin_sqlite.search._best_rows`` / ``_filtered_rows``), their
+  p50 ratio, CPU ms per query (``time.process_time``: what a query costs on free cores,
+  the machine being shared) and how many pages differ (ids, order or scores; 0 expected).
 * ``--writes N``: WRITE through ``memory.write`` in batches of 1,000 (no vectors) into two
   new stores, rounds alternating: the keyword indexing before schema 7 (no
   ``keyword_scopes.shortest``, reproduced here) and now; memories/s each and the ratio.
@@ -55,9 +55,10 @@ from ditto_plugin_sqlite import store as store_module  # noqa: E402
 from ditto_plugin_sqlite.fts import KeywordPlan, index_record, keyword_plan  # noqa: E402
 from ditto_plugin_sqlite.fts import _scope as keyword_scope  # noqa: E402
 from ditto_plugin_sqlite.rows import COLUMNS  # noqa: E402
-from ditto_plugin_sqlite.search import _best_rows  # noqa: E402
+from ditto_plugin_sqlite.search import _best_rows, _filtered_rows, _keyword_sql  # noqa: E402
 from ditto_plugin_sqlite.sql import compile_filter, in_namespace  # noqa: E402
 from ditto_worker import create_memory  # noqa: E402
+from ditto_worker.memory.filters import parse_filter  # noqa: E402
 from ditto_worker.memory.text import index_terms, keyword_text  # noqa: E402
 
 EVERY = {"filter": {"tag": {"$exists": False}}}
@@ -84,10 +85,13 @@ def load(store: SqliteMemoryStore, source: object, start: int, count: int) -> fl
     return count / (time.perf_counter() - began)
 
 
-def previous_rows(conn: Any, plan: KeywordPlan, limit: int) -> list[tuple[Any, ...]]:
+Way = Callable[[Any, KeywordPlan, Any, int], list[tuple[Any, ...]]]
+"""A page statement: ``(conn, plan, where, limit) -> rows`` (each ends with the score)."""
+
+
+def previous_rows(conn: Any, plan: KeywordPlan, where: Any, limit: int) -> list[tuple[Any, ...]]:
     """The page statement of an unfiltered search before the pruning: every candidate
     scored in SQL, the best ``limit`` chosen there, then their records."""
-    where = in_namespace(compile_filter(None), "", lookup=False)
     sql = (
         f"{plan.sql}SELECT {COLUMNS}, s.score AS score FROM "
         "(SELECT seq, score FROM s ORDER BY score DESC, seq LIMIT ?) AS s "
@@ -97,17 +101,27 @@ def previous_rows(conn: Any, plan: KeywordPlan, limit: int) -> list[tuple[Any, .
     return list(conn.execute(sql, [*plan.params, limit, *where.params, limit]))
 
 
-def pruned_rows(conn: Any, plan: KeywordPlan, limit: int) -> list[tuple[Any, ...]]:
-    """The page statement of an unfiltered search now (:mod:`.keyword_top`)."""
-    return _best_rows(conn, plan, in_namespace(compile_filter(None), "", lookup=False), limit)
+def every_candidate(conn: Any, plan: KeywordPlan, where: Any, limit: int) -> list[tuple[Any, ...]]:
+    """The page statement of a filtered search before the pruning (and its fallback now):
+    every candidate scored and its record read and checked."""
+    return list(conn.execute(*_keyword_sql(plan, where, limit)))
 
 
-def side_by_side(store: SqliteMemoryStore, queries: list[str], limit: int) -> None:
-    """Both page statements, interleaved query by query; p50s, CPU, ratio, differences."""
-    ways: dict[str, Callable[[Any, KeywordPlan, int], list[tuple[Any, ...]]]] = {
-        "scored all": previous_rows,
-        "pruned": pruned_rows,
-    }
+COMPARED: dict[str, tuple[dict[str, Any] | None, Way, Way]] = {
+    "no filter": (None, previous_rows, _best_rows),
+    "filter all pass": (EVERY["filter"], every_candidate, _filtered_rows),
+    "filter kind (20 %)": ({"kind": "fact"}, every_candidate, _filtered_rows),
+    "filter user (0.5 %)": ({"user": "u7"}, every_candidate, _filtered_rows),
+}
+"""Per row: the filter, the previous page statement and the current one."""
+
+
+def side_by_side(store: SqliteMemoryStore, queries: list[str], limit: int, row: str) -> None:
+    """Both page statements of ``row``, interleaved query by query; p50s, CPU, ratio and
+    the pages that differ."""
+    given, previous, now = COMPARED[row]
+    where = in_namespace(compile_filter(parse_filter(given)), "", lookup=False)
+    ways = {"before": previous, "now": now}
     wall: dict[str, list[float]] = {name: [] for name in ways}
     cpu: dict[str, list[float]] = {name: [] for name in ways}
     differ = 0
@@ -116,21 +130,18 @@ def side_by_side(store: SqliteMemoryStore, queries: list[str], limit: int) -> No
             pages = []
             for name, way in ways.items():
                 began, used = time.perf_counter(), time.process_time()
-                plan = keyword_plan(conn, query, "", read=name == "pruned")
-                pages.append([] if plan is None else way(conn, plan, limit))
+                plan = keyword_plan(conn, query, "", read=name == "now")
+                pages.append([] if plan is None else way(conn, plan, where, limit))
                 wall[name].append((time.perf_counter() - began) * 1000)
                 cpu[name].append((time.process_time() - used) * 1000)
             differ += pages[0] != pages[1]
     load_now = "/".join(f"{x:.2f}" for x in os.getloadavg())
-    for name in ways:
-        p50, p95 = percentiles(wall[name])
-        print(f"  store: {name:<19} p50 {p50:7.2f} ms, p95 {p95:7.2f} ms, "
-              f"CPU p50 {percentiles(cpu[name])[0]:6.2f} ms")  # fmt: skip
-    ratio = percentiles(wall["scored all"])[0] / percentiles(wall["pruned"])[0]
-    cpu_ratio = percentiles(cpu["scored all"])[0] / percentiles(cpu["pruned"])[0]
-    print(f"  p50 ratio scored all / pruned: {ratio:.2f}x wall, {cpu_ratio:.2f}x CPU; "
-          f"pages that differ: {differ} of {len(queries)}; load average {load_now}",
-          flush=True)  # fmt: skip
+    (b50, b95), (n50, n95) = percentiles(wall["before"]), percentiles(wall["now"])
+    bcpu, ncpu = percentiles(cpu["before"])[0], percentiles(cpu["now"])[0]
+    print(f"  store, {row:<20} before p50 {b50:8.2f} / p95 {b95:8.2f} ms (CPU {bcpu:6.2f}), "
+          f"now {n50:7.2f} / {n95:7.2f} ms (CPU {ncpu:6.2f}); ratio {b50 / n50:.2f}x wall, "
+          f"{bcpu / ncpu:.2f}x CPU; pages that differ {differ} of {len(queries)}; "
+          f"load {load_now}", flush=True)  # fmt: skip
 
 
 def previous_index_record(conn: Any, seq: int, namespace: str, text: str) -> None:
@@ -229,13 +240,14 @@ def main(argv: list[str] | None = None) -> int:
                 done = size
             print(f"{size:>9,} memories (file holds {done:,}): "
                   f"{path.stat().st_size / 1e6:,.0f} MB, limit {args.limit}")  # fmt: skip
-            for label, extra in (("pruned", {}), ("every candidate", EVERY)):
-                calls = [{**q, **extra} for q in queries]
+            for row, (given, _, _) in COMPARED.items():
+                calls = [{**q, "filter": given} if given else q for q in queries]
                 timed(memory.search, calls[:20])
                 p50, p95 = percentiles(timed(memory.search, calls))
-                print(f"  SDK {label:<21} p50 {p50:7.2f} ms, p95 {p95:7.2f} ms, load "
+                print(f"  SDK, {row:<20} p50 {p50:7.2f} ms, p95 {p95:7.2f} ms, load "
                       f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
-            side_by_side(store, texts, args.limit)
+            for row in COMPARED:
+                side_by_side(store, texts, args.limit, row)
     if folder is not None:
         for name in os.listdir(folder):
             os.remove(Path(folder) / name)

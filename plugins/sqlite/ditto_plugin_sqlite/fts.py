@@ -30,9 +30,10 @@ Tables (schema 5)::
                    shortest,  -- fewest terms of a record indexed (schema 7, see below)
                    kept)      -- ``records`` as of the last write that kept ``shortest``
 
-An unfiltered search scores only the records that can reach its page
-(:mod:`ditto_plugin_sqlite.keyword_top`, from :func:`postings`); a filtered one scores
-every candidate with :func:`keyword_plan`'s SQL. A query is never passed to ``MATCH``:
+A search scores only the records that can reach its page
+(:mod:`ditto_plugin_sqlite.keyword_top`, from :func:`postings`); a filtered one that finds
+too few passing records among them scores every candidate with :func:`keyword_plan`'s
+SQL. A query is never passed to ``MATCH``:
 its terms (:func:`~ditto_worker.memory.text.query_terms`) are bound parameters, OR-ed.
 Of more than 64 distinct terms the 64 held by the fewest records of the scope are kept
 (:func:`~ditto_worker.memory.text.select_terms` with the ``fts5vocab`` frequencies, or

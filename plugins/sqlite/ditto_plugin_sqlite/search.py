@@ -27,7 +27,7 @@ from ditto_plugin_sqlite.ann import SimHashIndex
 from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.fts import KeywordPlan, keyword_plan
 from ditto_plugin_sqlite.nearest import nearest_rows
-from ditto_plugin_sqlite.rows import COLUMNS, marks, row_item
+from ditto_plugin_sqlite.rows import COLUMNS, chunks, marks, row_item
 from ditto_plugin_sqlite.sql import Sql, compile_filter, in_namespace
 from ditto_worker.contracts import MemorySearchInput
 from ditto_worker.memory.capabilities import StoreCapabilities
@@ -76,9 +76,10 @@ VECTOR_CAPABILITIES: Final = StoreCapabilities(
 
 
 def _keyword_sql(plan: KeywordPlan, where: Sql, limit: int) -> tuple[str, list[Any]]:
-    """The page of a filtered keyword search: the scope's scored candidates (:mod:`.fts`)
-    joined to their records, filtered (``where``: :func:`.sql.in_namespace` with
-    ``lookup=False``), best first; every candidate's record is read."""
+    """The page of a filtered keyword search by scoring every candidate: the scope's scored
+    candidates (:mod:`.fts`) joined to their records, filtered (``where``:
+    :func:`.sql.in_namespace` with ``lookup=False``), best first; every candidate's record
+    is read."""
     sql = (
         f"{plan.sql}SELECT {COLUMNS}, s.score AS score FROM s "
         "JOIN memories AS m ON m.seq = s.seq "
@@ -94,10 +95,39 @@ def _best_rows(
     """The page of a keyword search without a ``filter``: the best ``limit`` candidates
     chosen before any record is read (:mod:`.keyword_top`, exact), then their records
     (``where`` stays a check: the postings are the scope's own); rows end with the score."""
-    best = keyword_top.best_records(conn, plan, limit)
+    return _records(conn, keyword_top.best_records(conn, plan, limit), where)
+
+
+def _filtered_rows(
+    conn: Connection, plan: KeywordPlan, where: Sql, limit: int
+) -> list[tuple[Any, ...]]:
+    """The page of a keyword search with a ``filter``: the first ``limit`` candidates, in
+    rank order, whose records pass it. The best ``limit`` x 4 candidates are ranked
+    (:mod:`.keyword_top`) and their records checked, then as many more as the share that
+    passed says are needed (twice that); each is a prefix of the whole ranking, so once
+    ``limit`` of them pass (or every candidate was ranked) the page is exact. When more
+    than ``limit`` x 64 would be needed, every candidate is scored (:func:`_keyword_sql`):
+    a filter passed by fewer than about 1 in 30 records costs one small ranking more."""
+    depth = limit * 4
+    while depth <= limit * 64:
+        best = keyword_top.best_records(conn, plan, depth)
+        rows = _records(conn, best, where)
+        if len(rows) >= limit or len(best) < depth:
+            return rows[:limit]
+        depth = depth * limit // max(len(rows), 1) * 2  # none passed: as if one had
+    return conn.execute(*_keyword_sql(plan, where, limit)).fetchall()
+
+
+def _records(conn: Connection, best: list[tuple[float, int]], where: Sql) -> list[tuple[Any, ...]]:
+    """The records of ``best`` (``(score, seq)``) passing ``where``, best first; each row
+    ends with its score."""
     scores = {seq: score for score, seq in best}
-    sql = f"SELECT {COLUMNS} FROM memories AS m WHERE m.seq IN ({marks(best)}) AND {where.text}"
-    rows = conn.execute(sql, [*scores, *where.params]).fetchall()
+    rows: list[tuple[Any, ...]] = []
+    for chunk in chunks(list(scores)):
+        sql = (
+            f"SELECT {COLUMNS} FROM memories AS m WHERE m.seq IN ({marks(chunk)}) AND {where.text}"
+        )
+        rows += conn.execute(sql, [*chunk, *where.params]).fetchall()
     return sorted(((*row, scores[row[0]]) for row in rows), key=lambda r: (-r[6], r[0]))
 
 
@@ -127,13 +157,13 @@ class SearchMixin(NativeSearch):
     ) -> list[Hit]:
         where = self._where(input, options, lookup=False)
         with self._tx(options, write=False) as conn:
-            plan = keyword_plan(conn, query, namespace_of(options), input.filter is None)
+            plan = keyword_plan(conn, query, namespace_of(options), read=True)
             if plan is None:
                 return []
             if input.filter is None:
                 rows = _best_rows(conn, plan, where, limit)
             else:
-                rows = conn.execute(*_keyword_sql(plan, where, limit)).fetchall()
+                rows = _filtered_rows(conn, plan, where, limit)
         return [(row_item(row), float(row[6])) for row in rows]
 
     def _vector_hits(

@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
-from ditto_plugin_sqlite import SqliteMemoryStore, keyword_top
+from ditto_plugin_sqlite import SqliteMemoryStore, keyword_top, search
 from ditto_plugin_sqlite.fts import KeywordPlan, keyword_plan
+from ditto_plugin_sqlite.sql import compile_filter, in_namespace
 from ditto_worker import Scope, create_memory
+from ditto_worker.memory.filters import parse_filter
 from ditto_worker.memory.text import bm25, bm25_idf, index_terms, keyword_text, query_terms
 
 WORDS = [f"w{i}" for i in range(300)]
@@ -112,3 +114,40 @@ def test_pruned_top_k_is_scoring_every_candidate(
     assert read, "the records holding one term once were never read"
     assert repeated, "the records holding one term repeatedly were never scored"
     assert pruned, "no search was pruned"
+
+
+def test_filtered_pages_are_every_candidates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filtered search ranks a prefix of the candidates and checks their records; its
+    page is the every-candidate statement's, for filters kept by 50 %, 3 %, 1 % and 0 %
+    of the records and one every record passes; a selective one ends in that statement."""
+    rng = random.Random(21)
+    weights = [1 / (r + 3) for r in range(300)]
+    texts = [" ".join(rng.choices(WORDS, weights, k=rng.randint(3, 30))) for _ in range(1500)]
+    every = search._keyword_sql
+    fallbacks: list[int] = []
+    monkeypatch.setattr(search, "_keyword_sql", lambda *a: fallbacks.append(1) or every(*a))
+    filters = [{"n": {"$lt": 50}}, {"n": {"$lt": 3}}, {"n": 7}, {"n": {"$gte": 100}}]
+    filters.append({"tag": {"$exists": False}})
+    with SqliteMemoryStore(tmp_path / "f.sqlite") as store:
+        memory = create_memory(store)
+        drafts = [{"content": t, "metadata": {"n": i % 100}} for i, t in enumerate(texts)]
+        memory.write({"memories": drafts})
+        fell: dict[str, int] = {}
+        with store._tx(None, write=False) as conn:
+            for _ in range(30):
+                query = " ".join(rng.sample(WORDS[:150], rng.randint(1, 3)))
+                plan = keyword_plan(conn, query, "", read=True)
+                assert plan is not None
+                for given in filters:
+                    where = in_namespace(compile_filter(parse_filter(given)), "", lookup=False)
+                    for limit in (1, 10, 30):
+                        before = len(fallbacks)
+                        got = search._filtered_rows(conn, plan, where, limit)
+                        want = conn.execute(*every(plan, where, limit)).fetchall()
+                        assert [r[0] for r in got] == [r[0] for r in want], (query, given)
+                        assert [r[6] for r in got] == pytest.approx([r[6] for r in want])
+                        fell[str(given)] = fell.get(str(given), 0) + len(fallbacks) - before
+    assert fell[str(filters[0])] == 0 and fell[str(filters[-1])] == 0
+    assert fell[str(filters[3])] > 0, "a filter no record passes never scored every candidate"
