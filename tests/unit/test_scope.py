@@ -157,11 +157,13 @@ def test_a_malformed_scope_header_never_reaches_the_store(header: Any) -> None:
     from types import SimpleNamespace
 
     from ditto_worker.config import load_runtime_config
+    from ditto_worker.contracts import to_wire
     from ditto_worker.fleet.tasks import FleetRuntime
 
     spy = Spy()
     runtime = FleetRuntime(load_runtime_config({}, env={}), [lambda: create_memory_worker(spy)])
     request = SimpleNamespace(id="e1", headers={"ditto_scope": header})
-    reply = runtime.run(SimpleNamespace(request=request, app=None), "MEMORY.QUERY", {})  # type: ignore[arg-type]
+    result = runtime.run(SimpleNamespace(request=request, app=None), "MEMORY.QUERY", {})  # type: ignore[arg-type]
+    reply = to_wire(result)
     assert reply["status"] == "failed" and reply["error"]["code"] == "PERMISSION_DENIED"
     assert spy.calls == []

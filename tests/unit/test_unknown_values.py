@@ -28,7 +28,7 @@ from ditto_worker import create_memory, create_memory_worker
 from ditto_worker.cli import demo
 from ditto_worker.cli.eval import EvalReport, evaluate_strategy, format_reports
 from ditto_worker.config import load_runtime_config
-from ditto_worker.contracts import MemoryItem, MemorySearchResult
+from ditto_worker.contracts import MemoryItem, MemorySearchResult, to_wire
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.fleet.redaction import input_repr
 from ditto_worker.fleet.tasks import INPUT_BYTES, FleetRuntime
@@ -42,7 +42,7 @@ def _fleet_call(request: Any, input: Any) -> tuple[dict[str, Any], Spy]:
     spy = Spy()
     config = load_runtime_config({"fleet": {"maxInputBytes": 1024}}, env={})
     runtime = FleetRuntime(config, [lambda: create_memory_worker(spy)])
-    reply = runtime.run(SimpleNamespace(request=request, app=None), "MEMORY.QUERY", input)
+    reply = to_wire(runtime.run(SimpleNamespace(request=request, app=None), "MEMORY.QUERY", input))
     return reply, spy
 
 
