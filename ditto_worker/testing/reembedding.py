@@ -36,12 +36,33 @@ __all__ = [
     "check_calls_during_a_reindex_fail_only_with_the_identity",
     "check_reindex_switches_every_vector_and_the_identity",
     "check_writes_during_a_reindex_are_not_lost",
+    "use_old_and_new",
 ]
 
 OLD: Final = HashingEmbedder(dims=64, seed=0)
 NEW: Final = HashingEmbedder(dims=32, seed=7)
 TEXTS: Final = [f"note {i} about {'tea' if i % 2 else 'coffee'}" for i in range(7)]
 Make = Callable[[EmbeddingProvider], Any]
+
+
+def use_old_and_new(monkeypatch: Any) -> None:
+    """Make the embedder kinds ``old`` and ``new`` build :data:`OLD` and :data:`NEW` (for
+    ``ditto-worker reindex --to new`` in a test); other kinds build as usual.
+
+    Args:
+        monkeypatch: pytest's ``monkeypatch`` fixture (undone after the test).
+    """
+    from ditto_worker.runtime import registry
+
+    providers = {"old": OLD, "new": NEW}
+    real = registry.build_embedder
+    monkeypatch.setattr(
+        registry,
+        "build_embedder",
+        lambda kind, settings=None, environ=None: (
+            providers.get(str(kind)) or real(kind, settings, environ)
+        ),
+    )
 
 
 class Dying(HashingEmbedder):

@@ -129,17 +129,8 @@ def test_the_reindex_command_on_qdrant(tmp_path: Path, monkeypatch: pytest.Monke
     from typer.testing import CliRunner
 
     from ditto_worker.cli.commands import app
-    from ditto_worker.runtime import registry
 
-    providers = {"old": checks.OLD, "new": checks.NEW}
-    real = registry.build_embedder
-    monkeypatch.setattr(
-        registry,
-        "build_embedder",
-        lambda kind, settings=None, environ=None: (
-            providers.get(str(kind)) or real(kind, settings, environ)
-        ),
-    )
+    checks.use_old_and_new(monkeypatch)
     with _make(tmp_path)(checks.OLD) as old:
         drafts = [{"content": f"note {i}"} for i in range(4)]
         old.write(MemoryWriteInput.model_validate({"memories": drafts}))

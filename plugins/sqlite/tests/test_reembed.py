@@ -6,7 +6,6 @@ identity stays consistent until the switch."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +23,7 @@ from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.testing import HashingEmbedder
 from ditto_worker.testing import reembedding as checks
 
-OLD, NEW = HashingEmbedder(dims=64, seed=0), HashingEmbedder(dims=32, seed=7)
-TEXTS = [f"note {i} about {'tea' if i % 2 else 'coffee'}" for i in range(7)]
-
-
-class _Dying(HashingEmbedder):
-    """The new identity, failing after ``batches`` model batches (a killed reindex)."""
-
-    def __init__(self, batches: int) -> None:
-        super().__init__(dims=32, seed=7)
-        self.left = batches
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        if self.left == 0:
-            raise MemoryError(ErrorCode.EMBEDDING_UNAVAILABLE, "killed")
-        self.left -= 1
-        return super().embed(texts)
+OLD, NEW, TEXTS = checks.OLD, checks.NEW, checks.TEXTS
 
 
 def _filled(path: Path) -> list[str]:
@@ -102,7 +86,7 @@ def test_a_killed_reindex_keeps_the_old_identity_and_finishes_when_run_again(
     ids = _filled(path)
     old = SqliteMemoryStore(path, embedder=OLD)
     served = _search(old, TEXTS[1], "vector")
-    dying = _Dying(batches=1)
+    dying = checks.Dying(batches=1)
     with SqliteMemoryStore(path, embedder=dying) as new, pytest.raises(MemoryError):
         new.reembed_embeddings(batch_size=2)
     assert _identity(path) == OLD.identity
