@@ -44,6 +44,7 @@ __all__ = [
     "ReembeddingStore",
     "check_vectors",
     "l2_normalize",
+    "reembed_provider",
 ]
 
 
@@ -236,6 +237,24 @@ class ReembeddingStore(Protocol):
                 store; ``MEMORY_BACKEND_ERROR`` (safe message).
         """
         ...
+
+
+def reembed_provider(embedder: EmbeddingProvider | None, batch_size: int) -> EmbeddingProvider:
+    """The provider a :meth:`ReembeddingStore.reembed_embeddings` call moves to, after the
+    checks every store makes before touching anything (MEM-RET-4).
+
+    Args:
+        embedder: the store's provider (``None``: the store has none, or no vector space).
+        batch_size: records per model batch.
+
+    Raises:
+        MemoryError: ``INVALID_INPUT`` without a provider or for ``batch_size < 1``.
+    """
+    if embedder is None:
+        raise MemoryError(ErrorCode.INVALID_INPUT, "embedding: reindex needs a provider")
+    if batch_size < 1:
+        raise MemoryError(ErrorCode.INVALID_INPUT, "batchSize must be at least 1")
+    return embedder
 
 
 def l2_normalize(vector: Sequence[float]) -> list[float]:

@@ -45,6 +45,7 @@ from pymilvus import MilvusClient
 from ditto_plugin_milvus.collection import MilvusCollection, Row
 from ditto_plugin_milvus.rows import chunks, index_params, schema
 from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.memory.ports import reembed_provider
 
 __all__ = ["PASSES", "MilvusReembed"]
 
@@ -83,11 +84,8 @@ class MilvusReembed(MilvusCollection):
                 ``batch_size`` below 1; ``EMBEDDING_MISMATCH`` for a collection not made
                 by this store; ``EMBEDDING_UNAVAILABLE``; ``MEMORY_BACKEND_ERROR``.
         """
-        if self._embedder is None or self._dims is None:
-            raise MemoryError(ErrorCode.INVALID_INPUT, "embedding: reindex needs a provider")
-        if batch_size < 1:
-            raise MemoryError(ErrorCode.INVALID_INPUT, "batchSize must be at least 1")
-        digest = uuid.uuid5(uuid.NAMESPACE_OID, self._embedder.identity.to_json()).hex[:12]
+        embedder = reembed_provider(self._embedder, batch_size)
+        digest = uuid.uuid5(uuid.NAMESPACE_OID, embedder.identity.to_json()).hex[:12]
         done = sum(
             self._reembed_one(name, f"{name}_r{digest}", batch_size) for name in self._names()
         )

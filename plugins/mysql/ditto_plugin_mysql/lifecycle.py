@@ -45,7 +45,12 @@ from ditto_worker.memory.indexing import (
     encode_fields,
     fields_mismatch,
 )
-from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider, MemoryCallOptions
+from ditto_worker.memory.ports import (
+    EmbeddingIdentity,
+    EmbeddingProvider,
+    MemoryCallOptions,
+    reembed_provider,
+)
 from ditto_worker.memory.text import embedding_text, keyword_text
 
 __all__ = ["Lifecycle"]
@@ -269,14 +274,10 @@ class Lifecycle:
                 ``indexFields`` change (run :meth:`reindex_embeddings` first);
                 ``MEMORY_BACKEND_ERROR`` (safe message).
         """
-        if self._embedder is None:
-            raise MemoryError(ErrorCode.INVALID_INPUT, "embedding: reindex needs a provider")
-        if batch_size < 1:
-            raise MemoryError(ErrorCode.INVALID_INPUT, "batchSize must be at least 1")
+        embedder = reembed_provider(self._embedder, batch_size)
         self._get_pool()
         if self._index_mismatch is not None:
             raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._index_mismatch)
-        embedder = self._embedder
         run = Reembedding(
             lambda: connect(self._address, self._timeouts[0], self.database),
             embedder,

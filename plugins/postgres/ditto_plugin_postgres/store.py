@@ -83,7 +83,12 @@ from ditto_worker.memory.operations import (
     metadata_holds,
     operation_of,
 )
-from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider, MemoryCallOptions
+from ditto_worker.memory.ports import (
+    EmbeddingIdentity,
+    EmbeddingProvider,
+    MemoryCallOptions,
+    reembed_provider,
+)
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.text import embedding_text, keyword_text
 
@@ -347,11 +352,8 @@ class PostgresMemoryStore(SearchMixin):
                 ``indexFields`` change (run :meth:`reindex_embeddings` first);
                 ``MEMORY_BACKEND_ERROR`` (safe message).
         """
-        if self._embedder is None:
-            raise MemoryError(ErrorCode.INVALID_INPUT, "embedding: reindex needs a provider")
-        if batch_size < 1:
-            raise MemoryError(ErrorCode.INVALID_INPUT, "batchSize must be at least 1")
-        pool, embedder = self._get_pool(), self._embedder
+        embedder = reembed_provider(self._embedder, batch_size)
+        pool = self._get_pool()
         if self._index_mismatch is not None:
             raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._index_mismatch)
         with self._connection() as lock:

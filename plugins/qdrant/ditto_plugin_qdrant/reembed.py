@@ -39,9 +39,10 @@ from qdrant_client import QdrantClient, models
 
 from ditto_plugin_qdrant.keywords import SPARSE_VECTOR
 from ditto_plugin_qdrant.payload import MEMORY, UPDATED
-from ditto_plugin_qdrant.points import Point, chunks
+from ditto_plugin_qdrant.points import Point, chunks, dense_name
 from ditto_plugin_qdrant.writes import QdrantWrites
 from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.memory.ports import reembed_provider
 
 __all__ = ["PASSES", "QdrantReembed"]
 
@@ -67,11 +68,8 @@ class QdrantReembed(QdrantWrites):
                 ``batch_size`` below 1; ``EMBEDDING_MISMATCH`` for a collection not made
                 by this store; ``EMBEDDING_UNAVAILABLE``; ``MEMORY_BACKEND_ERROR``.
         """
-        if self._embedder is None or self._dense is None:
-            raise MemoryError(ErrorCode.INVALID_INPUT, "embedding: reindex needs a provider")
-        if batch_size < 1:
-            raise MemoryError(ErrorCode.INVALID_INPUT, "batchSize must be at least 1")
-        target = f"{self.collection}-{self._dense.removeprefix('dense-')}"
+        embedder = reembed_provider(self._embedder, batch_size)
+        target = f"{self.collection}-{dense_name(embedder.identity).removeprefix('dense-')}"
         self._finish_cut_switch(target)
         self._ready = False
         self._open(None)

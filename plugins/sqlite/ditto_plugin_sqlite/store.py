@@ -77,7 +77,7 @@ from ditto_worker.memory.indexing import (
     fields_mismatch,
 )
 from ditto_worker.memory.operations import condition_failed, metadata_holds, operation_of
-from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
+from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions, reembed_provider
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.text import embedding_text, keyword_text
 
@@ -291,13 +291,9 @@ class SqliteMemoryStore(SearchMixin):
                 ``batch_size`` below 1; ``EMBEDDING_UNAVAILABLE``; ``EMBEDDING_MISMATCH``
                 for an ``indexFields`` change (run :meth:`reindex_embeddings` first).
         """
-        if self._embedder is None:
-            raise MemoryError(ErrorCode.INVALID_INPUT, "embedding: reindex needs a provider")
-        if batch_size < 1:
-            raise MemoryError(ErrorCode.INVALID_INPUT, "batchSize must be at least 1")
+        embedder = reembed_provider(self._embedder, batch_size)
         if self._index_mismatch is not None:
             raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._index_mismatch)
-        embedder = self._embedder
         done = reembed(
             lambda write: transaction(self._conn(), None, write),
             embedder,
