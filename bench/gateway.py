@@ -3,7 +3,8 @@
 One throwaway Redis, ONE worker process (``ditto-worker worker --nodes memory``, threads
 pool) and ONE gateway process (``ditto-worker serve`` with a broker: every call is
 enqueued on the fleet through the same client Python callers use). MEMORY.GET of one
-record is called four ways, in interleaved rounds so a noisy neighbour hits all alike:
+record is called five ways, in interleaved rounds so a noisy neighbour hits all alike
+(each round starts with the next path, so none always runs right after the same one):
 
   (python) ``await runtime.ainvoke`` — the Python fleet client (``create_ditto`` with a
       broker), one client shared by every caller (as it is meant to be used);
@@ -18,10 +19,19 @@ record is called four ways, in interleaved rounds so a noisy neighbour hits all 
       which at 100 callers cost this process ~7 ms of CPU per call against ~1.8 ms with
       a client per caller; the gateway sees the same 100 keep-alive connections either
       way.)
+  (aiohttp) the same ``POST`` through aiohttp, the other established asyncio HTTP client
+      (one ``ClientSession``, keep-alive connections, its C HTTP parser): httpx parses
+      HTTP in pure Python (h11) and costs the calling process ~2 ms of CPU per call here,
+      as much as the whole Python fleet client; aiohttp ~0.5 ms. The gateway answers both
+      alike, so the difference between the two rows is the caller's HTTP library.
+  (node) the same ``POST`` from a Node.js process through the TypeScript client
+      (``clients/typescript``, built on first use; Node's fetch keeps connections alive):
+      the seed's own callers are TypeScript services. ``bench/gateway_node.mjs`` runs one
+      measurement per process (after a warm-up) and reports its own CPU.
   (raw) the same ``POST`` over a keep-alive connection per caller written and read by
       hand (the request in one write, the answer read by its ``Content-Length``): what
       the gateway costs without an HTTP client library's work in the caller's process.
-      The targets are the http row's; raw says how much of the difference is the client.
+      Not a client to use; the floor any HTTP client could reach.
 
 At 1, 10 and 100 concurrent callers it prints p50/p99 latency (ms) and throughput
 (calls/s) per path and the ratios to python. Targets (issue 26): HTTP p50 <= 1.3x the
@@ -35,6 +45,7 @@ CPU and the HTTP client's on top of the fleet's.
     python bench/gateway.py                      # 5 rounds, 200 calls per level
     python bench/gateway.py --rounds 7 --calls 400
     python bench/gateway.py --gateway-workers 2  # serve --workers 2
+    python bench/gateway.py --levels 1 --paths python,aiohttp   # a subset
 """
 
 from __future__ import annotations
@@ -54,6 +65,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 
 from ditto_worker.gateway.app import create_app
@@ -63,6 +75,10 @@ from ditto_worker.testing.servers import RedisServer, stop_process
 
 TOKEN = "bench-gateway-token"
 LEVELS = (1, 10, 100)
+PATHS = ("python", "asgi", "http", "aiohttp", "node", "raw")
+HTTP_PATHS = ("http", "aiohttp", "raw")
+NODE_SCRIPT = Path(__file__).with_name("gateway_node.mjs")
+CLIENT_DIR = Path(__file__).resolve().parents[1] / "clients" / "typescript"
 
 
 def write_config(folder: Path, redis_url: str) -> None:
@@ -98,6 +114,41 @@ async def timed(calls: int, callers: int, one: Any) -> tuple[list[float], float]
     started = time.perf_counter()
     await asyncio.gather(*(caller(i) for i in range(callers)))
     return latencies, len(latencies) / (time.perf_counter() - started)
+
+
+async def timed_node(url: str, calls: int, callers: int) -> tuple[list[float], float, float, int]:
+    """:func:`timed` for the node path: ``bench/gateway_node.mjs`` in a Node.js process
+    (the TypeScript client over Node's fetch); latencies (ms), calls/s, the CPU ms the
+    Node process used while timed, and how many warm-up calls it made before."""
+    proc = await asyncio.create_subprocess_exec(
+        "node", str(NODE_SCRIPT), url, TOKEN, str(calls), str(callers),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"node path failed: {err.decode()[-2000:]}")
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    latencies = [float(v) for v in result["latencies"]]
+    rate = len(latencies) / result["seconds"]
+    return latencies, rate, float(result["cpuMs"]), int(result["warmupCalls"])
+
+
+def node_ready() -> str | None:
+    """Why the node path cannot run (no ``node``, or the client not built and no
+    ``npm`` to build it), or ``None`` once ``clients/typescript/dist`` is built."""
+    import shutil
+
+    if shutil.which("node") is None:
+        return "no node on PATH"
+    if (CLIENT_DIR / "dist" / "index.js").exists():
+        return None
+    if shutil.which("npm") is None:
+        return "clients/typescript is not built and there is no npm"
+    print("building clients/typescript (npm ci, npm run build) for the node path", flush=True)
+    for step in (["npm", "ci", "--no-audit", "--no-fund"], ["npm", "run", "build"]):
+        if subprocess.run(step, cwd=CLIENT_DIR, capture_output=True).returncode != 0:
+            return f"{' '.join(step)} failed in clients/typescript"
+    return None
 
 
 def cpu_s(pid: int | None) -> float:
@@ -170,7 +221,7 @@ async def measure(
                                    headers=headers, timeout=60)  # fmt: skip
     # one keep-alive client (one connection) per caller: the module docstring says why
     clients = [httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=60)
-               for _ in range(max(LEVELS))]  # fmt: skip
+               for _ in range(max(args.levels))]  # fmt: skip
     async with contextlib.AsyncExitStack() as stack:
         for client in (in_process, *clients):
             await stack.enter_async_context(client)
@@ -193,49 +244,89 @@ async def measure(
             answer = await in_process.post("/v1/nodes/MEMORY.GET", json=body)
             assert answer.status_code == 200 and answer.json()["output"], answer.text
 
-        paths = (("python", direct), ("asgi", over_asgi), ("http", over_http), ("raw", over_raw))
-        for _ in range(20):  # warm every path
+        # aiohttp's one session pools its keep-alive connections in O(1) per request
+        session = await stack.enter_async_context(aiohttp.ClientSession(
+            gateway.url, headers=headers, connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=60)))  # fmt: skip
+
+        async def over_aiohttp(_: int) -> None:
+            async with session.post("/v1/nodes/MEMORY.GET", json=body) as answer:
+                data = await answer.json()
+                assert answer.status == 200 and data["output"], data
+
+        every = {"python": direct, "asgi": over_asgi, "http": over_http,
+                 "aiohttp": over_aiohttp, "raw": over_raw, "node": gateway.url}  # fmt: skip
+        paths = [(name, every[name]) for name in args.paths]
+        for _ in range(20):  # warm every path (node warms up in each of its processes)
             for _name, fn in paths:
-                await fn(0)
-        await asyncio.gather(*(over_http(i) for i in range(len(clients))))  # open them all
-        rows: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
-        cpu: dict[tuple[int, str], dict[str, float]] = {}
-        for round_no in range(args.rounds):
-            for callers in LEVELS:
-                for name, fn in paths:
-                    before = {who: cpu_s(pid) for who, pid in pids.items()}
-                    lat, rate = await timed(args.calls, callers, fn)
-                    spent = cpu.setdefault((callers, name), dict.fromkeys(pids, 0.0))
-                    for who, pid in pids.items():
-                        spent[who] += (cpu_s(pid) - before[who]) * 1000 / len(lat)
-                    rows.setdefault((callers, name), []).append(
-                        (pct(lat, 0.5), pct(lat, 0.99), rate)
-                    )
-            print(f"round {round_no + 1}/{args.rounds} done ({load()})", flush=True)
+                if callable(fn):
+                    await fn(0)
+        top = max(args.levels)  # open every caller's connection
+        await asyncio.gather(*(fn(i) for i in range(top) for name, fn in paths
+                               if name in HTTP_PATHS))  # fmt: skip
+        rows, cpu = await run_rounds(args, paths, pids)
         raw.close()
-    report(rows)
+    report(rows, args)
     report_cpu(cpu, args.rounds)
 
 
-def report(rows: dict[tuple[int, str], list[tuple[float, float, float]]]) -> None:
+Rows = dict[tuple[int, str], list[tuple[float, float, float]]]
+"""(callers, path) -> per round (p50 ms, p99 ms, calls/s)."""
+
+
+async def run_rounds(
+    args: argparse.Namespace, paths: list[tuple[str, Any]], pids: dict[str, int | None]
+) -> tuple[Rows, dict[tuple[int, str], dict[str, float]]]:
+    """Every level and path, ``args.rounds`` times: the rows and the CPU ms per call of
+    each process (summed over rounds)."""
+    rows: Rows = {}
+    cpu: dict[tuple[int, str], dict[str, float]] = {}
+    for round_no in range(args.rounds):
+        # each round starts with another path: no path always follows the same one
+        turn = round_no % len(paths)
+        for callers in args.levels:
+            for name, fn in paths[turn:] + paths[:turn]:
+                before = {who: cpu_s(pid) for who, pid in pids.items()}
+                if callable(fn):
+                    lat, rate, caller_ms, warm = *await timed(args.calls, callers, fn), None, 0
+                else:  # the node path: fn is the gateway's URL
+                    lat, rate, caller_ms, warm = await timed_node(fn, args.calls, callers)
+                spent = cpu.setdefault((callers, name), dict.fromkeys(pids, 0.0))
+                for who, pid in pids.items():
+                    if who == "callers" and caller_ms is not None:  # Node's own, timed part
+                        spent[who] += caller_ms / len(lat)
+                    else:  # the servers also served the node path's warm-up calls
+                        spent[who] += (cpu_s(pid) - before[who]) * 1000 / (len(lat) + warm)
+                rows.setdefault((callers, name), []).append((pct(lat, 0.5), pct(lat, 0.99), rate))
+        print(f"round {round_no + 1}/{args.rounds} done ({load()})", flush=True)
+    return rows, cpu
+
+
+def report(rows: Rows,
+           args: argparse.Namespace) -> None:  # fmt: skip
     print("\nMEMORY.GET on one fleet (medians over rounds)")
-    print(f"{'callers':>7} {'path':>6} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>9}")
-    for callers in LEVELS:
+    print(f"{'callers':>7} {'path':>7} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>9}")
+    for callers in args.levels:
         med = {}
-        for name in ("python", "asgi", "http", "raw"):
+        for name in args.paths:
             p50, p99, rate = (
                 statistics.median(v[i] for v in rows[(callers, name)]) for i in range(3)
             )
             med[name] = (p50, p99, rate)
-            print(f"{callers:>7} {name:>6} {p50:>8.2f} {p99:>8.2f} {rate:>9.0f}")
+            print(f"{callers:>7} {name:>7} {p50:>8.2f} {p99:>8.2f} {rate:>9.0f}")
+        if "python" not in med:
+            continue
         (p50p, _, ratep) = med["python"]
-        for name, label in (("asgi", "a/p"), ("http", "h/p"), ("raw", "r/p")):
+        for name in args.paths[1:] if args.paths[0] == "python" else args.paths:
+            if name == "python":
+                continue
             p50, _, rate = med[name]
-            print(f"{callers:>7} {label:>6} {p50 / p50p:>7.2f}x {'':>8} {rate / ratep:>8.2f}x")
-        gateway_ms, client_ms = med["raw"][0] - p50p, med["http"][0] - med["raw"][0]
-        print(f"{callers:>7} p50 added: gateway and hop (raw - python) {gateway_ms:.2f} ms, "
-              f"httpx (http - raw) {client_ms:.2f} ms")  # fmt: skip
-    print("targets: p50 h/p <= 1.3x at 1 caller; throughput h/p >= 0.5x at 100 callers")
+            label = f"{name[:7]}/py"
+            print(f"{callers:>7} {label:>10} {p50 / p50p:>4.2f}x {'':>8} {rate / ratep:>8.2f}x")
+        if "raw" in med:
+            print(f"{callers:>7} p50 added by the gateway and its hop (raw - python): "
+                  f"{med['raw'][0] - p50p:.2f} ms")  # fmt: skip
+    print("targets: p50 HTTP/python <= 1.3x at 1 caller; throughput >= 0.5x at 100 callers")
 
 
 def report_cpu(cpu: dict[tuple[int, str], dict[str, float]], rounds: int) -> None:
@@ -257,7 +348,20 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="the worker's threads")
     parser.add_argument("--gateway-workers", type=int, default=1,
                         help="gateway processes (serve --workers N)")  # fmt: skip
+    parser.add_argument(
+        "--levels",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=list(LEVELS),
+        help="concurrent callers, e.g. 1,10,100",
+    )
+    parser.add_argument("--paths", type=lambda v: v.split(","), default=list(PATHS),
+                        help=f"a subset of {','.join(PATHS)} (python first)")  # fmt: skip
     args = parser.parse_args()
+    if unknown := set(args.paths) - set(PATHS):
+        parser.error(f"--paths: unknown {sorted(unknown)}")
+    if "node" in args.paths and (why := node_ready()) is not None:
+        print(f"skipping the node path: {why}", flush=True)
+        args.paths.remove("node")
     from ditto_worker.config import load_runtime_config_file
     from ditto_worker.runtime import create_ditto
 

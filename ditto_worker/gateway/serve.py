@@ -7,6 +7,7 @@ client of the fleet and ``--workers N`` runs N of them. Shutdown (SIGTERM/SIGINT
 accepting connections and drains the calls in flight for up to
 ``gateway.shutdownGraceS`` seconds before the runtime closes. An idle keep-alive
 connection stays open ``gateway.keepAliveS`` seconds (75; uvicorn's own default is 5).
+uvicorn's access log is off unless ``gateway.accessLog`` is true.
 TLS is left to the proxy in front (docs/http.md). Each response is written to the socket
 once (:mod:`ditto_worker.gateway.protocol`).
 """
@@ -111,7 +112,7 @@ def serve(
     # each response reaches the socket in one write (gateway.protocol); no WebSocket
     # routes, so no WebSocket upgrade either
     http, ws, grace_s = coalescing_protocol(), "none", int(settings.shutdown_grace_s)
-    keep_alive_s = settings.keep_alive_s
+    keep_alive_s, access_log = settings.keep_alive_s, settings.access_log
     if workers > 1:
         if config.fleet.in_process:
             raise ConfigError(
@@ -121,8 +122,9 @@ def serve(
         if config_path is not None:
             os.environ[CONFIG_ENV] = str(config_path)
         uvicorn.run("ditto_worker.gateway.serve:app_from_env", factory=True, host=host,
-                    port=port, workers=workers, http=http, ws=ws,
+                    port=port, workers=workers, http=http, ws=ws, access_log=access_log,
                     timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=grace_s)  # fmt: skip
         return
     uvicorn.run(build_app(config, config_path), host=host, port=port, http=http, ws=ws,
-                timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=grace_s)  # fmt: skip
+                access_log=access_log, timeout_keep_alive=keep_alive_s,
+                timeout_graceful_shutdown=grace_s)  # fmt: skip

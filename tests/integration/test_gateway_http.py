@@ -47,6 +47,7 @@ workers:
 plugins:
   sqlite: {{path: '{folder / "memory.sqlite"}'}}
 gateway:
+  accessLog: true
   tokens:
     - {{sha256: {_sha(T1)}, tenant: t1, user: u1}}
     - {{sha256: {_sha(T2)}, tenant: t2, user: u2}}

@@ -9,6 +9,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -365,6 +366,41 @@ def test_idle_keep_alive_connections_outlast_a_proxys_idle_timeout() -> None:
     assert GatewaySettings.model_validate({"keepAliveS": 120}).keep_alive_s == 120
     with pytest.raises(Exception, match="keepAliveS"):
         GatewaySettings.model_validate({"keepAliveS": 0})
+
+
+@pytest.mark.parametrize("yaml_line, expected", [("", False), ("  accessLog: true\n", True)])
+def test_the_access_log_is_off_unless_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, yaml_line: str, expected: bool
+) -> None:
+    # one line written per request cost 0.35-0.75 ms per call at one caller
+    import uvicorn
+
+    from ditto_worker.config import load_runtime_config_file
+    from ditto_worker.gateway.serve import serve
+
+    digest = hashlib.sha256(T1.encode()).hexdigest()
+    path = tmp_path / "ditto.yaml"
+    path.write_text(
+        "workers: {infer: {local: {autoStart: false}}}\n"
+        f"plugins: {{sqlite: {{path: '{tmp_path / 'm.sqlite'}'}}}}\n"
+        f"gateway:\n  tokens: [{{sha256: {digest}, tenant: t1, user: u1}}]\n{yaml_line}",
+        encoding="utf-8",
+    )
+    seen: dict[str, Any] = {}
+
+    def run(app: Any, **kwargs: Any) -> None:
+        seen.update(kwargs)
+        asyncio.run(_close(app))
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    serve(load_runtime_config_file(path), path)
+    assert seen["access_log"] is expected and seen["timeout_keep_alive"] == 75
+
+
+async def _close(app: Any) -> None:
+    """Run the app's lifespan once, so it closes the runtime it owns."""
+    async with app.router.lifespan_context(app):
+        pass
 
 
 def test_the_openapi_document_has_each_nodes_schemas(client: TestClient) -> None:
