@@ -62,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,9 +100,16 @@ gateway:
     )
 
 
-async def timed(calls: int, callers: int, one: Any) -> tuple[list[float], float]:
-    """Latencies (ms) of ``calls`` calls made by ``callers`` concurrent callers (caller
-    ``i`` calls ``one(i)``), and the throughput (calls/s) of the whole batch."""
+Timed = tuple[list[float], float, float | None, int]
+"""Latencies (ms), calls/s, the callers' own CPU ms when measured apart (``None``: this
+process's) and the warm-up calls the servers also served meanwhile."""
+Measure = Callable[[int], Awaitable[Timed]]
+"""One measurement of a path at a number of concurrent callers."""
+
+
+async def timed(calls: int, callers: int, one: Any) -> Timed:
+    """Latencies (ms) of ``calls`` calls made by ``callers`` concurrent callers in this
+    process (caller ``i`` calls ``one(i)``), and the throughput (calls/s) of the batch."""
     latencies: list[float] = []
     per = max(1, calls // callers)
 
@@ -113,10 +121,10 @@ async def timed(calls: int, callers: int, one: Any) -> tuple[list[float], float]
 
     started = time.perf_counter()
     await asyncio.gather(*(caller(i) for i in range(callers)))
-    return latencies, len(latencies) / (time.perf_counter() - started)
+    return latencies, len(latencies) / (time.perf_counter() - started), None, 0
 
 
-async def timed_node(url: str, calls: int, callers: int) -> tuple[list[float], float, float, int]:
+async def timed_node(url: str, calls: int, callers: int) -> Timed:
     """:func:`timed` for the node path: ``bench/gateway_node.mjs`` in a Node.js process
     (the TypeScript client over Node's fetch); latencies (ms), calls/s, the CPU ms the
     Node process used while timed, and how many warm-up calls it made before."""
@@ -255,16 +263,21 @@ async def measure(
                 assert answer.status == 200 and data["output"], data
 
         every = {"python": direct, "asgi": over_asgi, "http": over_http,
-                 "aiohttp": over_aiohttp, "raw": over_raw, "node": gateway.url}  # fmt: skip
-        paths = [(name, every[name]) for name in args.paths]
+                 "aiohttp": over_aiohttp, "raw": over_raw}  # fmt: skip
+        calls = {name: every[name] for name in args.paths if name in every}
         for _ in range(20):  # warm every path (node warms up in each of its processes)
-            for _name, fn in paths:
-                if callable(fn):
-                    await fn(0)
+            for fn in calls.values():
+                await fn(0)
         top = max(args.levels)  # open every caller's connection
-        await asyncio.gather(*(fn(i) for i in range(top) for name, fn in paths
+        await asyncio.gather(*(fn(i) for i in range(top) for name, fn in calls.items()
                                if name in HTTP_PATHS))  # fmt: skip
-        rows, cpu = await run_rounds(args, paths, pids)
+
+        def measurer(name: str) -> Measure:
+            if name == "node":
+                return lambda callers: timed_node(gateway.url, args.calls, callers)
+            return lambda callers: timed(args.calls, callers, calls[name])
+
+        rows, cpu = await run_rounds(args, [(n, measurer(n)) for n in args.paths], pids)
         raw.close()
     report(rows, args)
     report_cpu(cpu, args.rounds)
@@ -275,7 +288,7 @@ Rows = dict[tuple[int, str], list[tuple[float, float, float]]]
 
 
 async def run_rounds(
-    args: argparse.Namespace, paths: list[tuple[str, Any]], pids: dict[str, int | None]
+    args: argparse.Namespace, paths: list[tuple[str, Measure]], pids: dict[str, int | None]
 ) -> tuple[Rows, dict[tuple[int, str], dict[str, float]]]:
     """Every level and path, ``args.rounds`` times: the rows and the CPU ms per call of
     each process (summed over rounds)."""
@@ -287,10 +300,7 @@ async def run_rounds(
         for callers in args.levels:
             for name, fn in paths[turn:] + paths[:turn]:
                 before = {who: cpu_s(pid) for who, pid in pids.items()}
-                if callable(fn):
-                    lat, rate, caller_ms, warm = *await timed(args.calls, callers, fn), None, 0
-                else:  # the node path: fn is the gateway's URL
-                    lat, rate, caller_ms, warm = await timed_node(fn, args.calls, callers)
+                lat, rate, caller_ms, warm = await fn(callers)
                 spent = cpu.setdefault((callers, name), dict.fromkeys(pids, 0.0))
                 for who, pid in pids.items():
                     if who == "callers" and caller_ms is not None:  # Node's own, timed part

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,6 +45,7 @@ __all__ = [
     "check_vectors",
     "l2_normalize",
     "reembed_provider",
+    "sync_until_settled",
 ]
 
 
@@ -255,6 +256,20 @@ def reembed_provider(embedder: EmbeddingProvider | None, batch_size: int) -> Emb
     if batch_size < 1:
         raise MemoryError(ErrorCode.INVALID_INPUT, "batchSize must be at least 1")
     return embedder
+
+
+def sync_until_settled(sync: Callable[[], tuple[bool, int]], passes: int) -> int:
+    """Run ``sync`` — one pass copying what changed since the last into the new identity's
+    collection, returning ``(changed anything, records embedded)`` — until a pass changes
+    nothing, at most ``passes`` times, so writes of old-model processes meanwhile are
+    carried over (MEM-RET-4; the Qdrant and Milvus stores). Returns the records embedded."""
+    done = 0
+    for _ in range(passes):
+        changed, embedded = sync()
+        done += embedded
+        if not changed:
+            break
+    return done
 
 
 def l2_normalize(vector: Sequence[float]) -> list[float]:

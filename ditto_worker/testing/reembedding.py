@@ -19,6 +19,7 @@ from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemoryGetInput,
     MemoryItem,
+    MemoryQueryInput,
     MemorySearchInput,
     MemoryUpdateInput,
     MemoryWriteInput,
@@ -34,6 +35,7 @@ __all__ = [
     "assert_vectors",
     "check_a_killed_reindex_keeps_the_old_identity_and_finishes",
     "check_calls_during_a_reindex_fail_only_with_the_identity",
+    "check_cursors_survive_two_reindexes",
     "check_reindex_switches_every_vector_and_the_identity",
     "check_writes_during_a_reindex_are_not_lost",
     "use_old_and_new",
@@ -271,6 +273,36 @@ def check_writes_during_a_reindex_are_not_lost(make: Make) -> None:
             new.close()
     finally:
         old.close()
+
+
+def check_cursors_survive_two_reindexes(make: Make) -> HashingEmbedder:
+    """A QUERY cursor issued under the old identity pages on after a reindex (same records,
+    same order), and a second reindex to a third identity serves vector search; returns
+    that third identity, so the store's own test can look at what the switches left."""
+    old = make(OLD)
+    try:
+        drafts = [{"content": f"note {i}"} for i in range(5)]
+        old.write(MemoryWriteInput.model_validate({"memories": drafts}))
+        page = old.query(MemoryQueryInput(limit=2))
+    finally:
+        old.close()
+    assert page.next_cursor is not None
+    new = make(NEW)
+    try:
+        assert new.reembed_embeddings(batch_size=2) == 5
+        rest = new.query(MemoryQueryInput(limit=10, cursor=page.next_cursor))
+        assert [i.content for i in rest.items] == ["note 2", "note 3", "note 4"]
+    finally:
+        new.close()
+    third = HashingEmbedder(dims=16, seed=3)
+    again = make(third)
+    try:
+        assert again.reembed_embeddings() == 5
+        hits = again.search(MemorySearchInput(query="note 3", strategy="vector", limit=1))
+        assert hits[0].memory.content == "note 3"
+    finally:
+        again.close()
+    return third
 
 
 def check_calls_during_a_reindex_fail_only_with_the_identity(make: Make) -> None:

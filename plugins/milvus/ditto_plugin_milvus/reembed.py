@@ -45,7 +45,7 @@ from pymilvus import MilvusClient
 from ditto_plugin_milvus.collection import MilvusCollection, Row
 from ditto_plugin_milvus.rows import chunks, index_params, schema
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.memory.ports import reembed_provider
+from ditto_worker.memory.ports import reembed_provider, sync_until_settled
 
 __all__ = ["PASSES", "MilvusReembed"]
 
@@ -137,12 +137,7 @@ class MilvusReembed(MilvusCollection):
         if recorded.get("embedding") == self._embedder.identity.to_json():
             return 0
         self._create_target(target, source, recorded)
-        done = 0
-        for _ in range(PASSES):
-            changed, embedded = self._sync(source, target, batch_size)
-            done += embedded
-            if not changed:
-                break
+        done = sync_until_settled(lambda: self._sync(source, target, batch_size), PASSES)
         if source != name:  # an alias: moved atomically, then a last pass
             self._call(MilvusClient.alter_alias, target, name)
             done += self._sync(source, target, batch_size, final=True)[1]

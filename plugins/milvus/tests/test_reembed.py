@@ -18,11 +18,10 @@ import pytest
 from pymilvus import MilvusClient
 
 from ditto_plugin_milvus import MilvusMemoryStore
-from ditto_worker.contracts import MemoryQueryInput, MemorySearchInput, MemoryWriteInput
+from ditto_worker.contracts import MemorySearchInput, MemoryWriteInput
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions
 from ditto_worker.scope import Scope
-from ditto_worker.testing import HashingEmbedder
 from ditto_worker.testing import reembedding as checks
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -46,20 +45,7 @@ def test_a_killed_reindex_keeps_the_old_identity_and_resumes(tmp_path: Path) -> 
 
 def test_cursors_survive_and_a_second_reindex_moves_the_alias(tmp_path: Path) -> None:
     make = _make(tmp_path)
-    with make(checks.OLD) as old:
-        drafts = [{"content": f"note {i}"} for i in range(5)]
-        old.write(MemoryWriteInput.model_validate({"memories": drafts}))
-        page = old.query(MemoryQueryInput(limit=2))
-    assert page.next_cursor is not None
-    with make(checks.NEW) as new:
-        assert new.reembed_embeddings(batch_size=2) == 5
-        rest = new.query(MemoryQueryInput(limit=10, cursor=page.next_cursor))
-        assert [i.content for i in rest.items] == ["note 2", "note 3", "note 4"]
-    third = HashingEmbedder(dims=16, seed=3)
-    with make(third) as again:
-        assert again.reembed_embeddings() == 5
-        hits = again.search(MemorySearchInput(query="note 3", strategy="vector", limit=1))
-        assert hits[0].memory.content == "note 3"
+    checks.check_cursors_survive_two_reindexes(make)
     client = MilvusClient(str(tmp_path / "milvus.db"))
     try:
         names = set(client.list_collections())

@@ -73,19 +73,10 @@ def test_reindex_command_on_postgres(
     # names (MEM-RET-4); the hashing providers stand in for the registry's models
     from ditto_plugin_postgres import PostgresMemoryStore
     from ditto_worker.contracts import MemoryWriteInput
-    from ditto_worker.runtime import registry
-    from ditto_worker.testing import HashingEmbedder
+    from ditto_worker.testing.reembedding import NEW, OLD, use_old_and_new
 
-    providers = {"old": HashingEmbedder(dims=64, seed=0), "new": HashingEmbedder(dims=32, seed=7)}
-    real = registry.build_embedder
-    monkeypatch.setattr(
-        registry,
-        "build_embedder",
-        lambda kind, settings=None, environ=None: (
-            providers.get(str(kind)) or real(kind, settings, environ)
-        ),
-    )
-    store = PostgresMemoryStore(postgres_url, schema=pg_schema, embedder=providers["old"])
+    use_old_and_new(monkeypatch)
+    store = PostgresMemoryStore(postgres_url, schema=pg_schema, embedder=OLD)
     drafts = [{"content": f"note {i}"} for i in range(5)]
     store.write(MemoryWriteInput.model_validate({"memories": drafts}))
     store.close()
@@ -99,6 +90,6 @@ def test_reindex_command_on_postgres(
         row = conn.execute(
             f"SELECT value FROM \"{pg_schema}\".store_settings WHERE name = 'embedding'"
         ).fetchone()
-    assert row is not None and row[0] == providers["new"].identity.to_json()
+    assert row is not None and row[0] == NEW.identity.to_json()
     again = runner.invoke(app, args, env=env)
     assert again.exit_code == 0 and "0 memories embedded" in again.output

@@ -4,7 +4,6 @@ undeclared store (MEM-PY-5/6); indexes follow the declared list at open."""
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import psycopg
@@ -14,6 +13,7 @@ from ditto_plugin_postgres import PostgresMemoryStore, create_store
 from ditto_plugin_postgres.query_index import PREFIX
 from ditto_worker import Scope, create_memory
 from ditto_worker.errors import ConfigError
+from ditto_worker.testing.query_fields import every_page, mixed_records
 
 FIELDS = ["user", "score", "profile.city", "o'k", "100%", "arr.0"]
 ALICE = Scope("acme", "alice")
@@ -34,31 +34,13 @@ QUERIES: list[dict[str, Any]] = [
 
 
 def _records(count: int, seed: int) -> list[dict[str, Any]]:
-    rng = random.Random(seed)
-    records = []
-    for i in range(count):
-        metadata: dict[str, Any] = {}
-        for name in ("user", "score", "o'k", "100%"):
-            if rng.random() < 0.85:
-                metadata[name] = rng.choice(VALUES) if rng.random() < 0.3 else rng.randrange(4)
-        if rng.random() < 0.5:
-            metadata["profile"] = {"city": rng.choice(["Oslo", "Rome", 3, None])}
-        if rng.random() < 0.5:  # "arr.0" is a member "0", never an array's first element
-            metadata["arr"] = rng.choice([[1, 2], [3], {"0": 1}, {"0": "x"}, {"1": 2}])
-        records.append({"content": f"record {i}", "metadata": metadata})
-    return records
+    return mixed_records(
+        count, seed, fields=("user", "score", "o'k", "100%"), values=VALUES, arrays=True
+    )
 
 
 def _pages(memory: Any, query: dict[str, Any], scope: Scope | None) -> list[str]:
-    seen, cursor = [], None
-    while True:
-        call = {**query, "limit": 9, **({"cursor": cursor} if cursor else {})}
-        result = memory.query(call, scope=scope)
-        assert result.status == "success", result.error
-        seen += [item.content for item in result.output.items]
-        cursor = result.output.next_cursor
-        if cursor is None:
-            return seen
+    return every_page(memory, query, scope)
 
 
 def _indexes(url: str, schema: str) -> set[str]:

@@ -42,7 +42,7 @@ from ditto_plugin_qdrant.payload import MEMORY, UPDATED
 from ditto_plugin_qdrant.points import Point, chunks, dense_name
 from ditto_plugin_qdrant.writes import QdrantWrites
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.memory.ports import reembed_provider
+from ditto_worker.memory.ports import reembed_provider, sync_until_settled
 
 __all__ = ["PASSES", "QdrantReembed"]
 
@@ -80,12 +80,7 @@ class QdrantReembed(QdrantWrites):
         if not isinstance(recorded, dict) or "cursorSecret" not in recorded:
             raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
         self._create_target(target, source, str(recorded["cursorSecret"]))
-        done = 0
-        for _ in range(PASSES):
-            changed, embedded = self._sync(source, target, batch_size)
-            done += embedded
-            if not changed:
-                break
+        done = sync_until_settled(lambda: self._sync(source, target, batch_size), PASSES)
         done += self._switch(source, target, batch_size)
         self._ready = False
         self._open(None)

@@ -5,7 +5,6 @@ indexes or unindexes it at open."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -16,25 +15,11 @@ from ditto_plugin_sqlite.query_index import PREFIX, index_statements
 from ditto_worker import Scope, create_memory
 from ditto_worker.errors import ConfigError
 from ditto_worker.testing.embedder import HashingEmbedder
+from ditto_worker.testing.query_fields import every_page, mixed_records
 
 FIELDS = ["user", "kind", "n", "score", "profile.city", "o'k"]
 ALICE, BOB = Scope("acme", "alice"), Scope("acme", "bob")
 VALUES: list[Any] = [0, 1, 2, 2.5, -1, "a", "b", "B", "", True, False, None, [1], {"x": 1}]
-
-
-def _records(count: int, seed: int, label: str = "record") -> list[dict[str, Any]]:
-    """Records whose declared fields hold every JSON type, or are missing."""
-    rng = random.Random(seed)
-    records = []
-    for i in range(count):
-        metadata: dict[str, Any] = {}
-        for name in ("user", "kind", "n", "score", "o'k"):
-            if rng.random() < 0.85:
-                metadata[name] = rng.choice(VALUES) if rng.random() < 0.3 else rng.randrange(4)
-        if rng.random() < 0.5:
-            metadata["profile"] = {"city": rng.choice(["Oslo", "Rome", 3, None])}
-        records.append({"content": f"{label} {i}", "metadata": metadata})
-    return records
 
 
 QUERIES: list[dict[str, Any]] = [
@@ -51,17 +36,16 @@ QUERIES: list[dict[str, Any]] = [
 ]
 
 
+def _records(count: int, seed: int, label: str = "record") -> list[dict[str, Any]]:
+    """Records whose declared fields hold every JSON type, or are missing."""
+    return mixed_records(
+        count, seed, fields=("user", "kind", "n", "score", "o'k"), values=VALUES, label=label
+    )
+
+
 def _pages(memory: Any, query: dict[str, Any], scope: Scope | None, limit: int = 7) -> list[str]:
     """Every record of ``query`` walked page by page through its cursors."""
-    seen, cursor = [], None
-    while True:
-        call = {**query, "limit": limit, **({"cursor": cursor} if cursor else {})}
-        result = memory.query(call, scope=scope)
-        assert result.status == "success", result.error
-        seen += [item.content for item in result.output.items]
-        cursor = result.output.next_cursor
-        if cursor is None:
-            return seen
+    return every_page(memory, query, scope, limit)
 
 
 def _load(path: Path, fields: list[str], embedder: Any = None) -> SqliteMemoryStore:
