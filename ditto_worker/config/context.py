@@ -16,10 +16,13 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-__all__ = ["REDIS_URL_ENV", "ContextLimits", "ContextWorkerSettings"]
+__all__ = ["REDIS_URL_ENV", "SENTINEL_MASTER_ENV", "ContextLimits", "ContextWorkerSettings"]
 
 REDIS_URL_ENV: Final = "DITTO_WORKER_CONTEXT_REDIS_URL"
 """Environment variable of the context cache's Redis URL (the seed's name)."""
+
+SENTINEL_MASTER_ENV: Final = "DITTO_WORKER_CONTEXT_SENTINEL_MASTER_NAME"
+"""Environment variable of the monitored master's name for a ``sentinel://`` cache URL."""
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,17 @@ class ContextWorkerSettings(BaseModel):
 
     redis_url: str = Field(
         default="",
-        description="Redis of the context cache (redis:// or rediss://; may carry a "
-        "password, so set it through the env DITTO_WORKER_CONTEXT_REDIS_URL). Empty: the "
-        "in-process cache of the embedded runtime.",
+        description="Redis of the context cache (redis://, rediss://, or Redis Sentinel: "
+        "sentinel://[:password@]host:port[/db], several joined by ';', with "
+        "sentinelMasterName; may carry a password, so set it through the env "
+        "DITTO_WORKER_CONTEXT_REDIS_URL). Empty: the in-process cache of the embedded runtime.",
+    )
+    sentinel_master_name: str = Field(
+        default="",
+        description="Redis Sentinel: the monitored master's name, required with a "
+        "sentinel:// redisUrl (env DITTO_WORKER_CONTEXT_SENTINEL_MASTER_NAME). The cache asks "
+        "the sentinels for the master on every new connection, so it follows a failover "
+        "(redis-py's Sentinel support, as Celery's broker and result backend use it).",
     )
     ttl_s: float = Field(
         default=3600.0,
@@ -96,14 +107,20 @@ class ContextWorkerSettings(BaseModel):
             raise ValueError("workers.context.ttlS must not exceed maxTtlS")
         if self.max_item_bytes > self.max_context_bytes:
             raise ValueError("workers.context.maxItemBytes must not exceed maxContextBytes")
+        if self.redis_url.startswith("sentinel://") and not self.sentinel_master_name:
+            raise ValueError(
+                "workers.context.redisUrl is a sentinel:// URL: set "
+                "workers.context.sentinelMasterName (env DITTO_WORKER_CONTEXT_SENTINEL_MASTER_NAME)"
+            )
 
     @classmethod
     def from_env(
         cls, data: Mapping[str, object] | None = None, env: Mapping[str, str] | None = None
     ) -> ContextWorkerSettings:
         """The settings of a ``workers.context`` mapping (``None``: all defaults) with
-        ``DITTO_WORKER_CONTEXT_REDIS_URL`` (from ``env``, default ``os.environ``) over
-        ``redisUrl`` when set and non-empty.
+        ``DITTO_WORKER_CONTEXT_REDIS_URL`` and ``DITTO_WORKER_CONTEXT_SENTINEL_MASTER_NAME``
+        (from ``env``, default ``os.environ``) over ``redisUrl`` / ``sentinelMasterName``
+        when set and non-empty.
 
         Raises:
             pydantic.ValidationError: an unknown key or a bad value.
@@ -112,4 +129,6 @@ class ContextWorkerSettings(BaseModel):
         raw = dict(data or {})
         if env.get(REDIS_URL_ENV):
             raw["redisUrl"] = env[REDIS_URL_ENV]
+        if env.get(SENTINEL_MASTER_ENV):
+            raw["sentinelMasterName"] = env[SENTINEL_MASTER_ENV]
         return cls.model_validate(raw)

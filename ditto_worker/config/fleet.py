@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 from typing import Any, Final, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ditto_worker.config.sections import Section
 from ditto_worker.errors import ConfigError
 
-__all__ = ["FLEET_ENV", "FleetSettings", "check_fleet_url"]
+__all__ = ["FLEET_ENV", "FleetSettings", "check_fleet_url", "sentinel_parts"]
 
 
 class FleetSettings(Section):
@@ -176,3 +176,24 @@ def _check_one_url(url: str, setting: str, where: str) -> None:
         raise ConfigError(f"{where}: the port is not a number from 1 to 65535") from None
     if scheme in ("redis", "rediss") and not re.fullmatch(r"/?(\d+)?", parts.path):
         raise ConfigError(f"{where}: the Redis database must be a number, e.g. {example}")
+
+
+def sentinel_parts(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """``([(host, port), …], master connection kwargs {db, password})`` of a sentinel URL.
+
+    Raises:
+        ConfigError: a part that is not ``sentinel://host:port`` (the URL is not shown).
+    """
+    hosts: list[tuple[str, int]] = []
+    kwargs: dict[str, Any] = {}
+    for part in url.split(";"):
+        split = urlsplit(part.strip())
+        if split.scheme != "sentinel" or not split.hostname:
+            raise ConfigError("a sentinel URL must be sentinel://host:port[/db], ';'-joined")
+        hosts.append((split.hostname, split.port or 26379))
+        if split.password and "password" not in kwargs:
+            kwargs["password"] = unquote(split.password)
+        db = split.path.strip("/")
+        if db.isdigit() and "db" not in kwargs:
+            kwargs["db"] = int(db)
+    return hosts, kwargs

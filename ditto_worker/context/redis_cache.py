@@ -38,18 +38,23 @@ import os
 import threading
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import redis
 from redis.exceptions import NoScriptError
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from ditto_worker.config.context import ContextLimits
+from ditto_worker.config.fleet import sentinel_parts
 from ditto_worker.context.cache import CachedContext
 from ditto_worker.context.merge import merged_over_limit
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.runtime.cancel import CancelToken
 
-__all__ = ["LOAD_SCRIPT", "UPDATE_SCRIPT", "RedisContextCache"]
+__all__ = ["LOAD_SCRIPT", "SENTINEL_TIMEOUT_S", "UPDATE_SCRIPT", "RedisContextCache"]
+
+SENTINEL_TIMEOUT_S: Final = 2.0
+"""Connect and read timeout of each sentinel asked for the master's address, s."""
 
 logger = logging.getLogger(__name__)
 
@@ -135,17 +140,31 @@ class RedisContextCache:
     """:class:`~ditto_worker.context.cache.ContextCache` on one Redis database.
 
     Args:
-        url: ``redis://[user:password@]host:port/db``, ``rediss://…`` or ``unix://…``
+        url: ``redis://[user:password@]host:port/db``, ``rediss://…``, ``unix://…``, or
+            Redis Sentinel ``sentinel://[:password@]host:port[/db]`` (several joined by
+            ``;``; the password and db are the master's) with ``master_name``
             (``workers.context.redisUrl`` / env ``DITTO_WORKER_CONTEXT_REDIS_URL``). It
             never appears in an error message or a log line.
         max_idle: connections kept open between calls (the worker's concurrency).
+        master_name: the monitored master's name (``workers.context.sentinelMasterName``),
+            required with a ``sentinel://`` URL. Every new connection asks the sentinels
+            where the master is (redis-py's ``SentinelConnectionPool``, as kombu's Sentinel
+            transport uses it), so after a failover the next call reaches the new master;
+            a call in flight on the old one ends ``CONTEXT_UNAVAILABLE`` (its connection is
+            dropped, as is one answered ``READONLY`` by a demoted master).
 
     Raises:
-        ValueError: ``url`` is not a Redis URL (raised by redis-py when parsing).
+        ValueError: ``url`` is not a Redis URL (raised by redis-py when parsing), or a
+            ``sentinel://`` URL without ``master_name``.
+        ConfigError: a ``sentinel://`` URL with a part that is not ``sentinel://host:port``.
     """
 
-    def __init__(self, url: str, *, max_idle: int = 8) -> None:
-        parsed = redis.ConnectionPool.from_url(url)  # parses the URL; connects to nothing
+    def __init__(self, url: str, *, max_idle: int = 8, master_name: str | None = None) -> None:
+        if url.startswith("sentinel://"):
+            parsed: Any = _sentinel_pool(url, master_name)
+        else:
+            parsed = redis.ConnectionPool.from_url(url)  # parses the URL; connects to nothing
+        self._pool = parsed  # a Sentinel pool answers the master's address to its connections
         self._connection_class: Any = parsed.connection_class
         self._kwargs = dict(parsed.connection_kwargs)
         self._max_idle = max_idle
@@ -319,6 +338,19 @@ class RedisContextCache:
             idle, self._idle = list(self._idle), deque()
         for conn in idle:
             conn.disconnect()
+
+
+def _sentinel_pool(url: str, master_name: str | None) -> Any:
+    """redis-py's pool of the master ``master_name`` behind the sentinels of ``url``
+    (connects to nothing; each connection asks the sentinels on ``connect``). The
+    sentinels' own sockets time out after :data:`SENTINEL_TIMEOUT_S`, so a dead sentinel
+    costs a bounded wait before the next one is asked."""
+    if not master_name:
+        raise ValueError("a sentinel:// context cache URL needs workers.context.sentinelMasterName")
+    hosts, master_kwargs = sentinel_parts(url)
+    timeouts = {"socket_timeout": SENTINEL_TIMEOUT_S, "socket_connect_timeout": SENTINEL_TIMEOUT_S}
+    sentinels = Sentinel(hosts, sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
+    return SentinelConnectionPool(master_name, sentinels, **master_kwargs)  # type: ignore[no-untyped-call]
 
 
 def _round_trip(conn: Any, script: str, key: str, args: Sequence[Any], timeout_s: float) -> Any:

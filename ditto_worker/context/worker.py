@@ -244,7 +244,11 @@ def create_context_worker(
         if url:
             from ditto_worker.context.redis_cache import RedisContextCache
 
-            cache = RedisContextCache(url, max_idle=settings.concurrency)
+            cache = RedisContextCache(
+                url,
+                max_idle=settings.concurrency,
+                master_name=settings.sentinel_master_name or None,
+            )
         else:
             cache = InProcessContextCache()
     nodes = ContextNodes(settings, cache)

@@ -11,13 +11,14 @@ clients here then ask the sentinels for the master and follow a failover (redis-
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.sentinel import Sentinel
 
+from ditto_worker.config.fleet import sentinel_parts
 from ditto_worker.errors import ConfigError
 
 __all__ = ["async_client", "is_redis_url", "sentinel_parts", "server_address", "sync_client"]
@@ -28,27 +29,6 @@ _REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "sentinel://")
 def is_redis_url(url: str) -> bool:
     """True for a URL the fleet's own Redis clients can use (Redis or Redis Sentinel)."""
     return url.startswith(_REDIS_SCHEMES)
-
-
-def sentinel_parts(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
-    """``([(host, port), …], master connection kwargs {db, password})`` of a sentinel URL.
-
-    Raises:
-        ConfigError: a part that is not ``sentinel://host:port`` (the URL is not shown).
-    """
-    hosts: list[tuple[str, int]] = []
-    kwargs: dict[str, Any] = {}
-    for part in url.split(";"):
-        split = urlsplit(part.strip())
-        if split.scheme != "sentinel" or not split.hostname:
-            raise ConfigError("a sentinel URL must be sentinel://host:port[/db], ';'-joined")
-        hosts.append((split.hostname, split.port or 26379))
-        if split.password and "password" not in kwargs:
-            kwargs["password"] = unquote(split.password)
-        db = split.path.strip("/")
-        if db.isdigit() and "db" not in kwargs:
-            kwargs["db"] = int(db)
-    return hosts, kwargs
 
 
 def server_address(url: str) -> str:
