@@ -23,6 +23,7 @@ import typer
 
 from ditto_worker.cli.eval_command import eval_app
 from ditto_worker.cli.example import example
+from ditto_worker.cli.mcp_command import mcp
 from ditto_worker.cli.options import (
     BrokerOpt,
     ConfigOpt,
@@ -335,6 +336,7 @@ app.command("example")(example)
 app.command("export")(export)
 app.command("import")(import_)
 app.command("reindex")(reindex)
+app.command("mcp")(mcp)
 
 
 @app.command()

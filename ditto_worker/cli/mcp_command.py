@@ -1,0 +1,95 @@
+"""``ditto-worker mcp``: the MEMORY nodes as an MCP server for one operator-given scope.
+
+The operator who starts it is the trusted host (as with ``invoke --scope``): every tool
+call acts for ``--scope``. Calls run on ``create_ditto``'s runtime: embedded (the
+configured store in this process) or, with a broker set (``DITTO_BROKER_URL``,
+``--broker``), on the fleet. Needs the ``mcp`` extra.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from ditto_worker.cli.options import BrokerOpt, ConfigOpt, fail, load_config, scope_or_exit
+from ditto_worker.errors import ConfigError
+
+__all__ = ["Transport", "mcp"]
+
+
+class Transport(StrEnum):
+    """Where the MCP server talks: the host's stdin/stdout, or streamable HTTP."""
+
+    stdio = "stdio"
+    http = "http"
+
+
+def mcp(
+    scope: Annotated[
+        str,
+        typer.Option(
+            "--scope",
+            metavar="tenant=ID,user=ID",
+            help="The trusted scope every tool call acts for: tenant and user, optionally "
+            "space=task:ID; the operator gives it as the trusted host would.",
+        ),
+    ],
+    transport: Annotated[
+        Transport, typer.Option(help="stdio (an MCP host launches it) or http (loopback).")
+    ] = Transport.stdio,
+    host: Annotated[str, typer.Option(help="http: loopback address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="http: TCP port.")] = 8765,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="http: another Host header to accept (name:port or name:*), repeatable; "
+            "loopback names are always accepted (DNS-rebinding protection).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds each call may take (default: fleet.callTimeoutS, 30)."),
+    ] = None,
+    config: ConfigOpt = None,
+    broker: BrokerOpt = None,
+) -> None:
+    """Serve the MEMORY nodes as MCP tools (memory_get ... memory_delete) for one scope.
+
+    stdio by default (what an MCP host such as Claude Desktop launches); --transport http
+    serves http://HOST:PORT/mcp on a loopback address, without authentication. The
+    authenticated server is /mcp of 'ditto-worker serve'. Needs the mcp extra:
+    pip install 'ditto-worker[mcp]'.
+    """
+    cfg = load_config(config, broker)
+    trusted = scope_or_exit("mcp", scope)
+    try:
+        import anyio
+
+        from ditto_worker.integrations.mcp import create_mcp_server, runtime_call
+        from ditto_worker.integrations.mcp.serve import check_loopback, serve_http, serve_stdio
+        from ditto_worker.integrations.mcp.server import runtime_specs
+    except ImportError as exc:
+        fail("mcp", f"needs the mcp extra ({exc.name} is missing): pip install 'ditto-worker[mcp]'")
+    if transport is Transport.http:
+        try:
+            check_loopback(host)
+        except ConfigError as exc:
+            fail("mcp", str(exc))
+    from ditto_worker.runtime import create_ditto
+
+    if trusted is None:  # typer requires --scope; kept for a direct call
+        fail("mcp", "--scope tenant=ID,user=ID is required")
+    runtime = create_ditto(None, cfg)
+    try:
+        server = create_mcp_server(
+            runtime_specs(runtime), runtime_call(runtime, trusted, timeout_s=timeout)
+        )
+        if transport is Transport.http:
+            serve_http(server, host, port, allowed_hosts=allowed_host or ())
+        else:
+            anyio.run(serve_stdio, server)
+    finally:
+        runtime.close()
