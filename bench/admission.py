@@ -27,6 +27,8 @@ Per conversation, with ``expected`` the labelled ``{field: value}``:
 
     python bench/admission.py                 # naive proposer: alone vs + policy
     python bench/admission.py --by-category   # one row per category as well
+    python bench/admission.py --by-language   # one row per language as well
+    python bench/admission.py --set bench/admission_musing_holdout.json  # musings (issue 35)
     python bench/admission.py --scaling       # admit() time vs message size (linear?)
     python bench/admission.py --decider write # the write task with the offline model
     python bench/admission.py --decider write --set bench/admission_holdout.json
@@ -207,6 +209,14 @@ def _by_category(args: argparse.Namespace, by_category: dict[str, Tally]) -> Non
             print(tally.row(f"  {name}"))
 
 
+def _by_language(args: argparse.Namespace, cases: Sequence[dict[str, object]]) -> None:
+    if args.by_language:
+        for language in sorted({str(c["language"]) for c in cases}):
+            mine = [c for c in cases if c["language"] == language]
+            tally, _ = evaluate(mine, DECIDERS[args.decider]())
+            print(tally.row(f"  language {language}"))
+
+
 def _load() -> str:
     import os
 
@@ -218,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else "")
     parser.add_argument("--decider", choices=[*sorted(DECIDERS), "write"], default="naive")
     parser.add_argument("--by-category", action="store_true")
+    parser.add_argument("--by-language", action="store_true")
     parser.add_argument("--set", type=Path, default=SET_PATH)
     parser.add_argument("--scaling", action="store_true", help="time admit() on long input")
     parser.add_argument("--base-url", default=None, help="write: an OpenAI-compatible endpoint")
@@ -237,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(alone.row("proposer alone (trusted)"))
     print(decided.row(f"{args.decider} + policy (admit)"))
     _by_category(args, by_category)
+    _by_language(args, cases)
     print("rejections by reason:", dict(sorted(decided.reasons.items())))
     return 1 if decided.false_admissions else 0
 

@@ -10,7 +10,8 @@ you I'd reply in German" must not pass because its fragment looks durable):
   today …), ``not_durable_hypothetical`` (if, what if, would you, suppose …) and
   ``not_durable_question`` (``?``, ``？``, ``吗``, a leading interrogative). A durable marker
   ("from now on", "ab heute", "从今天开始", "always") is removed first, so "starting today"
-  is not a one-off.
+  is not a one-off. ``not_durable_tentative`` (maybe, I wonder, vielleicht, 也许 …) is
+  :mod:`.hedges`.
 * :func:`has_preference_cue` — the sentence asks something of the assistant's
   communication (reply, write, answer, language, tone, format, prefer …); a sentence that
   only mentions German beer has none (``no_preference``).
@@ -27,6 +28,7 @@ import bisect
 import re
 from collections.abc import Sequence
 
+from ditto_worker.memory_tasks.hedges import is_tentative
 from ditto_worker.memory_tasks.phrases import phrase_pattern
 
 __all__ = [
@@ -182,7 +184,9 @@ def durability_reasons(sentence: str) -> tuple[str, ...]:
 
     Returns:
         A subset of ``("not_durable_one_off", "not_durable_hypothetical",
-        "not_durable_question")`` in that order.
+        "not_durable_question", "not_durable_tentative")`` in that order; tentative
+        (:func:`~ditto_worker.memory_tasks.hedges.is_tentative`) only when no other
+        reason applies (a subjunctive in an "if" clause is the hypothetical's).
     """
     reasons: list[str] = []
     if _ONE_OFF.search(_without_durable_markers(sentence)):
@@ -191,6 +195,8 @@ def durability_reasons(sentence: str) -> tuple[str, ...]:
         reasons.append("not_durable_hypothetical")
     if _is_question(sentence):
         reasons.append("not_durable_question")
+    if not reasons and is_tentative(sentence):  # "wäre", "would be" in an "if" clause
+        reasons.append("not_durable_tentative")
     return tuple(reasons)
 
 

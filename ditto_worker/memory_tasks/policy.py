@@ -20,7 +20,8 @@ code (:data:`REASONS`): the quote is verbatim in a *user* turn (never system, as
 tool text, even when the same words are there) and inside the candidate it names; the
 field and value are in the allow-list; the value is grounded in the quote by one of its
 words and not negated; the sentence asks something of the assistant's communication; it
-is durable (not a one-off, a hypothetical or a question — :mod:`.durability`); nothing in
+is durable (not a one-off, a hypothetical, a question or a musing — :mod:`.durability`,
+:mod:`.hedges` — and the user did not ask that nothing change); nothing in
 the quote or value is secret-shaped (:mod:`.secret_shapes`).
 """
 
@@ -38,6 +39,7 @@ from ditto_worker.memory_tasks.durability import (
     has_preference_cue,
     negated,
 )
+from ditto_worker.memory_tasks.hedges import on_hold
 from ditto_worker.memory_tasks.phrases import phrase_pattern
 from ditto_worker.memory_tasks.secret_shapes import SECRET_KINDS, find_secrets
 from ditto_worker.memory_tasks.sentences import (
@@ -85,6 +87,8 @@ REASONS: Mapping[str, str] = MappingProxyType(
         "not_durable_one_off": "a one-off request (this message, this time, today …)",
         "not_durable_hypothetical": "a hypothetical or conditional statement",
         "not_durable_question": "a question, not a statement of preference",
+        "not_durable_tentative": "only considered, wished, mused or hedged (maybe, I wonder …)",
+        "not_durable_on_hold": "the user asked that nothing be changed (don't change anything …)",
         "secret": "the quote or value holds secret-shaped text",
     }
 )
@@ -309,6 +313,8 @@ def admit(
     source, contexts = _source_reasons(proposal, turns)
     value = _value_reasons(proposal, policy, contexts)
     reasons = source + value + _statement_reasons(contexts)
+    if on_hold(proposal.quote, [t.content for t in turns if t.role == "user"]):
+        reasons.append("not_durable_on_hold")
     if find_secrets(proposal.quote) or find_secrets(proposal.value):
         reasons.append("secret")
     ordered = tuple(code for code in REASONS if code in reasons)
