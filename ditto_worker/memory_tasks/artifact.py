@@ -57,6 +57,7 @@ def check_artifact(artifact: Any) -> None:
 def publish_artifact(directory: str | os.PathLike[str], task_id: str, artifact: Any) -> Path:
     """Write ``<directory>/<task_id>.json`` atomically (temp file + fsync + rename +
     directory fsync). Publishing the same artifact again gives the same file.
+    Secret-shaped spans are redacted (``[redacted:<kind>]``) before anything is written.
 
     Returns:
         The artifact's path.
@@ -65,10 +66,12 @@ def publish_artifact(directory: str | os.PathLike[str], task_id: str, artifact: 
         OSError: the folder cannot be written (nothing half-written is left under the
             artifact's name).
     """
+    from ditto_worker.memory_tasks.secret_shapes import redact_json
+
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{task_id}.json"
-    data = json.dumps(artifact, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
+    data = json.dumps(redact_json(artifact), ensure_ascii=False, indent=2, sort_keys=True) + "\n"
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{task_id}.json.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:

@@ -27,15 +27,24 @@ Kinds and shapes (checked on the whole text; checksums where the format has one)
                    MOD 11-2 check)
 ``phone_number``   a ``+``/digit run of 9–15 digits with spaces, dots, dashes, brackets
 ``email_address``  ``local@domain.tld``
+``redacted``       a span :func:`redact` replaced (``[redacted:<kind>]``): text redacted
+                   before it was written stays secret-shaped, so a task resumed from it
+                   decides as it did on the original (issue 35 item 2)
 =================  ==========================================================================
+
+:func:`secret_spans` finds where those shapes are and :func:`redact` replaces each with
+``[redacted:<kind>]`` (idempotent); :func:`redact_json` does so in every string of a JSON
+value. The tasks redact everything they write — ``request.json``, checkpoints, the
+artifact, progress lines — after quotes were checked against the original text.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["SECRET_KINDS", "find_secrets"]
+__all__ = ["SECRET_KINDS", "find_secrets", "redact", "redact_json", "secret_spans"]
 
 SECRET_KINDS = (
     "credential",
@@ -49,6 +58,7 @@ SECRET_KINDS = (
     "national_id",
     "phone_number",
     "email_address",
+    "redacted",
 )
 """Every kind :func:`find_secrets` can report, in the order it reports them."""
 
@@ -86,6 +96,12 @@ _PRC_ID = re.compile(r"(?<!\d)\d{17}[\dXx](?![\dA-Za-z])")
 _EMAIL = re.compile(
     r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}"
     r"\.[A-Za-z]{2,24}(?![A-Za-z])"
+)
+
+
+_REDACTED = re.compile(r"\[redacted:[a-z_]+\]")
+_PRIVATE_KEY_BLOCK = re.compile(
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:.*?-----END [A-Z ]*PRIVATE KEY-----|.*)", re.S
 )
 
 
@@ -159,6 +175,7 @@ _CHECKS: tuple[tuple[str, Callable[[str], bool]], ...] = (
         _national_id,
     ),
     ("email_address", lambda t: _EMAIL.search(t) is not None),
+    ("redacted", lambda t: _REDACTED.search(t) is not None),
 )
 
 
@@ -177,3 +194,121 @@ def find_secrets(text: str) -> list[str]:
     if "national_id" in found or "iban" in found:
         found.discard("phone_number")  # an ID or IBAN's digits are not also a phone
     return [kind for kind in SECRET_KINDS if kind in found]
+
+
+Span = tuple[int, int, str]
+"""``(start, end, kind)`` of a secret-shaped part of a text."""
+
+
+def _credential_spans(text: str) -> list[Span]:
+    spans: list[Span] = []
+    for m in _CREDENTIAL.finditer(text):  # the value: from its first character to a space
+        end = m.end()
+        while end < len(text) and not text[end].isspace():
+            end += 1
+        spans.append((m.end() - 1, end, "credential"))
+    spans += [(m.start(), m.end(), "credential") for m in _CREDENTIAL_SHAPES.finditer(text)]
+    return spans
+
+
+def _checked_spans(text: str) -> list[Span]:
+    spans = [(m.start(), m.end(), "iban") for m in _IBAN.finditer(text) if _iban_valid(m.group())]
+    spans += [(m.start(), m.end(), "national_id") for m in _SSN.finditer(text)]
+    spans += [(m.start(), m.end(), "national_id") for m in _UK_NINO.finditer(text)]
+    spans += [(m.start(), m.end(), "national_id") for m in _PRC_ID.finditer(text)
+              if _prc_id_valid(m.group())]  # fmt: skip
+    for m in _DIGIT_RUN.finditer(text):
+        digits = re.sub(r"\D", "", m.group())
+        if 13 <= len(digits) <= 19 and luhn_valid(digits) and "/" not in m.group():
+            spans.append((m.start(), m.end(), "card_number"))
+        elif 9 <= len(digits) <= 15 and not _looks_like_date_or_version(m.group()):
+            spans.append((m.start(), m.end(), "phone_number"))
+    for m in _B64_RUN.finditer(text):
+        run = m.group()
+        if any(c.isupper() for c in run) and any(c.islower() for c in run):
+            if sum(c.isdigit() for c in run) >= 2:
+                spans.append((m.start(), m.end(), "base64_run"))
+    return spans
+
+
+def secret_spans(text: str) -> list[Span]:
+    """Where the shapes of :func:`find_secrets` are in ``text``: sorted, merged spans.
+
+    Returns:
+        ``[(start, end, kind)]``, non-overlapping, in text order; overlapping finds are
+        merged under the first one's kind. Already redacted markers are not reported.
+    """
+    spans = _credential_spans(text) + _checked_spans(text)
+    for kind, pattern in (
+        ("private_key", _PRIVATE_KEY_BLOCK), ("api_key", _API_KEY), ("jwt", _JWT),
+        ("hex_run", _HEX_RUN), ("email_address", _EMAIL),
+    ):  # fmt: skip
+        spans += [(m.start(), m.end(), kind) for m in pattern.finditer(text)]
+    markers = [(m.start(), m.end()) for m in _REDACTED.finditer(text)]
+    merged: list[Span] = []
+    for start, end, kind in sorted(spans):
+        if any(a <= start and end <= b for a, b in markers):
+            continue
+        if merged and start < merged[-1][1]:
+            first = merged[-1]
+            merged[-1] = (first[0], max(first[1], end), first[2])
+        else:
+            merged.append((start, end, kind))
+    return merged
+
+
+def redact(text: str, keep: frozenset[str] = frozenset()) -> str:
+    """``text`` with every :func:`secret_spans` span replaced by ``[redacted:<kind>]``.
+
+    Args:
+        text: any text.
+        keep: exact spans to leave (the store's own record ids, which a 32-hex-digit
+            ``hex_run`` would otherwise take).
+
+    Idempotent (``redact(redact(t)) == redact(t)``); :func:`find_secrets` still reports
+    the result (kind ``redacted``), so a decision made on it equals the one made on the
+    original.
+    """
+    out: list[str] = []
+    at = 0
+    for start, end, kind in secret_spans(text):
+        if text[start:end] in keep:
+            continue
+        out.append(text[at:start])
+        out.append(f"[redacted:{kind}]")
+        at = end
+    out.append(text[at:])
+    return "".join(out)
+
+
+_ID_KEYS = frozenset({"id", "memoryId"})
+_STORE_ID = re.compile(r"[0-9a-f]{32}|[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+
+
+def _record_ids(value: Any, found: set[str]) -> set[str]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k in _ID_KEYS and isinstance(v, str) and _STORE_ID.fullmatch(v):
+                found.add(v)
+            _record_ids(v, found)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _record_ids(v, found)
+    return found
+
+
+def redact_json(value: Any, keep: frozenset[str] | None = None) -> Any:
+    """A copy of JSON ``value`` with :func:`redact` applied to every string (keys too).
+
+    Record ids (uuid-shaped strings under an ``id`` / ``memoryId`` key anywhere in
+    ``value``; the store makes them) are kept wherever they appear, e.g. in a message's
+    citation ``(memory <id> v1)``; ``keep`` replaces that set when given.
+    """
+    ids = frozenset(_record_ids(value, set())) if keep is None else keep
+    if isinstance(value, str):
+        return redact(value, ids)
+    if isinstance(value, dict):
+        return {redact(str(k), ids): redact_json(v, ids) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_json(v, ids) for v in value]
+    return value

@@ -13,7 +13,7 @@ Every effect is a node call of a stage Graph the task's plan yields to ``runtime
 * :func:`restore` reads them back with one MEMORY.GET at the start, so a resumed task
   skips every stage whose checkpoint committed and never repeats its inference;
 * :func:`save` writes one checkpoint (once: a checkpoint that is already there is not
-  written again).
+  written again), secret-shaped spans redacted.
 
 A failed node ends the task: :func:`require` raises the node's own error code, which ends
 the loop ``failed`` with it (MEM-ERR-5: no automatic retry; MEM-TASK-5: outages fail
@@ -31,6 +31,7 @@ from pydantic_core import to_jsonable_python
 from ditto_worker.contracts import NodeResult
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.memory_tasks.contracts import ModelOptions, TaskOptions, TaskRequest
+from ditto_worker.memory_tasks.secret_shapes import redact, redact_json
 from ditto_worker.runtime.graphs import Graph, GraphResult, graph
 from ditto_worker.scope import TASK_SPACE_PREFIX
 
@@ -92,9 +93,9 @@ class TaskRun:
         return None if saved is None else saved.get("output")
 
     def say(self, line: str) -> None:
-        """Report a progress line (``options.on_stage``)."""
+        """Report a progress line (``options.on_stage``), secret-shaped spans redacted."""
         if self.options.on_stage is not None:
-            self.options.on_stage(line)
+            self.options.on_stage(redact(line))
 
 
 def output_of(result: NodeResult[Any]) -> Any:
@@ -138,6 +139,10 @@ def restore(run: TaskRun, keys: list[str]) -> Plan:
 def save(run: TaskRun, key: str, content: Any, kind: str = "checkpoint") -> Plan:
     """Commit one checkpoint in the task space (MEMORY.WRITE), unless it is there already.
 
+    Secret-shaped spans are redacted first (:func:`~ditto_worker.memory_tasks.
+    secret_shapes.redact_json`): the checkpoint, and what the run keeps of it, hold only
+    the redacted text (issue 35 item 2).
+
     Args:
         run: the task run.
         key: ``progress:<stage>``, ``candidate`` or ``report``.
@@ -150,6 +155,7 @@ def save(run: TaskRun, key: str, content: Any, kind: str = "checkpoint") -> Plan
     """
     if key in run.checkpoints:
         return run.checkpoints[key]
+    content = redact_json(content)
     memory = {
         "key": key,
         "content": content,
