@@ -2,7 +2,8 @@
 command line (the seed's ``npm run example:memory:<task>``; docs/memory-tasks.md).
 
 A new run makes a randomized task directory ``.examples-memory-tasks/cli-XXXXXXXX`` in
-the working folder with ``request.json`` (the task), ``controller.json`` (the isolated
+the working folder with ``request.json`` (the task, secret-shaped spans redacted: only the
+run in hand sees the original), ``controller.json`` (the isolated
 user this command — the host — vouches for; never read from the request) and, on
 SQLite, ``memory.sqlite``; it writes demonstration memories for that user, runs the task
 and publishes ``artifacts/<taskId>.json``. ``--directory DIR`` resumes the unfinished
@@ -100,6 +101,14 @@ def _read_json(path: Path, what: str) -> Any:
         fail("example", f"cannot read {what} {path}: {type(exc).__name__}")
 
 
+def _write_request(path: Path, request: dict[str, Any]) -> None:
+    """Writes ``request`` with secret-shaped spans redacted (issue 35 item 2): the run in
+    hand uses the original, a resume reads only the redacted text."""
+    from ditto_worker.memory_tasks.secret_shapes import redact_json
+
+    path.write_text(json.dumps(redact_json(request), indent=2) + "\n")
+
+
 def _new_request(kind: str, backend: str, conversation: Path | None) -> dict[str, Any]:
     turns = CONVERSATIONS.get(kind, [])
     if conversation is not None:
@@ -119,7 +128,7 @@ def _prepare(
         identity = {"tenant": "example", "user": f"user-{secrets.token_hex(6)}"}
         (folder / "controller.json").write_text(json.dumps(identity, indent=2) + "\n")
         request = _new_request(kind, backend or "sqlite", conversation)
-        (folder / "request.json").write_text(json.dumps(request, indent=2) + "\n")
+        _write_request(folder / "request.json", request)
         return folder, request, identity, True
     identity = _read_json(directory / "controller.json", "the controller identity")
     current = _read_json(directory / "request.json", "the task request")
@@ -134,9 +143,9 @@ def _prepare(
     if done:  # a new task for the same database and user
         history = directory / "requests"
         history.mkdir(exist_ok=True)
-        (history / f"{current['taskId']}.json").write_text(json.dumps(current, indent=2) + "\n")
+        _write_request(history / f"{current['taskId']}.json", current)
         current = _new_request(kind, current["backend"], conversation)
-        (directory / "request.json").write_text(json.dumps(current, indent=2) + "\n")
+        _write_request(directory / "request.json", current)
     return directory, current, identity, False
 
 
@@ -230,9 +239,15 @@ def _report(outcome: Any, folder: Path, kind: str) -> None:
         fail("example", f"{outcome.status}: {error.get('code')}: {error.get('message')}; "
                         f"resume with --directory {folder}", 1)  # fmt: skip
     artifact = outcome.artifact or {}
-    if artifact.get("message"):
+    if artifact.get("message"):  # the published artifact's: already redacted
         typer.echo(f"message: {artifact['message']}")
-    admission = artifact.get("admission")
+    admission = artifact.get("admission") or {}
     if admission:
         typer.echo(f"admission: {admission['decision']}")
+        if admission["decision"] != "admitted":
+            for reason in admission["reasons"]:
+                typer.echo(f"  {reason}")
     typer.echo(f"artifact: {outcome.artifact_path}")
+    if any("run the update task" in r for r in admission.get("reasons", [])):
+        fail("example", f"refused: a stored preference has another value; change it with: "
+                        f"ditto-worker example update --directory {folder}", 1)  # fmt: skip

@@ -29,7 +29,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.memory_tasks.contracts import TaskInputs, TaskKind, TaskOptions, TaskOutcome
 from ditto_worker.memory_tasks.preferences import cited, preference_key, propose
 from ditto_worker.memory_tasks.runner import base_artifact, run_task, stop_if_asked
@@ -102,6 +101,45 @@ def _read(keys: list[str] | None = None, ids: list[str] | None = None) -> Plan:
     return found
 
 
+def _meta(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = item.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _split(
+    node: str,
+    memories: list[dict[str, Any]],
+    found: list[Any],
+    op: str,
+    previous: Mapping[str, Any],
+) -> tuple[list[dict[str, Any]], list[Any], list[Any], list[Any]]:
+    """``(to apply, mine, stored, refused)``: the candidate's memories still to apply; the
+    records this operation already wrote; those a write finds stored with the same value
+    (nothing to do: "already stored"); those it may not change — a write's field stored
+    with another value (``update`` revises it), an update's record revised since the
+    task read it. Convergence (issue 35 item 3): none of these ends in a retry loop."""
+    by_ref = {i["id"]: i for i in found} | {i.get("key"): i for i in found if i.get("key")}
+    apply: list[dict[str, Any]] = []
+    mine: list[Any] = []
+    stored: list[Any] = []
+    refused: list[Any] = []
+    for memory in memories:
+        item = by_ref.get(memory.get("id") or memory.get("key"))
+        meta = {} if item is None else _meta(item)
+        if item is None:
+            apply.append(memory)
+        elif meta.get("operationId") == op:
+            mine.append(item)
+        elif node == "MEMORY.WRITE":
+            same = meta.get("value") == memory["metadata"]["value"]
+            (stored if same else refused).append(item)
+        elif meta.get("version") != previous.get(item["id"]):
+            refused.append(item)
+        else:
+            apply.append(memory)
+    return apply, mine, stored, refused
+
+
 def _apply(run: TaskRun, candidate: Mapping[str, Any]) -> Plan:
     op, node = candidate["operationId"], candidate["node"]
     memories = candidate["memories"]
@@ -109,31 +147,29 @@ def _apply(run: TaskRun, candidate: Mapping[str, Any]) -> Plan:
         found = yield from _read(keys=[preference_key(m["metadata"]["field"]) for m in memories])
     else:
         found = yield from _read(ids=[m["id"] for m in memories])
-    versions = {m.get("id", preference_key(m["metadata"]["field"])): m for m in memories}
-    mine = [i for i in found if (i.get("metadata") or {}).get("operationId") == op]
-    if found and len(mine) == len(found) == len(memories):
-        return {"records": [cited(i) for i in mine], "replayed": True, "guarded": True}
-    for item in found:
-        target = versions.get(item["id"]) or versions.get(item.get("key"))
-        wanted = None if target is None else candidate["previous"].get(item["id"])
-        if node == "MEMORY.WRITE" or item["metadata"].get("version") != wanted:
-            meta = item.get("metadata") or {}
-            raise NodeError(ErrorCode.CONFLICT, f"preference {item.get('key')} is at memory "
-                            f"{item['id']} v{meta.get('version')}, not the version this task "
-                            "read; run the task again to revise the current one")  # fmt: skip
-    written, guarded = yield from mutate("mutate", node, {"memories": list(memories)}, op)
-    return {"records": [cited(i) for i in written], "replayed": False, "guarded": guarded}
+    apply, mine, stored, refused = _split(node, memories, found, op, candidate["previous"])
+    result: dict[str, Any] = {"records": [cited(i) for i in mine], "replayed": bool(mine),
+                              "guarded": True, "stored": [cited(i) for i in stored],
+                              "refused": [cited(i) for i in refused]}  # fmt: skip
+    if apply:
+        written, result["guarded"] = yield from mutate("mutate", node, {"memories": apply}, op)
+        result["records"] += [cited(i) for i in written]
+        result["replayed"] = False
+    return result
 
 
 def _candidate(run: TaskRun, kind: TaskKind, admitted: list[dict[str, Any]]) -> Plan:
-    """The change to make, or the reasons there is none (update of a missing field)."""
+    """The change to make (only what is not stored already), and the reasons for the
+    fields left out (update of a missing field; a write's field already stored)."""
     op = f"{run.request.task_id}:{kind}"
+    current = yield from _read(keys=[preference_key(d["field"]) for d in admitted])
     if kind == "write":
         memories = [{"key": preference_key(d["field"]), **_record(run, d, 1, op)}
                     for d in admitted]  # fmt: skip
-        return {"node": "MEMORY.WRITE", "operationId": op, "memories": memories,
-                "previous": {}}, []  # fmt: skip
-    current = yield from _read(keys=[preference_key(d["field"]) for d in admitted])
+        apply, _, stored, refused = _split("MEMORY.WRITE", memories, current, op, {})
+        return {"node": "MEMORY.WRITE", "operationId": op, "memories": apply, "previous": {},
+                "stored": [cited(i) for i in stored],
+                "refused": [cited(i) for i in refused]}, []  # fmt: skip
     by_key = {item.get("key"): item for item in current}
     entries, previous, reasons = [], {}, []
     for decision in admitted:
@@ -150,13 +186,42 @@ def _candidate(run: TaskRun, kind: TaskKind, admitted: list[dict[str, Any]]) -> 
     return node, reasons
 
 
+STORED_REASON = "{field}={value}: already stored (memory {id} v{version}); nothing written"
+REFUSED_WRITE = (
+    "{field}: stored as {value} (memory {id} v{version}); write does not change a stored "
+    "preference: run the update task to revise it"
+)
+REFUSED_UPDATE = (
+    "{field}: memory {id} is at v{version}, revised since this task read it; nothing "
+    "written: run the update task again to revise the current version"
+)
+"""The reasons an artifact gives for fields a task left as they were (issue 35 item 3)."""
+
+
+def _settled(kind: TaskKind, artifact: dict[str, Any], done: Mapping[str, Any]) -> None:
+    """Fills ``admission`` for stored / refused fields and says what to do."""
+    stored, refused = done.get("stored") or [], done.get("refused") or []
+    admission = artifact["admission"]
+    admission["reasons"] += [STORED_REASON.format(**m) for m in stored]
+    admission["reasons"] += [(REFUSED_WRITE if kind == "write" else REFUSED_UPDATE).format(**m)
+                             for m in refused]  # fmt: skip
+    if refused and not done.get("records"):
+        admission["decision"] = "rejected"
+    elif stored and not done.get("records"):
+        admission["decision"] = "already_stored"
+
+
+def _denied(run: TaskRun, artifact: dict[str, Any]) -> dict[str, Any]:
+    artifact["admission"] = {"decision": "denied", "reasons": [_DENIED], "proposals": []}
+    run.say("permission: denied by the host")
+    return artifact
+
+
 def _body(kind: TaskKind) -> Any:
     def body(run: TaskRun) -> Plan:
         artifact = base_artifact(run)
         if not run.options.allow_write:
-            artifact["admission"] = {"decision": "denied", "reasons": [_DENIED], "proposals": []}
-            run.say("permission: denied by the host")
-            return artifact
+            return _denied(run, artifact)
         decisions = yield from _decide(run)
         admitted = _admitted(decisions)
         candidate = run.checkpoints.get(CANDIDATE_KEY)
@@ -170,22 +235,38 @@ def _body(kind: TaskKind) -> Any:
             if reasons:
                 artifact["admission"]["decision"] = "rejected"
                 artifact["admission"]["reasons"] += reasons
+            if candidate is not None:
+                _settled(kind, artifact, candidate)
+                yield from _apply_nothing(run, artifact, candidate.get("stored") or [])
             return artifact
         mutation = run.done("mutate")
         if not isinstance(mutation, Mapping):
             mutation = yield from _apply(run, candidate)
             yield from complete(run, "mutate", mutation)
+        _settled(kind, artifact, {**candidate, **mutation})
+        if not mutation["records"]:
+            yield from _apply_nothing(run, artifact, mutation.get("stored") or [])
+            return artifact
         records = [{**r, "previousVersion": candidate["previous"].get(r["id"])}
                    for r in mutation["records"]]  # fmt: skip
         artifact["mutation"] = {"node": candidate["node"], "operationId": candidate["operationId"],
                                 "records": records, "replayed": mutation["replayed"],
                                 "guarded": mutation["guarded"]}  # fmt: skip
-        made = yield from message_stage(run, list(mutation["records"]))
-        artifact.update(made)
-        artifact["memories"] = list(mutation["records"])
+        used = [*mutation["records"], *(mutation.get("stored") or [])]
+        artifact.update((yield from message_stage(run, used)))
+        artifact["memories"] = used
         return artifact
 
     return body
+
+
+def _apply_nothing(run: TaskRun, artifact: dict[str, Any], stored: list[Any]) -> Plan:
+    """A task that wrote nothing: with preferences already stored, the message applies and
+    cites them as a write would have; with none, no message (as before)."""
+    if stored:
+        artifact.update((yield from message_stage(run, list(stored))))
+        artifact["memories"] = list(stored)
+    return artifact
 
 
 def run_write(
