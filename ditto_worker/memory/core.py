@@ -12,7 +12,10 @@ One call, in order (SPEC.md MEM-ERR, MEM-PY-2):
    ``time.time()`` s) already passed -> ``timeout``/``MEMORY_TIMEOUT`` (plugin not
    called); the token decides which (MEM-RUN-6: a deadline that passed before any
    explicit cancel is a timeout, :meth:`~ditto_worker.runtime.cancel.CancelToken.outcome`);
-3. SEARCH without a provider -> ``failed``/``SEARCH_UNAVAILABLE`` (MEM-SEARCH-4);
+3. SEARCH whose trusted scope is a task space (``task:<taskId>``) ->
+   ``failed``/``INVALID_INPUT`` (MEM-SEARCH-7: checkpoints are never recalled; nothing
+   of the store or provider is called); SEARCH without a provider ->
+   ``failed``/``SEARCH_UNAVAILABLE`` (MEM-SEARCH-4);
 4. input validation and pre-plugin rules -> ``failed``/``INVALID_INPUT`` (MEM-ERR-1;
    a SEARCH ``options`` key the provider does not declare included);
    empty batches are answered locally (MEM-GET-4, MEM-WRITE-1, MEM-UPDATE-4,
@@ -70,11 +73,17 @@ __all__ = [
     "BUILTIN_SEARCH_LIMIT",
     "Memory",
     "MemoryResources",
+    "TASK_SPACE_SEARCH",
     "create_memory",
 ]
 
 DefaultsArg = MemoryDefaults | Mapping[str, Any] | None
 _MUTATIONS = frozenset({"MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"})
+TASK_SPACE_SEARCH = (
+    "Invalid input: scope.space: a task space (task:<taskId>) is never searched; read its "
+    "checkpoints with MEMORY.GET or MEMORY.QUERY"
+)
+"""The message of a SEARCH in a task space (SPEC.md MEM-SEARCH-7)."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +212,8 @@ class Memory(NodePreparation):
         stopped = stopped_result(eid, node, cancel, deadline)
         if stopped is not None:
             return stopped
+        if node == "MEMORY.SEARCH" and scope is not None and scope.task_id is not None:
+            return NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, TASK_SPACE_SEARCH)
         try:
             prepared = prepare(input, parse_defaults(defaults, "defaults"))
             check_operation_id(operation_id)

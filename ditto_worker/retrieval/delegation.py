@@ -4,9 +4,10 @@
 rerank) on its own queue, ``retrieval.search``, so retrieval workers (CPU or GPU) scale
 apart from MEMORY workers (MEM-RET-1). Its input is a MEMORY.SEARCH input plus a fixed
 ``target`` naming a pipeline configured on the retrieval worker; its output is
-``MemorySearchResult[]`` carrying full MemoryItems. Validation, limits and output checks are
-those of MEMORY.SEARCH (the SDK runs them), so a delegated search fails and succeeds exactly
-like a native one.
+``MemorySearchResult[]`` carrying full MemoryItems. A call whose trusted space is a task
+space fails ``INVALID_INPUT`` before any target is looked up (MEM-SEARCH-7). Validation,
+limits and output checks are those of MEMORY.SEARCH (the SDK runs them), so a delegated
+search fails and succeeds exactly like a native one.
 
 ``RemoteRetrievalSearchProvider(target=…)``, the MEMORY worker's provider that calls
 RETRIEVAL.SEARCH (MEM-RET-2), lives in the SDK (:mod:`ditto_worker.memory.remote`) so the
@@ -29,7 +30,7 @@ from ditto_worker.contracts import (
     RetrievalTarget,
 )
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.memory.core import Memory
+from ditto_worker.memory.core import TASK_SPACE_SEARCH, Memory
 from ditto_worker.memory.ports import MemorySearchProvider
 from ditto_worker.memory.remote import Invoker, MapOutput, RemoteRetrievalSearchProvider
 from ditto_worker.runtime.context import NodeContext
@@ -62,6 +63,8 @@ def _failure(ctx: NodeContext, code: str, message: str) -> NodeResult[Any]:
 
 def _search_handler(targets: Callable[[], Mapping[str, Memory]]) -> Callable[..., Any]:
     def search(input: Any, ctx: NodeContext) -> NodeResult[Any]:
+        if ctx.scope is not None and ctx.scope.task_id is not None:  # MEM-SEARCH-7
+            return _failure(ctx, ErrorCode.INVALID_INPUT, TASK_SPACE_SEARCH)
         if not isinstance(input, Mapping) or "target" not in input:
             return _failure(ctx, ErrorCode.INVALID_INPUT, "Invalid input: target: Field required")
         try:

@@ -4,17 +4,22 @@ Rules: MEM-TASK-2 ("scope is enforced on all six operations from the host's trus
 identity; a model or a request filter cannot choose the namespace"; "the host binds the
 space as well as tenant and user"), issue 7 item 6 (a scope value with ``_``, ``%``, ``-``,
 ``:`` or quotes never matches another scope), issue 25 (a user's ``memory`` space and each
-``task:<taskId>`` space are as isolated as two users).
+``task:<taskId>`` space are as isolated as two users), MEM-SEARCH-7 (a SEARCH whose
+trusted space is a task space fails ``INVALID_INPUT`` before the store or the search
+provider is called: checkpoints are never recalled).
 A store that does not declare ``capabilities.scope`` must have its scoped calls refused
 by the SDK with ``PERMISSION_DENIED``, writing nothing.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ditto_worker.contracts import MemoryItem
 from ditto_worker.errors import ErrorCode
+from ditto_worker.memory.core import create_memory
 from ditto_worker.scope import Scope
 from ditto_worker.testing._conformance_harness import Harness, label
 
@@ -23,6 +28,7 @@ __all__ = [
     "test_filter_cannot_widen_scope",
     "test_odd_scope_values_never_collide",
     "test_scope_confines_all_six_operations",
+    "test_search_in_a_task_space_is_refused_before_the_store",
     "test_spaces_confine_all_six_operations",
     "test_undeclared_scope_is_refused",
 ]
@@ -60,7 +66,11 @@ def _require_scope(conformance: Harness) -> None:
 
 
 def _search_ids(h: Harness, query: str) -> list[str] | None:
-    """Ids found by keyword SEARCH in ``h``'s scope, or ``None`` without keyword search."""
+    """Ids found by keyword SEARCH in ``h``'s scope, or ``None`` without keyword search;
+    in a task space the SEARCH must be refused (MEM-SEARCH-7) and ``None`` is returned."""
+    if h.scope is not None and h.scope.task_id is not None:
+        assert h.code("MEMORY.SEARCH", {"query": query, "limit": 50}) == ErrorCode.INVALID_INPUT
+        return None
     if h.caps.keyword_strategy is None:
         return None
     hits = h.ok("MEMORY.SEARCH", {"query": query, "limit": 50, "strategy": h.caps.keyword_strategy})
@@ -198,3 +208,44 @@ def test_spaces_confine_all_six_operations(conformance: Harness) -> None:
         assert _one(h.ok("MEMORY.GET", {"ids": [mine[name].id]})).content == f"{name} progress note"
     assert conformance.scoped(Scope("acme", "alice", "task:t3")).items() == []
     assert conformance.items() == []
+
+
+class _Counting:
+    """``inner`` with every method call counted by name (the store / provider spy)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+def test_search_in_a_task_space_is_refused_before_the_store(conformance: Harness) -> None:
+    # MEM-SEARCH-7: checkpoints are read with GET/QUERY, never searched; the SDK refuses
+    # the SEARCH before the store or provider sees it (any input, valid or not)
+    task = Scope.for_task("acme", "alice", "t1")
+    if conformance.caps.scope:
+        conformance.scoped(task).write([{"key": "state", "content": "progress note"}])
+    store = _Counting(conformance.store)
+    search = None if conformance.search is None else _Counting(conformance.search)
+    memory = create_memory(store, search)
+    store.calls.clear()
+    if search is not None:
+        search.calls.clear()
+    for body in ({"query": "progress note", "limit": 5}, {"query": "x", "limit": 0}, {}):
+        result = memory.execute("MEMORY.SEARCH", body, scope=task)
+        assert result.status == "failed" and result.error is not None
+        assert result.error.code == ErrorCode.INVALID_INPUT
+        assert "scope.space" in result.error.message
+    assert store.calls == [] and (search is None or search.calls == [])
+    if conformance.caps.scope:  # GET in the task space still reads its checkpoint
+        assert _one(conformance.scoped(task).ok("MEMORY.GET", {"keys": ["state"]}))

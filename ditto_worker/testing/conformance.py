@@ -112,6 +112,7 @@ from ditto_worker.testing._conformance_scope import (
     test_filter_cannot_widen_scope,
     test_odd_scope_values_never_collide,
     test_scope_confines_all_six_operations,
+    test_search_in_a_task_space_is_refused_before_the_store,
     test_spaces_confine_all_six_operations,
     test_undeclared_scope_is_refused,
 )
@@ -182,6 +183,7 @@ __all__ = [
     "test_paging_across_inserts_and_deletes",
     "test_paging_matches_one_page",
     "test_scope_confines_all_six_operations",
+    "test_search_in_a_task_space_is_refused_before_the_store",
     "test_search_results_carry_full_records",
     "test_search_strategies_are_explicit",
     "test_spaces_confine_all_six_operations",

@@ -92,6 +92,9 @@ def _query(memory: Any, who: Scope, mine: Records, step: tuple[Any, ...], ids: l
 
 def _search(memory: Any, who: Scope, mine: Records, step: tuple[Any, ...], ids: list[str]) -> None:
     got = memory.search({"query": step[2], "limit": 100}, scope=who)
+    if who.task_id is not None:  # MEM-SEARCH-7: a task space is never searched
+        assert got.error is not None and got.error.code == "INVALID_INPUT", got
+        return
     want = {i for i, (_, w, _) in mine.items() if w == step[2]}
     assert {hit.memory.id for hit in got.output} == want, (who, step[2])
 
@@ -358,9 +361,17 @@ def test_the_space_travels_with_the_scope(
                 own = mine[space].output[0].id
                 got = client.invoke("MEMORY.GET", {"keys": ["state"]}, scope=space, timeout=10)
                 assert [i.id for i in got.output] == [own]
-                hits = client.invoke("MEMORY.SEARCH", {"query": "green tea"}, scope=space,
-                                     timeout=10).output  # fmt: skip
-                assert [h.memory.id for h in hits] == [own]
+                found = client.invoke("MEMORY.SEARCH", {"query": "green tea"}, scope=space,
+                                      timeout=10)  # fmt: skip
+                direct = client.invoke("RETRIEVAL.SEARCH", {"query": "green tea", "target": {
+                    "name": "memories"}}, scope=space, timeout=10)  # fmt: skip
+                if space.task_id is None:
+                    assert [h.memory.id for h in found.output] == [own]
+                    assert [h.memory.id for h in direct.output] == [own]
+                else:  # MEM-SEARCH-7, on the fleet: both refused before any store
+                    for refused in (found, direct):
+                        assert refused.error is not None, refused
+                        assert refused.error.code == "INVALID_INPUT"
                 for other in spaces:
                     if other != space:
                         deleted = client.invoke("MEMORY.DELETE", {"ids": [own]}, scope=other)
