@@ -5,13 +5,14 @@ The app wraps one :class:`~ditto_worker.runtime.Runtime`: the embedded runtime w
 broker is configured, else the fleet client, so every worker kind the installation knows
 (entry points included) is reachable the same way.
 
-Per call, in this order, before anything is enqueued: the bearer identity (401), the
-node (404 with the closest ids) and the space it may use (403), the in-flight bound (429),
-the body size (413, refused before it is read whole), JSON and the node's input model
-(422 naming the field). Then the call runs under the identity's scope, the caller's
-``Ditto-Timeout`` (seconds, capped by ``gateway.maxTimeoutS``) and a cancel token that a
-client disconnect fires. The answer is the NodeResult with the status of
-:func:`~ditto_worker.gateway.errors.http_status`.
+Every request first passes :class:`~ditto_worker.gateway.guard.Guard` (ambiguous
+credentials 400; the identity's rate and share 429; the body read whole under its cap,
+413; then an in-flight slot, 429). Per call, in this order, before anything is enqueued:
+the bearer identity (401), the node (404 with the closest ids) and the space it may use
+(403), JSON (depth, encoding) and the node's input model (422 naming the field). Then
+the call runs under the identity's scope, the caller's ``Ditto-Timeout`` (seconds,
+capped by ``gateway.maxTimeoutS``) and a cancel token that a client disconnect fires.
+The answer is the NodeResult with the status of :func:`~ditto_worker.gateway.errors.http_status`.
 
 Routes: ``POST /v1/nodes/{node}`` (one per node, so ``/openapi.json`` carries each node's
 request and response schema), ``GET /v1/nodes``, ``GET /healthz`` (the process is up),
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import json
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -36,10 +36,13 @@ from pydantic import TypeAdapter, ValidationError
 
 from ditto_worker.contracts import to_wire
 from ditto_worker.errors import ErrorCode
+from ditto_worker.gateway.admission import Admission
 from ditto_worker.gateway.auth import Authenticator, Identity
 from ditto_worker.gateway.errors import RETRY_AFTER_S, GatewayError, http_status
+from ditto_worker.gateway.guard import IDENTITY_SCOPE_KEY, JSON_SCOPE_KEY, install, parse_json
 from ditto_worker.gateway.metrics import GatewayMetrics
 from ditto_worker.gateway.openapi import merge_components, node_openapi
+from ditto_worker.gateway.protocol import SETTINGS_STATE_KEY
 from ditto_worker.gateway.settings import GatewaySettings
 from ditto_worker.memory.checks import describe
 from ditto_worker.runtime import CancelToken, NodeSpec, Runtime
@@ -93,11 +96,13 @@ def create_app(
             "ditto.yaml): every node call is refused with 401"
         )
     specs = {node: spec for d in runtime.definitions for node, spec in d.nodes.items()}
-    gate = _Gate(runtime, settings, auth, specs, call_timeout_s)
+    metrics = GatewayMetrics()
+    gate = _Gate(runtime, settings, auth, specs, call_timeout_s, metrics)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        # the protocol layer (gateway.protocol) reads its limits from the lifespan state
+        yield {SETTINGS_STATE_KEY: settings}
         await gate.drain(settings.shutdown_grace_s)
         if owns_runtime:
             await asyncio.to_thread(runtime.close)
@@ -111,6 +116,9 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
+    # every route, those added later included: admission, ambiguous credentials, JSON
+    # limits, NodeResult-shaped failures, no redirects (gateway.guard, issue 37)
+    gate.admission = install(app, settings, auth, metrics, frozenset(specs))
     if settings.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 
@@ -144,7 +152,7 @@ def create_app(
     app.add_api_route("/v1/nodes", gate.list_nodes, methods=["GET"], name="list_nodes")
     app.add_api_route("/healthz", _healthz, methods=["GET"], name="healthz")
     app.add_api_route("/readyz", _readyz(ready), methods=["GET"], name="readyz")
-    app.add_api_route("/metrics", gate.metrics.endpoint, methods=["GET"], name="metrics",
+    app.add_api_route("/metrics", metrics.endpoint, methods=["GET"], name="metrics",
                       include_in_schema=False)  # fmt: skip
 
     def openapi() -> dict[str, Any]:
@@ -182,16 +190,15 @@ class _Gate:
         auth: Authenticator,
         specs: dict[str, NodeSpec],
         call_timeout_s: float,
+        metrics: GatewayMetrics,
     ) -> None:
         self.runtime = runtime
         self.settings = settings
         self.auth = auth
         self.specs = specs
         self.call_timeout_s = call_timeout_s
-        self.in_flight = 0
-        self.metrics = GatewayMetrics()
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self.metrics = metrics
+        self.admission = Admission(settings, metrics.in_flight)
         self._adapters = {
             node: TypeAdapter(spec.input) for node, spec in specs.items() if spec.input is not None
         }
@@ -212,7 +219,7 @@ class _Gate:
 
     async def unknown(self, node: str, request: Request) -> Response:
         try:
-            self.auth.identify(request.headers.get("authorization"))
+            self._identify(request)
         except GatewayError as exc:
             return _refusal(node, exc)
         close = difflib.get_close_matches(node.upper(), list(self.specs), n=3, cutoff=0.5)
@@ -221,32 +228,30 @@ class _Gate:
 
     async def list_nodes(self, request: Request) -> Response:
         try:
-            identity = self.auth.identify(request.headers.get("authorization"))
+            identity = self._identify(request)
         except GatewayError as exc:
             return _refusal("", exc)
         nodes = [n for n in sorted(self.specs) if identity.grants.allows_node(n)]
         return JSONResponse({"nodes": nodes})
 
     async def call(self, node: str, request: Request) -> Response:
+        """A node call (its in-flight slot was taken by the guard once the body was read)."""
         try:
             identity, space = self._admit(node, request)
-        except GatewayError as exc:
-            self.metrics.refused(node, exc.code)
-            return _refusal(node, exc)
-        self.in_flight += 1
-        self._idle.clear()
-        try:
             return await self._run(node, request, identity, space)
         except GatewayError as exc:
             self.metrics.refused(node, exc.code)
             return _refusal(node, exc)
-        finally:
-            self.in_flight -= 1
-            if self.in_flight == 0:
-                self._idle.set()
+
+    def _identify(self, request: Request) -> Identity:
+        """The identity the guard verified, else the ``Authorization`` header's (401)."""
+        identity = request.scope.get(IDENTITY_SCOPE_KEY)
+        if isinstance(identity, Identity):
+            return identity
+        return self.auth.identify(request.headers.get("authorization"))
 
     def _admit(self, node: str, request: Request) -> tuple[Identity, str]:
-        identity = self.auth.identify(request.headers.get("authorization"))
+        identity = self._identify(request)
         if not identity.grants.allows_node(node):
             raise GatewayError(ErrorCode.PERMISSION_DENIED, f"this token may not call {node}")
         space = request.headers.get(SPACE_HEADER, "memory")
@@ -254,13 +259,11 @@ class _Gate:
             raise GatewayError(
                 ErrorCode.PERMISSION_DENIED, f"this token may not use the space {space[:80]!r}"
             )
-        if self.in_flight >= self.settings.max_in_flight:
-            raise GatewayError(ErrorCode.OVERLOADED, "too many calls in flight; retry later")
         return identity, space
 
     async def _run(self, node: str, request: Request, identity: Identity, space: str) -> Response:
-        body = await self._body(request)
-        input = self._input(node, body)
+        parsed = request.scope.get(JSON_SCOPE_KEY)
+        input = self._input(node, await self._body(request), parsed)
         timeout_s = self._timeout(request)
         options: dict[str, Any] = {}
         key = request.headers.get(IDEMPOTENCY_HEADER)
@@ -307,13 +310,14 @@ class _Gate:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def _input(self, node: str, body: bytes) -> Any:
-        try:
-            data = json.loads(body) if body else None
-        except (ValueError, UnicodeDecodeError):
-            raise GatewayError(
-                ErrorCode.INVALID_INPUT, "Invalid input: the body is not JSON"
-            ) from None
+    def _input(self, node: str, body: bytes, parsed: tuple[Any, str | None] | None) -> Any:
+        """The body's JSON (as the guard parsed it, when it did), checked by the node's
+        input model."""
+        if parsed is None and body:
+            parsed = parse_json(body, self.settings.max_json_depth)
+        data, problem = parsed if parsed is not None else (None, None)
+        if problem is not None:
+            raise GatewayError(ErrorCode.INVALID_INPUT, problem)
         adapter = self._adapters.get(node)
         if adapter is not None:
             try:
@@ -342,9 +346,11 @@ class _Gate:
     async def drain(self, grace_s: float) -> None:
         """Wait up to ``grace_s`` seconds for the calls in flight to end."""
         try:
-            await asyncio.wait_for(self._idle.wait(), grace_s)
+            await asyncio.wait_for(self.admission.idle.wait(), grace_s)
         except TimeoutError:
-            logger.warning("gateway: %d calls still in flight at shutdown", self.in_flight)
+            logger.warning(
+                "gateway: %d calls still in flight at shutdown", self.admission.in_flight
+            )
 
 
 def _operation_id(identity: Identity, key: str) -> str:

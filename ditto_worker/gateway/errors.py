@@ -109,13 +109,22 @@ class GatewayError(Exception):
         code: an :class:`~ditto_worker.errors.ErrorCode`.
         message: the safe message shown to the caller.
         headers: extra response headers (``WWW-Authenticate``, ``Retry-After``).
+
+    ``status`` overrides the table for the few refusals HTTP names more precisely (400
+    for ambiguous credentials).
     """
 
-    def __init__(self, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        status: int | None = None,
+    ) -> None:
         super().__init__(code)
         self.code = code
         self.message = message
-        self.status = http_status("failed", code)
+        self.status = status if status is not None else http_status("failed", code)
         self.headers = dict(headers or {})
         if self.status in RETRY_AFTER_S:
             self.headers.setdefault("Retry-After", RETRY_AFTER_S[self.status])

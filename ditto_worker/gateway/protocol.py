@@ -14,7 +14,9 @@ wait) are joined and handed to the real transport once, on the loop's next turn.
 is held longer than that turn: a streamed body whose chunks are produced across awaits
 goes out chunk by chunk, as before. :func:`coalescing_protocol` returns uvicorn's own
 protocol class (``httptools`` when installed, else ``h11``) with its transport so
-wrapped; everything else about the protocol is uvicorn's.
+wrapped, and with the limits of :class:`~ditto_worker.gateway.limits.GuardedConnection`
+(header and body deadlines, header size and count, the connection cap; issue 37);
+everything else about the protocol is uvicorn's.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ditto_worker.gateway.limits import SETTINGS_STATE_KEY, GuardedConnection
+
 __all__ = [
+    "SETTINGS_STATE_KEY",
     "CoalescedWrites",
     "CoalescingH11Protocol",
     "CoalescingHttpToolsProtocol",
@@ -113,7 +118,9 @@ def coalescing_protocol() -> type[asyncio.Protocol]:
 
 
 class CoalescingH11Protocol(H11Protocol):
-    """uvicorn's ``h11`` protocol writing through :class:`CoalescedWrites`."""
+    """uvicorn's ``h11`` protocol writing through :class:`CoalescedWrites` (uvicorn's own
+    16 KB bound on a request's head; the guards of :class:`GuardedConnection` need
+    ``httptools``, installed with the ``gateway`` extra)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
         super().connection_made(_coalesced(transport))
@@ -126,11 +133,13 @@ except ImportError:  # httptools is not installed: uvicorn's pure-Python parser 
     pass
 else:
 
-    class _CoalescingHttpTools(HttpToolsProtocol):
-        """uvicorn's ``httptools`` protocol writing through :class:`CoalescedWrites`."""
+    class _CoalescingHttpTools(GuardedConnection, HttpToolsProtocol):
+        """uvicorn's ``httptools`` protocol writing through :class:`CoalescedWrites`, with
+        the limits of :class:`GuardedConnection`."""
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
             super().connection_made(_coalesced(transport))
+            self.guard_start()
 
     _CoalescingHttpTools.__name__ = _CoalescingHttpTools.__qualname__ = (
         "CoalescingHttpToolsProtocol"

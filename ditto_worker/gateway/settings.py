@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,63 @@ class GatewaySettings(_Section):
         "timeout of common proxies and load balancers, so the side in front closes idle "
         "connections first and never reuses one the server is closing.",
     )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long a request's headers may take to arrive, seconds, from the "
+        "connection's opening (or the request's first byte on a kept-alive connection); "
+        "then 408 and the connection is closed (nothing was read yet: closed silently). "
+        "Checked before the identity is known.",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a request's body may take to arrive after its headers, "
+        "seconds; then 408 and the connection is closed. A call takes an in-flight slot "
+        "only once its body is read, so a slow body holds a connection, never a slot.",
+    )
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="Largest request line and headers, bytes; larger is 431 and the "
+        "connection is closed before the rest is read.",
+    )
+    max_headers: int = Field(
+        default=100, ge=8, description="Most header fields in one request; more is 431."
+    )
+    max_connections: int = Field(
+        default=4096,
+        ge=1,
+        description="Open connections per server process; one more is answered 429 "
+        "(``Retry-After: 1``) and closed at once. Keep it under the process's open-file "
+        "limit (``ulimit -n``).",
+    )
+    identity_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="The share of ``maxInFlight`` one identity (a token's, or a JWT's "
+        "tenant and user) may hold at once, and of bodies being read; unauthenticated "
+        "requests share one such identity. More is 429 with ``Retry-After``.",
+    )
+    identity_rate_per_s: float = Field(
+        default=500.0,
+        gt=0,
+        description="Requests per second one identity may make on average (a token "
+        "bucket); more is 429 with ``Retry-After``.",
+    )
+    identity_burst: int = Field(
+        default=1000,
+        ge=1,
+        description="The token bucket's size: requests one identity may make at once "
+        "above its rate.",
+    )
+    max_json_depth: int = Field(
+        default=64,
+        ge=2,
+        description="Deepest nesting of a JSON body (arrays and objects); deeper is 422 "
+        "INVALID_INPUT before the body reaches a node.",
+    )
     access_log: bool = Field(
         default=False,
         description="uvicorn's access log: one line per request (client address, method, "
@@ -187,8 +245,22 @@ def load_gateway_settings(path: str | Path | None) -> GatewaySettings:
         except (yaml.YAMLError, AttributeError) as exc:
             raise ConfigError(f"{path}: not a YAML mapping ({type(exc).__name__})") from None
     try:
-        return GatewaySettings.model_validate(raw or {})
+        return GatewaySettings.model_validate(_with_env(raw or {}, os.environ))
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ConfigError(f"gateway.{where}: {first['msg']}") from None
+
+
+def _with_env(raw: Any, env: Mapping[str, str]) -> Any:
+    """``raw`` with ``DITTO_GATEWAY_<KEY>`` applied to every scalar and list key of the
+    section (the config's one environment rule, ``ditto_worker.config.env``); the
+    ``tokens`` and ``jwt`` keys are the file's only."""
+    from ditto_worker.config.env import apply_env
+
+    if not isinstance(raw, Mapping):
+        return raw
+    defaults = GatewaySettings().model_dump(by_alias=True, exclude={"tokens", "jwt"})
+    defaults = {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}
+    data, _ = apply_env({"gateway": dict(raw)}, {"gateway": defaults}, env)
+    return data["gateway"]
