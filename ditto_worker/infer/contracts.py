@@ -78,13 +78,16 @@ class InferGenerateOutput(_Wire):
     ``json`` is present exactly when the call had a ``responseSchema``: the parsed reply,
     valid against it. ``finishReason`` is the endpoint's (``stop``; ``length`` when
     ``maxTokens`` cut a text reply — a cut structured reply is ``INFER_INVALID_OUTPUT``
-    instead).
+    instead); ``null`` when the endpoint said nothing (unknown, like ``usage``).
     """
 
     text: str = Field(description="The model's reply, as generated.")
     json_: Any = Field(default=None, alias="json", description="The parsed structured reply.")
     model: str = Field(description="The model that answered (as the endpoint names it).")
-    finish_reason: str = Field(description="Why generation ended: stop, length, ...")
+    finish_reason: str | None = Field(
+        description="Why generation ended, as the endpoint said: stop, length, ...; null "
+        "when it said nothing (unknown, never assumed stop)."
+    )
     usage: InferUsage | None = Field(
         description="Token counts as the endpoint reported them; null when it reported none "
         "(unknown, not 0)."

@@ -252,7 +252,7 @@ class InferGenerate:
         fields: dict[str, Any] = {
             "text": reply.text,
             "model": reply.model or default_model,
-            "finishReason": reply.finish_reason or "stop",
+            "finishReason": reply.finish_reason or None,
             "usage": _usage(reply),
         }
         if request.response_schema is not None:

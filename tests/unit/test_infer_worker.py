@@ -204,6 +204,21 @@ def test_a_stream_with_a_finish_reason_but_no_done_is_complete() -> None:
         out = call(worker(fake.base_url), {"messages": MSGS})
     assert out["text"] == "all"
     assert out["usage"] is None  # none reported: unknown, not 0 (MEM-INF-1)
+    assert out["finishReason"] == "stop"
+
+
+def test_a_finish_reason_the_endpoint_never_gave_is_null_not_stop() -> None:
+    # issue 37 item 4: unknown is null, like unknown usage (MEM-INF-1)
+    def script(conn: FakeConn) -> None:
+        conn.start()
+        conn.event(chunk("all"))
+        conn.event("[DONE]")
+        conn.end()
+
+    with FakeChatServer(script) as fake:
+        out = call(worker(fake.base_url), {"messages": MSGS})
+    assert out["text"] == "all"
+    assert out["finishReason"] is None and out["usage"] is None
 
 
 @pytest.mark.parametrize(

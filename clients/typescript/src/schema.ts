@@ -464,14 +464,14 @@ export interface components {
          *     ``json`` is present exactly when the call had a ``responseSchema``: the parsed reply,
          *     valid against it. ``finishReason`` is the endpoint's (``stop``; ``length`` when
          *     ``maxTokens`` cut a text reply — a cut structured reply is ``INFER_INVALID_OUTPUT``
-         *     instead).
+         *     instead); ``null`` when the endpoint said nothing (unknown, like ``usage``).
          */
         InferGenerateOutput: {
             /**
              * Finishreason
-             * @description Why generation ended: stop, length, ...
+             * @description Why generation ended, as the endpoint said: stop, length, ...; null when it said nothing (unknown, never assumed stop).
              */
-            finishReason: string;
+            finishReason: string | null;
             /**
              * Json
              * @description The parsed structured reply.
