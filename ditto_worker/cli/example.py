@@ -163,6 +163,18 @@ def _runtime(folder: Path, backend: str, config_path: Path | None) -> tuple[Any,
     return create_ditto(workers=workers, config=config), storage
 
 
+def _policy(config_path: Path | None) -> Any:
+    """``tasks.policy`` of the config, validated before anything is made."""
+    from ditto_worker.errors import ConfigError
+    from ditto_worker.memory_tasks import load_task_policy
+    from ditto_worker.memory_tasks.policy import PolicyError
+
+    try:
+        return load_task_policy(config_path)
+    except (PolicyError, ConfigError) as exc:
+        fail("example", f"config error: {exc}")
+
+
 def _seed(runtime: Any, kind: str, identity: dict[str, str]) -> None:
     memories = [*DEMO_MEMORIES, *([_DEMO_PREFERENCE] if kind in ("search", "update") else [])]
     done = runtime.invoke("MEMORY.WRITE", {"memories": memories}, scope=identity)
@@ -202,6 +214,7 @@ def example(
         fail("example", f"unknown task {kind!r}: {', '.join(TASK_KINDS)}")
     if backend is not None and backend not in BACKENDS:
         fail("example", f"unknown backend {backend!r}: {', '.join(BACKENDS)}")
+    policy = _policy(config)
     folder, request, identity, new = _prepare(kind, backend, directory, conversation)
     typer.echo(f"task directory: {folder}")
     typer.echo(f"task {request['taskId']} ({kind}) on {request['backend']} for user "
@@ -220,7 +233,7 @@ def example(
             allow_write=kind in ("write", "update"), stop_after_checkpoint=checkpoint,
             on_stage=lambda line: typer.echo(f"  {line}"),
         )  # fmt: skip
-        outcome = entry(runtime, {"request": request}, options)
+        outcome = entry(runtime, {"request": request}, options, policy=policy)
     except DittoError as exc:
         fail("example", f"failed: {exc}", 1)
     finally:

@@ -33,9 +33,10 @@ __all__ = [
     "load_runtime_config_file",
 ]
 
-APP_SECTIONS = ("gateway",)
+APP_SECTIONS = ("gateway", "tasks")
 """Top-level sections ditto-worker's apps read and validate themselves (``gateway``:
-:mod:`ditto_worker.gateway.settings`); the runtime config leaves them alone, silently."""
+:mod:`ditto_worker.gateway.settings`; ``tasks``: :mod:`ditto_worker.memory_tasks.
+policy_config`); the runtime config leaves them alone, silently."""
 
 logger = logging.getLogger("ditto_worker.config")  # the package's logger, as before the split
 

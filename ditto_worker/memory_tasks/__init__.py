@@ -32,6 +32,7 @@ from ditto_worker.memory_tasks.contracts import (
     TaskRequest,
     parse_request,
 )
+from ditto_worker.memory_tasks.policy_config import load_task_policy, policy_from_config
 from ditto_worker.memory_tasks.revise import run_update, run_write
 from ditto_worker.memory_tasks.search import run_search
 from ditto_worker.memory_tasks.storage import MemoryStorage, open_memory_storage
@@ -51,8 +52,10 @@ __all__ = [
     "TaskRequest",
     "artifact_schema",
     "check_artifact",
+    "load_task_policy",
     "open_memory_storage",
     "parse_request",
+    "policy_from_config",
     "publish_artifact",
     "run_search",
     "run_task_state",

@@ -2,10 +2,7 @@
 
 The memory-capabilities seed's ``write`` task "admits only explicitly approved durable
 communication preferences. A model proposes values and exact quotes; it cannot grant
-storage permission." With the offline model, free-text quotes were invented in 3 of 6
-cases and a password and a one-off request were marked durable every time; with code
-choosing the candidate sentences and checking the proposal, admission was right 6/6
-(issue 25). This module is that code; it calls no model, does no I/O, and is pure.
+storage permission." This module is that code (issue 25): no model, no I/O, pure.
 
 Flow for the ``write``/``update`` tasks::
 
@@ -89,6 +86,7 @@ REASONS: Mapping[str, str] = MappingProxyType(
         "not_durable_question": "a question, not a statement of preference",
         "not_durable_tentative": "only considered, wished, mused or hedged (maybe, I wonder …)",
         "not_durable_on_hold": "the user asked that nothing be changed (don't change anything …)",
+        "not_durable_policy": "a phrase the application's policy marks as not durable",
         "secret": "the quote or value holds secret-shaped text",
     }
 )
@@ -108,9 +106,11 @@ class PreferencePolicy:
             ``{"language": {"de": ("German", "Deutsch", "德语", …)}}``. Default:
             :data:`DEFAULT_POLICY` (``vocabulary.DEFAULT_VOCABULARY``: fields
             ``language`` (BCP-47 codes), ``tone``, ``format``, ``length``).
+        rules: an application's added checks (``policy_config.PolicyRules``), or None.
     """
 
     fields: Mapping[str, Mapping[str, tuple[str, ...]]]
+    rules: Any = None
     _patterns: Mapping[tuple[str, str], re.Pattern[str]] = field(
         init=False, repr=False, compare=False
     )
@@ -139,6 +139,10 @@ class PreferencePolicy:
             PolicyError: a field without values, a value without grounding words.
         """
         return cls({f: {v: tuple(w) for v, w in vals.items()} for f, vals in data.items()})
+
+    def extra_reasons(self, quote: str, contexts: Sequence[str]) -> list[str]:
+        """Reason codes of the application's :attr:`rules` (none without rules)."""
+        return [] if self.rules is None else list(self.rules.reasons(quote, contexts))
 
     def allows(self, field_name: str, value: str) -> bool:
         """True when ``value`` is allowed for ``field_name``."""
@@ -317,6 +321,7 @@ def admit(
         reasons.append("not_durable_on_hold")
     if find_secrets(proposal.quote) or find_secrets(proposal.value):
         reasons.append("secret")
+    reasons += policy.extra_reasons(proposal.quote, contexts)
     ordered = tuple(code for code in REASONS if code in reasons)
     return Decision(not ordered, proposal.field, proposal.value, proposal.quote, ordered)
 

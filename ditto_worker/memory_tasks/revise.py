@@ -53,12 +53,10 @@ _DENIED = "the host did not grant storage permission; no model was asked, nothin
 
 
 def _decide(run: TaskRun) -> Plan:
-    from ditto_worker.memory_tasks.policy import DEFAULT_POLICY
-
     decisions = run.done("propose")
     if isinstance(decisions, list):
         return decisions
-    decisions = yield from propose(run, DEFAULT_POLICY)
+    decisions = yield from propose(run, run.policy)
     yield from complete(run, "propose", decisions)
     stop_if_asked(run)
     return decisions
@@ -270,7 +268,11 @@ def _apply_nothing(run: TaskRun, artifact: dict[str, Any], stored: list[Any]) ->
 
 
 def run_write(
-    runtime: Any, inputs: TaskInputs | Mapping[str, Any], options: TaskOptions
+    runtime: Any,
+    inputs: TaskInputs | Mapping[str, Any],
+    options: TaskOptions,
+    *,
+    policy: Any = None,
 ) -> TaskOutcome:
     """Run the ``write`` task (see the module docstring).
 
@@ -279,18 +281,29 @@ def run_write(
         inputs: ``{request, model}``; ``request.kind`` must be ``write``;
             ``request.conversation`` holds the messages to learn from.
         options: the controller's tenant, user and ``allow_write`` permission.
+        policy: the admission policy: a ``PreferencePolicy``, a ``tasks.policy`` mapping
+            (:mod:`~ditto_worker.memory_tasks.policy_config`; an invalid one fails
+            ``INVALID_INPUT`` before any call) or ``None`` (the default, as strict as
+            before).
 
     Returns:
         The :class:`TaskOutcome`; its artifact's ``admission`` gives the decision on
         every proposal with its reasons, ``mutation`` what was written.
     """
-    return run_task(runtime, "write", inputs, options, _body("write"), lambda _: REVISE_STAGES)
+    return run_task(runtime, "write", inputs, options, _body("write"), lambda _: REVISE_STAGES,
+                    policy)  # fmt: skip
 
 
 def run_update(
-    runtime: Any, inputs: TaskInputs | Mapping[str, Any], options: TaskOptions
+    runtime: Any,
+    inputs: TaskInputs | Mapping[str, Any],
+    options: TaskOptions,
+    *,
+    policy: Any = None,
 ) -> TaskOutcome:
     """Run the ``update`` task: like :func:`run_write`, revising the existing preference
     of each admitted field in place (same id, version + 1, ``ifMetadata`` on the version
-    it read); a field with no stored preference is rejected with that reason."""
-    return run_task(runtime, "update", inputs, options, _body("update"), lambda _: REVISE_STAGES)
+    it read); a field with no stored preference is rejected with that reason. ``policy``
+    as for :func:`run_write`."""
+    return run_task(runtime, "update", inputs, options, _body("update"), lambda _: REVISE_STAGES,
+                    policy)  # fmt: skip

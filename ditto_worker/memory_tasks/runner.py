@@ -117,6 +117,16 @@ def _invalid(kind: TaskKind, inputs: Any, exc: NodeError) -> TaskOutcome:
     )  # fmt: skip
 
 
+def _policy(policy: Any) -> Any:
+    from ditto_worker.memory_tasks.policy import PolicyError
+    from ditto_worker.memory_tasks.policy_config import resolve_policy
+
+    try:
+        return resolve_policy(policy)
+    except (PolicyError, TypeError, ValueError) as exc:
+        raise NodeError(ErrorCode.INVALID_INPUT, f"Invalid input: policy: {exc}") from None
+
+
 def run_task(
     runtime: Any,
     kind: TaskKind,
@@ -124,6 +134,7 @@ def run_task(
     options: TaskOptions,
     body: Body,
     stages: Callable[[TaskRequest], list[str]],
+    policy: Any = None,
 ) -> TaskOutcome:
     """Run one task (see the module docstring); ``runtime.loop()`` is called once.
 
@@ -136,6 +147,9 @@ def run_task(
         body: the task's stages.
         stages: ``stages(request)`` -> the names of the progress checkpoints the task may
             have committed.
+        policy: ``policy=`` of the entry: a ``PreferencePolicy``, a ``tasks.policy``
+            mapping (validated here: ``INVALID_INPUT`` naming the key before any call) or
+            ``None`` for the default.
 
     Returns:
         A :class:`TaskOutcome`; a failure carries its code (``INVALID_INPUT`` for a bad
@@ -148,6 +162,7 @@ def run_task(
             raise NodeError(ErrorCode.INVALID_INPUT, f"Invalid input: request.kind is "
                             f"{parsed.request.kind!r}, this task is {kind!r}")  # fmt: skip
         scope = Scope(options.tenant, options.user)
+        chosen = _policy(policy)
     except NodeError as exc:
         return _invalid(kind, inputs, exc)
     request = parsed.request
@@ -157,7 +172,7 @@ def run_task(
         return TaskOutcome(task_id=request.task_id, kind=kind, status=status,
                            graphs=counter[0], **fields)  # fmt: skip
 
-    run = TaskRun(request, parsed.model, options)
+    run = TaskRun(request, parsed.model, options, policy=chosen)
     try:
         result = runtime.loop(
             lambda _: _counting(run, _task_plan(run, stages(request), body), counter), None,

@@ -42,11 +42,9 @@ def message_stage(run: TaskRun, memories: list[dict[str, Any]]) -> Plan:
 
 
 def _body(run: TaskRun) -> Plan:
-    from ditto_worker.memory_tasks.policy import DEFAULT_POLICY
-
     recalled = run.done("recall")
     if not isinstance(recalled, Mapping):
-        memories, context = yield from recall(run, DEFAULT_POLICY.fields)
+        memories, context = yield from recall(run, run.policy.fields)
         recalled = {"memories": memories, "context": context}
         yield from complete(run, "recall", recalled)
         stop_if_asked(run)
@@ -59,7 +57,11 @@ def _body(run: TaskRun) -> Plan:
 
 
 def run_search(
-    runtime: Any, inputs: TaskInputs | Mapping[str, Any], options: TaskOptions
+    runtime: Any,
+    inputs: TaskInputs | Mapping[str, Any],
+    options: TaskOptions,
+    *,
+    policy: Any = None,
 ) -> TaskOutcome:
     """Run the ``search`` task (see the module docstring).
 
@@ -67,9 +69,10 @@ def run_search(
         runtime: a runtime serving MEMORY, CONTEXT and INFER.GENERATE.
         inputs: ``{request, model}``; ``request.kind`` must be ``search``.
         options: the controller's tenant, user, artifacts folder, deadline, cancellation.
+        policy: the policy whose fields are recalled (as for ``run_write``).
 
     Returns:
         The :class:`TaskOutcome`; its artifact's ``message`` ends with ``(memory <id>
         v<version>)`` for every preference applied.
     """
-    return run_task(runtime, "search", inputs, options, _body, lambda _: SEARCH_STAGES)
+    return run_task(runtime, "search", inputs, options, _body, lambda _: SEARCH_STAGES, policy)

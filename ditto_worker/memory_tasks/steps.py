@@ -74,6 +74,7 @@ class TaskRun:
         options: the controller's options.
         checkpoints: checkpoint key -> committed content (restored, then added to).
         stages: stage lines done in this run or restored, in order.
+        policy: the admission policy (``PreferencePolicy``) the controller chose.
     """
 
     request: TaskRequest
@@ -81,6 +82,7 @@ class TaskRun:
     options: TaskOptions
     checkpoints: dict[str, Any] = field(default_factory=dict)
     stages: list[dict[str, Any]] = field(default_factory=list)
+    policy: Any = None
 
     @property
     def space(self) -> str:

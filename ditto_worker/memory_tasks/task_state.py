@@ -78,7 +78,11 @@ def _body(run: TaskRun) -> Plan:
 
 
 def run_task_state(
-    runtime: Any, inputs: TaskInputs | Mapping[str, Any], options: TaskOptions
+    runtime: Any,
+    inputs: TaskInputs | Mapping[str, Any],
+    options: TaskOptions,
+    *,
+    policy: Any = None,
 ) -> TaskOutcome:
     """Run the ``task-state`` task (see the module docstring).
 
@@ -87,9 +91,11 @@ def run_task_state(
         inputs: ``{request, model}``; ``request.kind`` must be ``task-state``.
         options: the controller's tenant, user, artifacts folder, deadline, cancellation;
             ``stop_after_checkpoint`` ends the task after its first new checkpoint.
+        policy: as for ``run_write`` (validated; task-state stores no preference).
 
     Returns:
         The :class:`TaskOutcome`; on success ``artifact_path`` is
         ``<artifacts_dir>/<taskId>.json``.
     """
-    return run_task(runtime, "task-state", inputs, options, _body, lambda r: stage_names(r.stages))
+    return run_task(runtime, "task-state", inputs, options, _body,
+                    lambda r: stage_names(r.stages), policy)  # fmt: skip
