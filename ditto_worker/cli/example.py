@@ -149,12 +149,40 @@ def _prepare(
     return directory, current, identity, False
 
 
-def _runtime(folder: Path, backend: str, config_path: Path | None) -> tuple[Any, Any]:
+_NEEDS: Final[dict[str, list[tuple[str, str]]]] = {
+    "postgres": [("postgres", "psycopg"), ("postgres", "psycopg_pool")],
+    "qdrant": [("qdrant", "qdrant_client"), ("retrieval", "sentence_transformers")],
+}
+"""Per backend, the ``(extra, module)`` pairs its store needs beyond a base install."""
+
+
+def _missing_extra(backend: str, config: Any) -> str | None:
+    """The extra to install before this task can run, or ``None`` (issue 35 item 9: after
+    the README's base install the command fails before it makes anything)."""
+    from importlib.util import find_spec
+
+    needs = [("infer", "httpx")]
+    if not config.infer_worker.base_url and config.infer_worker.local.auto_start:
+        needs.append(("infer", "xllamacpp"))  # the packaged local model
+    for extra, module in [*needs, *_NEEDS.get(backend, [])]:
+        if find_spec(module) is None:
+            return extra
+    return None
+
+
+def _check_install(kind: str, backend: str | None, directory: Path | None, config: Any) -> None:
+    if directory is not None:
+        backend = _read_json(directory / "request.json", "the task request").get("backend")
+    extra = _missing_extra(str(backend or "sqlite"), config)
+    if extra is not None:
+        fail("example", f"the {kind} task on {backend or 'sqlite'} needs the '{extra}' extra: "
+                        f"pip install -e '.[{extra}]' (nothing was created)")  # fmt: skip
+
+
+def _runtime(folder: Path, backend: str, config: Any) -> tuple[Any, Any]:
     from ditto_worker import create_context_worker, create_ditto, create_infer_worker
-    from ditto_worker.config import default_config
     from ditto_worker.memory_tasks import open_memory_storage
 
-    config = default_config(config_path)
     fleet = config.fleet.model_copy(update={"broker_url": "", "result_backend": ""})
     config = config.model_copy(update={"fleet": fleet})  # the embedded runtime, always
     storage = open_memory_storage(backend, folder)
@@ -199,6 +227,7 @@ def example(
     is. --directory DIR resumes the unfinished task in DIR, or runs a new task against
     the database and user kept there.
     """
+    from ditto_worker.config import default_config
     from ditto_worker.errors import ConfigError, DittoError
     from ditto_worker.memory_tasks import (
         BACKENDS,
@@ -215,6 +244,11 @@ def example(
     if backend is not None and backend not in BACKENDS:
         fail("example", f"unknown backend {backend!r}: {', '.join(BACKENDS)}")
     policy = _policy(config)
+    try:
+        loaded = default_config(config)
+    except ConfigError as exc:
+        fail("example", f"config error: {exc}")
+    _check_install(kind, backend, directory, loaded)
     folder, request, identity, new = _prepare(kind, backend, directory, conversation)
     typer.echo(f"task directory: {folder}")
     typer.echo(f"task {request['taskId']} ({kind}) on {request['backend']} for user "
@@ -222,7 +256,7 @@ def example(
     entry = {"search": run_search, "write": run_write, "update": run_update,
              "task-state": run_task_state}[kind]  # fmt: skip
     try:
-        runtime, storage = _runtime(folder, request["backend"], config)
+        runtime, storage = _runtime(folder, request["backend"], loaded)
     except ConfigError as exc:
         fail("example", f"config error: {exc}")
     try:
