@@ -129,6 +129,11 @@ def test_a_kept_alive_connection_gets_each_deadline_afresh(served: GatewayServer
             head = sock.recv(65536)
             assert head.startswith(b"HTTP/1.1 200"), head
             time.sleep(2.5)  # idle between requests longer than headerTimeoutS: allowed
+        # a later request on the same connection is bounded as the first (431, answered)
+        send(sock, b"GET /healthz HTTP/1.1\r\nHost: gw\r\nX-Big: " + b"b" * 20000 + b"\r\n\r\n")
+        status, _, refused = answer_of(sock)
+    assert status == 431
+    assert_node_result(refused, "PAYLOAD_TOO_LARGE")
 
 
 def test_a_connection_over_the_cap_is_429(tmp_path: Path) -> None:
