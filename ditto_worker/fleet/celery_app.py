@@ -158,5 +158,8 @@ def create_celery_app(
     if not fleet.in_process and guarded_transport and broker.startswith(("redis://", "rediss://")):
         # kombu's Redis transport, guarded so a Redis restart never stops a worker
         conf["broker_transport"] = "ditto_worker.fleet.transport:Transport"
+    elif not fleet.in_process and guarded_transport and broker.startswith("sentinel://"):
+        # the same guard on kombu's Sentinel transport: a failover never stops a worker
+        conf["broker_transport"] = "ditto_worker.fleet.transport:SentinelTransport"
     app.conf.update(conf)
     return app

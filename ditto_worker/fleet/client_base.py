@@ -28,7 +28,7 @@ from ditto_worker.config import RuntimeConfig, load_runtime_config
 from ditto_worker.contracts import NodeResult, NodeStatus, to_wire
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.fleet.celery_app import DEADLINE_HEADER, SENT_HEADER, queue_for
-from ditto_worker.fleet.failures import node_result_of
+from ditto_worker.fleet.failures import LOST_CONNECTION, lost_connection, node_result_of
 from ditto_worker.fleet.redis_urls import is_redis_url
 from ditto_worker.fleet.results import ResultListener
 from ditto_worker.operation import OPERATION_HEADER, check_operation_id
@@ -314,6 +314,9 @@ class ClientBase:
             if cancelled:
                 return self._cancelled(eid, node)
             return self._timed_out(eid, node, "the call expired")
+        if status == "FAILURE" and lost_connection(meta.get("result")):
+            log.warning("node task %s lost the fleet's connection; FLEET_UNAVAILABLE", node)
+            return failure(eid, node, ErrorCode.FLEET_UNAVAILABLE, LOST_CONNECTION)
         log.error("node task %s ended %s without a NodeResult", node, status)
         return failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the node task failed")
 

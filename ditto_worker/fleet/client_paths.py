@@ -39,7 +39,7 @@ from ditto_worker.fleet.client_base import (
     log,
     settle_future,
 )
-from ditto_worker.fleet.failures import NodeFailed
+from ditto_worker.fleet.failures import LOST_CONNECTION, NodeFailed, lost_connection
 from ditto_worker.fleet.heartbeat import describe_last_seen, heartbeat_key
 from ditto_worker.runtime.cancel import CancelToken, local_registry
 
@@ -228,6 +228,8 @@ class ClientPaths(ClientBase):
             except OperationalError as exc:  # kombu's connection errors
                 return self._unreachable(eid, node, exc)
             except Exception as exc:
+                if lost_connection(exc):
+                    return failure(eid, node, ErrorCode.FLEET_UNAVAILABLE, LOST_CONNECTION)
                 log.error("node task %s failed without a NodeResult (%s)", node,
                           type(exc).__name__)  # fmt: skip
                 return failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the node task failed")

@@ -21,7 +21,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["NodeFailed", "node_result_of"]
+__all__ = ["LOST_CONNECTION", "NodeFailed", "lost_connection", "node_result_of"]
+
+LOST_CONNECTION = (
+    "the fleet lost its broker or result backend while the call ran (e.g. a Redis "
+    "failover); retry with the same operation id"
+)
+"""The message of a call that ended ``FLEET_UNAVAILABLE`` because the worker's task lost
+its connection (:func:`lost_connection`)."""
+
+_CONNECTION_ERRORS: frozenset[tuple[str, str]] = frozenset(
+    {("redis.exceptions", "ConnectionError"), ("redis.exceptions", "TimeoutError"),
+     ("redis.sentinel", "MasterNotFoundError"), ("kombu.exceptions", "OperationalError"),
+     ("builtins", "ConnectionError"), ("builtins", "ConnectionResetError"),
+     ("builtins", "ConnectionRefusedError"), ("builtins", "BrokenPipeError")}
+)  # fmt: skip
 
 
 def _summary(wire: Mapping[str, Any]) -> str:
@@ -57,3 +71,18 @@ def node_result_of(result: Any) -> dict[str, Any] | None:
     if isinstance(args, list | tuple) and args and isinstance(args[0], Mapping):
         return dict(args[0])
     return None
+
+
+def lost_connection(result: Any) -> bool:
+    """True for a task failure that is the fleet's own connection failing, not the node:
+    the worker ran the call (perhaps committed it) but could not store or send its result
+    (``exc_type`` / ``exc_module`` of Celery's JSON FAILURE result, or the exception
+    rebuilt from it). Such a call ends ``FLEET_UNAVAILABLE`` (retryable with its
+    operation id: a replay applies nothing twice, MEM-RUN-7), not
+    ``MEMORY_BACKEND_ERROR``."""
+    if isinstance(result, BaseException):
+        kind = type(result)
+        return any((c.__module__, c.__name__) in _CONNECTION_ERRORS for c in kind.__mro__)
+    if not isinstance(result, Mapping):
+        return False
+    return (result.get("exc_module"), result.get("exc_type")) in _CONNECTION_ERRORS

@@ -12,7 +12,11 @@ instead of reconnecting (seen here in ``tests/integration/test_broker_faults.py`
 already handle: the ack or restore is logged as failed, the messages stay in kombu's
 ``unacked`` hash (restored after the visibility timeout), and the consumer reconnects.
 Selected through ``broker_transport`` by :func:`ditto_worker.fleet.celery_app.create_celery_app`
-for ``redis://`` and ``rediss://`` brokers; everything else is kombu's.
+for ``redis://`` and ``rediss://`` brokers, and :class:`SentinelTransport` (kombu's Sentinel
+transport with the same guard) for ``sentinel://`` ones: a failover to a replica raised the
+same ``AttributeError`` while the channel restored its unacked messages (in about one
+failover of three in ``tests/integration/test_fleet_failover.py``), and the worker stopped
+for good. Everything else is kombu's.
 """
 
 from __future__ import annotations
@@ -24,12 +28,16 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-__all__ = ["Channel", "Transport"]
+__all__ = ["Channel", "SentinelChannel", "SentinelTransport", "Transport"]
 
 
-class Channel(kombu_redis.Channel):
-    """kombu's Redis channel; building a client on a closed connection is a connection
-    error, and one synchronous client serves the channel's calls."""
+class _Guarded:
+    """What :class:`Channel` and :class:`SentinelChannel` add to kombu's channels: building
+    a client on a closed connection is a connection error, and one synchronous client
+    serves the channel's calls."""
+
+    connection: Any
+    pool: Any
 
     _sync_client: Any = None
 
@@ -47,16 +55,31 @@ class Channel(kombu_redis.Channel):
         pool = self.pool
         cached = self._sync_client
         if cached is None or cached.connection_pool is not pool:
-            cached = self._sync_client = self._create_client()  # type: ignore[no-untyped-call]
+            cached = self._sync_client = self._create_client()  # type: ignore[attr-defined]
         yield cached
 
     def _connparams(self, asynchronous: bool = False) -> Any:
         if self.connection is None or self.connection.client is None:
             raise RedisConnectionError("the broker connection is closed")
-        return super()._connparams(asynchronous)  # type: ignore[no-untyped-call]
+        return super()._connparams(asynchronous)  # type: ignore[misc]
+
+
+class Channel(_Guarded, kombu_redis.Channel):
+    """kombu's Redis channel, guarded (:class:`_Guarded`)."""
+
+
+class SentinelChannel(_Guarded, kombu_redis.SentinelChannel):
+    """kombu's Redis Sentinel channel, guarded the same way (its pool asks the sentinels
+    for the master, so the reconnect after a failover reaches the new one)."""
 
 
 class Transport(kombu_redis.Transport):
     """kombu's Redis transport with the guarded :class:`Channel`."""
 
     Channel = Channel
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's Redis Sentinel transport with the guarded :class:`SentinelChannel`."""
+
+    Channel = SentinelChannel

@@ -46,3 +46,36 @@ def test_in_process_mode_uses_memory_transport_with_fast_polling() -> None:  # M
     assert app.conf.broker_url.startswith("memory://")
     assert app.conf.result_backend == "cache+memory://"
     assert app.conf.broker_transport_options["polling_interval"] <= 0.01
+
+
+def test_redis_and_sentinel_brokers_use_the_guarded_transports() -> None:
+    """A Redis restart or a Sentinel failover must never stop a worker (fleet/transport.py):
+    both broker kinds go through the guarded channels; tools may ask for kombu's own."""
+    cases = {
+        "redis://127.0.0.1:6379/0": "ditto_worker.fleet.transport:Transport",
+        "rediss://127.0.0.1:6380/0": "ditto_worker.fleet.transport:Transport",
+        "sentinel://127.0.0.1:26379/0;sentinel://127.0.0.1:26380/0": (
+            "ditto_worker.fleet.transport:SentinelTransport"
+        ),
+    }
+    for url, transport in cases.items():
+        fleet = FleetSettings(broker_url=url, result_backend="redis://127.0.0.1:6379/1",
+                              sentinel_master_name="m")  # fmt: skip
+        assert create_celery_app(fleet).conf.broker_transport == transport, url
+        plain = create_celery_app(fleet, guarded_transport=False)
+        assert plain.conf.broker_transport in (None, ""), url
+
+
+def test_the_guarded_channels_refuse_a_closed_connection_as_a_connection_error() -> None:
+    """kombu rebuilt a pool from a detached connection and raised AttributeError (an
+    unrecoverable error to Celery); the guard makes it a Redis ConnectionError."""
+    import pytest
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from ditto_worker.fleet.transport import Channel, SentinelChannel
+
+    for kind in (Channel, SentinelChannel):
+        channel = kind.__new__(kind)  # no broker: only the guard is under test
+        channel.connection = None
+        with pytest.raises(RedisConnectionError, match="closed"):
+            channel._connparams()
