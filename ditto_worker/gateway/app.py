@@ -34,12 +34,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import TypeAdapter, ValidationError
 
-from ditto_worker.contracts import to_wire
+from ditto_worker.contracts import NodeResult, to_wire
 from ditto_worker.errors import ErrorCode
 from ditto_worker.gateway.admission import Admission
 from ditto_worker.gateway.auth import Authenticator, Identity
 from ditto_worker.gateway.errors import RETRY_AFTER_S, GatewayError, http_status
 from ditto_worker.gateway.guard import IDENTITY_SCOPE_KEY, JSON_SCOPE_KEY, install, parse_json
+from ditto_worker.gateway.mcp_mount import mount_mcp
 from ditto_worker.gateway.metrics import GatewayMetrics
 from ditto_worker.gateway.openapi import merge_components, node_openapi
 from ditto_worker.gateway.protocol import SETTINGS_STATE_KEY
@@ -101,9 +102,10 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
-        # the protocol layer (gateway.protocol) reads its limits from the lifespan state
-        yield {SETTINGS_STATE_KEY: settings}
-        await gate.drain(settings.shutdown_grace_s)
+        # gateway.protocol reads its limits from the state; /mcp's manager runs meanwhile
+        async with app.state.mcp_run():
+            yield {SETTINGS_STATE_KEY: settings}
+            await gate.drain(settings.shutdown_grace_s)
         if owns_runtime:
             await asyncio.to_thread(runtime.close)
 
@@ -154,6 +156,7 @@ def create_app(
     app.add_api_route("/readyz", _readyz(ready), methods=["GET"], name="readyz")
     app.add_api_route("/metrics", metrics.endpoint, methods=["GET"], name="metrics",
                       include_in_schema=False)  # fmt: skip
+    app.state.mcp_run = mount_mcp(app, settings, auth, metrics, specs, gate.call_as)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -252,14 +255,24 @@ class _Gate:
 
     def _admit(self, node: str, request: Request) -> tuple[Identity, str]:
         identity = self._identify(request)
-        if not identity.grants.allows_node(node):
-            raise GatewayError(ErrorCode.PERMISSION_DENIED, f"this token may not call {node}")
         space = request.headers.get(SPACE_HEADER, "memory")
-        if not identity.grants.allows_space(space):
-            raise GatewayError(
-                ErrorCode.PERMISSION_DENIED, f"this token may not use the space {space[:80]!r}"
-            )
+        identity.check(node, space)
         return identity, space
+
+    async def call_as(self, node: str, input: Any, identity: Identity) -> NodeResult[Any]:
+        """A ``/mcp`` tool call (the guard admitted its request): grants (space ``memory``),
+        input model and metrics as on ``/v1/nodes``, the identity's scope; refusals fail."""
+        try:
+            identity.check(node, "memory")
+            self._valid(node, input)
+        except GatewayError as exc:
+            self.metrics.refused(node, exc.code)
+            return NodeResult.failure("-", node, exc.code, exc.message)
+        scope = {"tenant": identity.tenant, "user": identity.user}
+        timeout_s = min(self.call_timeout_s, self.settings.max_timeout_s)
+        result = await self.runtime.ainvoke(node, input, timeout=timeout_s, scope=scope)
+        self.metrics.answered(node, result.status, result.error.code if result.error else None)
+        return result
 
     async def _run(self, node: str, request: Request, identity: Identity, space: str) -> Response:
         parsed = request.scope.get(JSON_SCOPE_KEY)
@@ -318,6 +331,9 @@ class _Gate:
         data, problem = parsed if parsed is not None else (None, None)
         if problem is not None:
             raise GatewayError(ErrorCode.INVALID_INPUT, problem)
+        return self._valid(node, data)
+
+    def _valid(self, node: str, data: Any) -> Any:
         adapter = self._adapters.get(node)
         if adapter is not None:
             try:

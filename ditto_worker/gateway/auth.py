@@ -15,6 +15,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from ditto_worker.errors import ErrorCode
 from ditto_worker.gateway.errors import GatewayError
 from ditto_worker.gateway.settings import GatewaySettings, JwtSettings, StaticToken
 
@@ -34,6 +35,19 @@ class Identity:
     tenant: str
     user: str
     grants: StaticToken | JwtSettings
+
+    def check(self, node: str, space: str) -> None:
+        """Raise unless :attr:`grants` allow ``node`` in ``space``.
+
+        Raises:
+            GatewayError: ``PERMISSION_DENIED`` naming the node or the space.
+        """
+        if not self.grants.allows_node(node):
+            raise GatewayError(ErrorCode.PERMISSION_DENIED, f"this token may not call {node}")
+        if not self.grants.allows_space(space):
+            raise GatewayError(
+                ErrorCode.PERMISSION_DENIED, f"this token may not use the space {space[:80]!r}"
+            )
 
 
 class Authenticator:

@@ -38,6 +38,7 @@ from ditto_worker.errors import ConfigError
 __all__ = [
     "GatewaySettings",
     "JwtSettings",
+    "McpSettings",
     "StaticToken",
     "load_gateway_settings",
 ]
@@ -130,8 +131,33 @@ class JwtSettings(_Grants):
         return value
 
 
+class McpSettings(_Section):
+    """``gateway.mcp:`` — the MCP endpoint ``/mcp`` (docs/integrations-mcp.md)."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Serve the MEMORY nodes as MCP tools at ``/mcp`` (needs the ``mcp`` "
+        "extra; without it the gateway serves no ``/mcp`` and says so once).",
+    )
+    allowed_hosts: tuple[str, ...] = Field(
+        default=(),
+        description="``Host`` headers ``/mcp`` accepts besides loopback names "
+        "(``name:port`` or ``name:*``): the public name of a proxy in front. Any other is "
+        "421 (the MCP SDK's DNS-rebinding protection).",
+    )
+    resource_url: str | None = Field(
+        default=None,
+        description="The public URL of ``/mcp`` (``https://memory.example.com/mcp``). With "
+        "``gateway.jwt.issuer`` also set, ``/.well-known/oauth-protected-resource/mcp`` "
+        "advertises that issuer as the authorization server (RFC 9728) and a 401 points "
+        "at it; otherwise no metadata is served.",
+    )
+
+
 class GatewaySettings(_Section):
     """``gateway:`` — identities and bounds of ``ditto-worker serve``."""
+
+    mcp: McpSettings = Field(default_factory=McpSettings, description="The MCP endpoint ``/mcp``.")
 
     tokens: tuple[StaticToken, ...] = Field(default=(), description="Static bearer tokens.")
     jwt: JwtSettings | None = Field(default=None, description="JWT verification, if used.")

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
 import sys
+import time
 import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 __all__ = [
     "TOOLS",
@@ -23,6 +30,8 @@ __all__ = [
     "check_every_tool",
     "check_other_scope_unreachable",
     "check_scope_arguments_refused",
+    "http_client",
+    "operator_http",
     "stdio_params",
 ]
 
@@ -30,6 +39,15 @@ TOOLS = ["memory_get", "memory_query", "memory_search", "memory_write", "memory_
          "memory_delete"]  # fmt: skip
 
 BIN = Path(sys.executable).parent
+
+
+@asynccontextmanager
+async def http_client(url: str, token: str | None = None) -> AsyncIterator[Client]:
+    """The official client over streamable HTTP at ``url``, with ``token`` as its bearer."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    async with create_mcp_http_client(headers=headers) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            yield client
 
 
 def stdio_params(scope: str, db: Path, **env: str) -> StdioServerParameters:
@@ -132,3 +150,33 @@ async def check_other_scope_unreachable(mine: Client, theirs: Client) -> None:
     assert (await call(theirs, "memory_delete", {"ids": [secret]}))["output"] == {"deleted": []}
     still = await call(mine, "memory_get", {"ids": [secret]})
     assert [i["content"] for i in still["output"]] == ["s3cret"]
+
+
+@contextmanager
+def operator_http(folder: Path, scope: str, *args: str) -> Iterator[str]:
+    """``ditto-worker mcp --scope SCOPE --transport http`` on a free loopback port, embedded
+    on ``folder/m.sqlite``; yields its ``/mcp`` URL once it answers."""
+    from ditto_worker.testing.servers import free_port, stop_process
+
+    port = free_port()
+    params = stdio_params(scope, folder / "m.sqlite")
+    log = (folder / "mcp-http.log").open("a")
+    proc = subprocess.Popen(
+        [params.command, *params.args, "--transport", "http", "--port", str(port), *args],
+        cwd=folder, env=params.env, stdout=log, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, (folder / "mcp-http.log").read_text()[-3000:]
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the MCP server did not start"
+                time.sleep(0.2)
+        yield url
+    finally:
+        stop_process(proc)
+        log.close()
