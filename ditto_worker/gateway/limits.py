@@ -15,7 +15,10 @@ connection:
   ``gateway.maxHeaders`` fields is 431, answered before the rest is read;
 * **a connection cap**: a connection beyond ``gateway.maxConnections`` open ones is
   answered 429 (``Retry-After: 1``) and closed at once;
-* a request the parser cannot read is a NodeResult-shaped 400 (uvicorn's own is text).
+* a request the parser cannot read is a NodeResult-shaped 400 (uvicorn's own is text),
+  and uvicorn's warning about it (``Invalid HTTP request received.``, as
+  ``Unsupported upgrade request.``) is logged once a minute at most, with the count of
+  those left out: any client could otherwise write a log line per request.
 
 Every answer here is a NodeResult-shaped JSON body with ``Connection: close``. The
 limits are the app's :class:`~ditto_worker.gateway.settings.GatewaySettings`, which the
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 from http import HTTPStatus
 from typing import Any
 
@@ -34,13 +39,46 @@ from ditto_worker.errors import ErrorCode
 from ditto_worker.gateway.errors import failure_body
 from ditto_worker.gateway.settings import GatewaySettings
 
-__all__ = ["SETTINGS_STATE_KEY", "GuardedConnection"]
+__all__ = ["SETTINGS_STATE_KEY", "GuardedConnection", "OncePerMinute"]
 
 SETTINGS_STATE_KEY = "ditto.gateway.settings"
 """uvicorn app-state key of the app's :class:`GatewaySettings` (set by its lifespan)."""
 
 _IDLE, _HEAD, _BODY = 0, 1, 2
 _DEFAULTS = GatewaySettings()
+
+
+class OncePerMinute(logging.Filter):
+    """Lets one record of each of :attr:`MESSAGES` through per minute; the next one let
+    through says how many were left out."""
+
+    MESSAGES = frozenset({"Invalid HTTP request received.", "Unsupported upgrade request."})
+    WINDOW_S = 60.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, float] = {}
+        self._dropped: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: D102
+        message = record.msg if isinstance(record.msg, str) else ""
+        if message not in self.MESSAGES:
+            return True
+        now = time.monotonic()
+        last = self._last.get(message)
+        if last is not None and now - last < self.WINDOW_S:
+            self._dropped[message] = self._dropped.get(message, 0) + 1
+            return False
+        self._last[message] = now
+        dropped = self._dropped.pop(message, 0)
+        if dropped:
+            record.msg = f"{message} ({dropped} more in the last minute, not logged)"
+        return True
+
+
+_UVICORN_LOG = logging.getLogger("uvicorn.error")
+if not any(isinstance(f, OncePerMinute) for f in _UVICORN_LOG.filters):
+    _UVICORN_LOG.addFilter(OncePerMinute())
 
 
 class GuardedConnection:
