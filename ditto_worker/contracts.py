@@ -95,6 +95,9 @@ FLEET_QUEUES: dict[str, str] = {**NODE_QUEUES, RETRIEVAL_SEARCH: "retrieval.sear
 """Every node id of the fleet -> its dedicated Celery queue."""
 
 Identifier = Annotated[str, Field(min_length=1, description="A non-empty id or key (MEM-DATA-1).")]
+_Timestamp = Annotated[
+    str, Field(min_length=20, max_length=40, description="An RFC 3339 UTC date-time (MEM-DATA-5).")
+]
 Limit = Annotated[
     int,
     Field(ge=1, le=MAX_LIMIT, description="Number of items, an integer 1-10000 (MEM-ERR-1)."),
@@ -350,6 +353,19 @@ class MemoryItem(_Wire):
         "current state, when that call carried one (MEM-RUN-7; omitted otherwise). Set by "
         "the store, never by an input; a task reads it with GET to tell whether its "
         "operation already happened.",
+    )
+    created_at: _Timestamp | None = Field(
+        default=None,
+        description="When the record was written, RFC 3339 in UTC "
+        "(``YYYY-MM-DDTHH:MM:SS.ffffffZ``, e.g. ``2026-05-01T12:00:00.250000Z``: millisecond "
+        "precision or finer). Set by the store, never by an input; never changes "
+        "(MEM-DATA-5). Omitted by a store that keeps no timestamps.",
+    )
+    updated_at: _Timestamp | None = Field(
+        default=None,
+        description="When the record last changed (its WRITE, then each UPDATE), same form "
+        "as ``createdAt`` and never before it. Set by the store, never by an input "
+        "(MEM-DATA-5). Omitted by a store that keeps no timestamps.",
     )
 
 

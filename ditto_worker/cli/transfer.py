@@ -29,10 +29,11 @@ whose key the target already holds with the same content and metadata are skippe
 are written, their operation ids are dropped, and the summary counts what a re-run would
 write again (keyless records).
 
-Not carried, because the contract has no way to read or set them: ids (new ones),
-``createdAt``/``updatedAt`` (the import's time; creation order is kept, except that the
-records of one operation id are written together), vectors (re-embedded), keyword
-statistics (rebuilt by the target). Log lines and errors never carry content.
+Not carried, because the contract has no way to set them: ids (new ones),
+``createdAt``/``updatedAt`` (exported as the source store returned them, MEM-DATA-5; on
+import they are the import's time; creation order is kept, except that the records of
+one operation id are written together), vectors (re-embedded), keyword statistics
+(rebuilt by the target). Log lines and errors never carry content.
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ __all__ = [
 FORMAT: Final = "ditto-memory-export"
 """The header's ``format``; its ``version`` is :data:`VERSION`."""
 VERSION: Final = 1
-_FIELDS: Final = frozenset({"scope", "id", "key", "content", "metadata", "operationId"})
+_FIELDS: Final = frozenset(
+    {"scope", "id", "key", "content", "metadata", "operationId", "createdAt", "updatedAt"}
+)
 
 
 class TransferError(DittoError):

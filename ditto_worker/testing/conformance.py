@@ -5,7 +5,8 @@ each: typed filters (numbers numeric, strings as strings, missing fields, ``$in`
 types, nested paths), explicit failures for what a plugin does not support, keyset paging
 across inserts and deletes, literal ``_ % - ' "`` and non-ASCII in keys, prefixes and
 values, signed cursors that refuse any edit, forgery or other namespace, timestamps with
-offsets compared as instants, lone surrogates and undeclared SEARCH options refused before
+offsets compared as instants, records carrying ``createdAt``/``updatedAt`` set by the
+store (MEM-DATA-5), lone surrogates and undeclared SEARCH options refused before
 the store, a 10,000-record WRITE, deleting more than 1,000 matches, any JSON content
 (string, number, object, list, ``null``), keyword search over English, Chinese,
 Thai/Lao/Khmer/Myanmar, words with combining marks, NFKC/case-folded text, JSON field
@@ -43,7 +44,7 @@ tests what is declared and checks that what is not declared fails explicitly
 ``SEARCH_UNAVAILABLE``); tests of undeclared features are skipped.
 
 Calls go through :func:`ditto_worker.create_memory`, so plugin outputs are also checked
-by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 57 tests; the two volume
+by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 60 tests; the two volume
 tests write 10,000 and 2,800 records. Add ``pytest.register_assert_rewrite(
 "ditto_worker.testing")`` in a ``conftest.py`` for detailed assertion messages (done
 automatically when ``ditto_worker.testing`` is imported under pytest).
@@ -133,6 +134,10 @@ from ditto_worker.testing._conformance_search import (
     test_search_results_carry_full_records,
     test_search_strategies_are_explicit,
 )
+from ditto_worker.testing._conformance_timestamps import (
+    test_records_carry_store_timestamps,
+    test_timestamps_are_never_input,
+)
 
 __all__ = [
     "QUERY_FIELDS",
@@ -180,6 +185,7 @@ __all__ = [
     "test_operation_id_applies_write_once",
     "test_operation_id_with_another_input_is_conflict",
     "test_page_size_and_last_page",
+    "test_records_carry_store_timestamps",
     "test_paging_across_inserts_and_deletes",
     "test_paging_matches_one_page",
     "test_scope_confines_all_six_operations",
@@ -189,6 +195,7 @@ __all__ = [
     "test_spaces_confine_all_six_operations",
     "test_ten_thousand_record_write",
     "test_the_seed_vector_options_metric_cosine",
+    "test_timestamps_are_never_input",
     "test_timestamps_compare_as_instants",
     "test_typed_sort_order",
     "test_undeclared_features_are_unsupported",

@@ -120,6 +120,8 @@ class _Record:
             content=_copy(self.content, "content"),
             metadata=_copy(self.metadata, "metadata"),
             operation_id=self.operation_id,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
         )
 
 

@@ -677,6 +677,11 @@ export interface components {
              */
             content: unknown;
             /**
+             * Createdat
+             * @description When the record was written, RFC 3339 in UTC (``YYYY-MM-DDTHH:MM:SS.ffffffZ``, e.g. ``2026-05-01T12:00:00.250000Z``: millisecond precision or finer). Set by the store, never by an input; never changes (MEM-DATA-5). Omitted by a store that keeps no timestamps.
+             */
+            createdAt?: string | null;
+            /**
              * Id
              * @description Store-assigned id, a non-empty string.
              */
@@ -698,6 +703,11 @@ export interface components {
              * @description The operation id of the WRITE or UPDATE that produced the record's current state, when that call carried one (MEM-RUN-7; omitted otherwise). Set by the store, never by an input; a task reads it with GET to tell whether its operation already happened.
              */
             operationId?: string | null;
+            /**
+             * Updatedat
+             * @description When the record last changed (its WRITE, then each UPDATE), same form as ``createdAt`` and never before it. Set by the store, never by an input (MEM-DATA-5). Omitted by a store that keeps no timestamps.
+             */
+            updatedAt?: string | null;
         };
         /** MemoryQueryNodeResult */
         MemoryQueryNodeResult: {

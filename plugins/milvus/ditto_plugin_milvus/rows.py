@@ -38,7 +38,7 @@ from typing import Any, Final
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 from pymilvus.milvus_client.index import IndexParams
 
-from ditto_plugin_milvus.expressions import CREATED, UPDATED, shadow_fields
+from ditto_plugin_milvus.expressions import CREATED, UPDATED, iso, shadow_fields
 from ditto_worker.contracts import MemoryItem
 from ditto_worker.errors import ErrorCode, MemoryError
 
@@ -229,4 +229,11 @@ def item(row: Mapping[str, Any]) -> MemoryItem:
         content=_unwrap(row.get("content")),
         metadata=_unwrap(row.get("metadata")),
         operation_id=row_operation(row),
+        created_at=_instant(row.get(CREATED)),
+        updated_at=_instant(row.get(UPDATED)),
     )
+
+
+def _instant(us: Any) -> str | None:
+    """The RFC 3339 form of a stored microsecond count (``None`` when not read)."""
+    return None if us is None else iso(int(us))

@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ditto_plugin_milvus.collection import Row
-from ditto_plugin_milvus.expressions import CREATED
+from ditto_plugin_milvus.expressions import CREATED, UPDATED, iso
 from ditto_plugin_milvus.keywords import document_terms
 from ditto_plugin_milvus.operations import MilvusOperations, memory_id
 from ditto_plugin_milvus.reads import MilvusReads
@@ -199,16 +199,19 @@ class MilvusMemoryStore(MilvusReads, MilvusOperations, MilvusReembed):
             return [MemoryItem.model_validate(i) for i in entry.output]
         self._check_keys(ns, seen, set(ids), options)
         # records an earlier run of this operation already wrote are kept as they are
-        written = set() if op is None else {r["id"] for r in self._rows_by(ns, "id", ids, options,
-                                                                            ["id"])}  # fmt: skip
+        earlier = {} if op is None else {r["id"]: r for r in self._rows_by(
+            ns, "id", ids, options, ["id", CREATED, UPDATED])}  # fmt: skip
+        written = set(earlier)
         todo = [i for i in range(len(drafts)) if ids[i] not in written]
         dense = self._dense([(drafts[i].content, drafts[i].metadata) for i in todo],
                             [self._embedded(drafts[i].metadata) for i in todo])  # fmt: skip
         self._start_mutation(options)
         self._record_operation(ns, op, None, options, pending=True)
         start = self._clock.take(len(todo))
+        stamps = {k: (int(r[CREATED]), int(r[UPDATED])) for k, r in earlier.items()}
         for n, i in enumerate(todo):
             rows[i][CREATED] = rows[i]["upd"] = start + n
+            stamps[ids[i]] = (start + n, start + n)
             if self._dims is not None and dense[n] is not None:
                 rows[i]["dense"], rows[i]["dv"] = dense[n], True
         self._insert(ns, [rows[i] for i in todo], options)
@@ -216,7 +219,8 @@ class MilvusMemoryStore(MilvusReads, MilvusOperations, MilvusReembed):
             self._recheck_keys(ns, seen, ids, op, options)
         items = [
             MemoryItem(id=memory_id_, key=d.key, content=d.content, metadata=d.metadata,
-                       operation_id=op_id)
+                       operation_id=op_id, created_at=iso(stamps[memory_id_][0]),
+                       updated_at=iso(stamps[memory_id_][1]))
             for memory_id_, d in zip(ids, drafts, strict=True)
         ]  # fmt: skip
         self._record_operation(ns, op, [to_wire(i) for i in items], options)
@@ -305,6 +309,7 @@ class MilvusMemoryStore(MilvusReads, MilvusOperations, MilvusReembed):
             rows.append(self._row(f"memories[{i}]", ns, memory.id, memory.key, memory.content,
                                   memory.metadata, int(old[CREATED]), now + i, vector,
                                   op_id))  # fmt: skip
+            items[i] = memory.model_copy(update={"updated_at": iso(now + i)})
         self._insert(ns, rows, options)
         self._record_operation(ns, op, [to_wire(i) for i in items], options)
         return items
@@ -317,6 +322,7 @@ class MilvusMemoryStore(MilvusReads, MilvusOperations, MilvusReembed):
             content=entry.content if entry.has_content else old.content,
             metadata=entry.metadata if entry.has_metadata else old.metadata,
             operation_id=op_id,
+            created_at=old.created_at,
         )
 
     def _needs_vector(self, entry: MemoryUpdateEntry, row: Row, metadata: Any) -> bool:

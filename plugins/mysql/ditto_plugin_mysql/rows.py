@@ -1,7 +1,8 @@
 """Encoding and decoding of records for the MySQL store (no I/O).
 
 JSON goes to the server as compact text (``content``/``metadata`` are ``LONGTEXT``);
-rows come back as ``(seq, id, key, content, metadata, operation_id, …)`` (:data:`COLUMNS`;
+rows come back as ``(seq, id, key, content, metadata, operation_id, created_at, updated_at,
+…)`` (:data:`COLUMNS`;
 :data:`WIDTH` columns, then whatever a statement selects after them).
 """
 
@@ -29,9 +30,11 @@ __all__ = [
 ]
 
 Row = tuple[Any, ...]
-COLUMNS: Final = "m.seq, m.id, m.`key`, m.content, m.metadata, m.operation_id"
+COLUMNS: Final = (
+    "m.seq, m.id, m.`key`, m.content, m.metadata, m.operation_id, m.created_at, m.updated_at"
+)
 """The record columns every read selects first."""
-WIDTH: Final = 6
+WIDTH: Final = 8
 """How many columns :data:`COLUMNS` selects."""
 
 
@@ -52,13 +55,15 @@ def dump(value: Any, where: str) -> str:
 
 def item(row: Row) -> MemoryItem:
     """The MemoryItem of a row ``(seq, id, key, content text, metadata text,
-    operation_id, …)``."""
+    operation_id, created_at, updated_at, …)``."""
     return MemoryItem(
         id=row[1],
         key=row[2],
         content=json.loads(row[3]),
         metadata=None if row[4] is None else json.loads(row[4]),
         operation_id=row[5],
+        created_at=row[6],
+        updated_at=row[7],
     )
 
 

@@ -266,7 +266,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
             self._store_vectors(conn, scope, seqs, blobs)
             set_sequence(conn, last + len(drafts))
             items = [
-                MemoryItem(id=i, key=k, content=json.loads(c),
+                MemoryItem(id=i, key=k, content=json.loads(c), created_at=now, updated_at=now,
                            metadata=None if m is None else json.loads(m), operation_id=op_id)
                 for i, k, c, m in zip(ids, keys, contents, metas, strict=True)
             ]  # fmt: skip
@@ -296,7 +296,8 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
                 )
 
     def _locked_rows(self, conn: Conn, scope: int, ids: Sequence[str]) -> dict[str, Row]:
-        """``id -> (seq, id, key, content, metadata, operation_id, terms)`` of the scope's
+        """``id -> (seq, id, key, content, metadata, operation_id, created_at, updated_at,
+        terms)`` of the scope's
         records with these ids, locked until the transaction ends (exact ids)."""
         found: dict[str, Row] = {}
         for chunk in _chunks(list(dict.fromkeys(ids))):
@@ -355,7 +356,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
     ) -> MemoryItem:  # fmt: skip
         """One entry of an UPDATE: the row, its terms and its vector (``found`` follows);
         the row now names ``op_id`` (``None`` clears an earlier operation's id)."""
-        seq, memory_id, key, content_text, meta_text, _, old_terms = found[entry.id]
+        seq, memory_id, key, content_text, meta_text, _, created, _, old_terms = found[entry.id]
         content = entry.content if entry.has_content else json.loads(content_text)
         metadata = entry.metadata if entry.has_metadata else (
             None if meta_text is None else json.loads(meta_text))  # fmt: skip
@@ -376,10 +377,9 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
             keywords.insert_terms(conn, keywords.index_rows(scope, int(seq), counts))
             keywords.adjust(conn, scope, [(int(old_terms), size)])
             self._store_vectors(conn, scope, [int(seq)], self._embed([(content, metadata)]))
-        found[entry.id] = (seq, memory_id, key, content_json, meta_json, op_id, size)
-        return MemoryItem(
-            id=memory_id, key=key, content=content, metadata=metadata, operation_id=op_id
-        )
+        found[entry.id] = (seq, memory_id, key, content_json, meta_json, op_id, created, now, size)
+        return MemoryItem(id=memory_id, key=key, content=content, metadata=metadata,
+                          operation_id=op_id, created_at=created, updated_at=now)  # fmt: skip
 
     def delete(
         self, input: MemoryDeleteInput, options: MemoryCallOptions | None = None

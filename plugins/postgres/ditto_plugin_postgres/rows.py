@@ -1,20 +1,23 @@
 """Encoding and decoding of records for the PostgreSQL store (no I/O).
 
 JSON goes to the server as compact text (``content`` as ``json``, ``metadata`` as
-``jsonb``); rows come back as ``(seq, id, key, content::text, metadata::text, …)``.
+``jsonb``); rows come back as ``(seq, id, key, content::text, metadata::text,
+operation_id, created_at, updated_at, …)`` (:data:`WIDTH` columns, then whatever a
+statement selects after them).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from ditto_plugin_postgres.sql import Sql, decimal_value
 from ditto_worker.contracts import MemoryItem, MemoryUpdateEntry
 from ditto_worker.errors import ErrorCode, MemoryError
 
 __all__ = [
+    "WIDTH",
     "Row",
     "check_batch_keys",
     "dump",
@@ -24,6 +27,8 @@ __all__ = [
 ]
 
 Row = tuple[Any, ...]
+WIDTH: Final = 8
+"""How many record columns start a row (``search.COLUMNS``)."""
 
 
 def dump(value: Any, where: str, nul_ok: bool = True) -> str:
@@ -52,19 +57,21 @@ def _has_nul(value: Any) -> bool:
 
 def item(row: Row) -> MemoryItem:
     """The MemoryItem of a row ``(seq, id, key, content text, metadata text,
-    operation_id, …)``."""
+    operation_id, created_at, updated_at, …)``."""
     return MemoryItem(
         id=row[1],
         key=row[2],
         content=json.loads(row[3]),
         metadata=None if row[4] is None else json.loads(row[4]),
         operation_id=row[5],
+        created_at=row[6],
+        updated_at=row[7],
     )
 
 
 def sort_value(row: Row, index: int) -> tuple[int, int | float | str]:
     """The cursor sort value ``(rank, value)`` of term ``index`` from its ``r/n/t`` columns."""
-    rank, number, text = row[6 + 3 * index : 9 + 3 * index]
+    rank, number, text = row[WIDTH + 3 * index : WIDTH + 3 + 3 * index]
     if rank in (1, 5):
         return (int(rank), decimal_value(number))
     if rank == 2:

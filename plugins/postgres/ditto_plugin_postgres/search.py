@@ -26,7 +26,7 @@ from typing import Any, Final
 import psycopg
 
 from ditto_plugin_postgres.keywords import scope_stats
-from ditto_plugin_postgres.rows import Row, item
+from ditto_plugin_postgres.rows import WIDTH, Row, item
 from ditto_plugin_postgres.sql import Sql, compile_filter, in_namespace
 from ditto_plugin_postgres.text import prefixed_query_terms
 from ditto_plugin_postgres.vectors import identity_gate, to_literal, vector_search
@@ -53,7 +53,11 @@ them all exactly instead of scanning the HNSW index (issue 19: at 100 tenants th
 scan visits ``hnsw.max_scan_tuples`` mostly other tenants' vectors, then falls back to
 the exact scan anyway)."""
 
-COLUMNS: Final = "m.seq, m.id, m.key, m.content::text, m.metadata::text, m.operation_id"
+COLUMNS: Final = (
+    "m.seq, m.id, m.key, m.content::text, m.metadata::text, m.operation_id, m.created_at, "
+    "m.updated_at"
+)
+"""The record columns every reader selects first (``rows.WIDTH`` of them)."""
 _EXTRAS: Final = frozenset({"multi_process", "driver_cancel", "deadline"})
 
 KEYWORD_CAPABILITIES: Final = StoreCapabilities(
@@ -129,7 +133,8 @@ class SearchMixin(NativeSearch):
         weights = [bm25_idf(records, int(df)) for df in stats]
         score = " + ".join(f"%s * (m.tsv @@ {q})::int" for q in queries)
         sql = (
-            f"SELECT c.seq, c.id, c.key, c.content, c.metadata, c.operation_id, c.score + 0.01 * "
+            "SELECT c.seq, c.id, c.key, c.content, c.metadata, c.operation_id, c.created_at, "
+            f"c.updated_at, c.score + 0.01 * "
             f"ts_rank_cd(c.tsv, {any_term}) AS score FROM (SELECT {COLUMNS}, m.tsv, "
             f"({score}) AS score FROM {self._table} AS m WHERE m.tsv @@ {any_term} "
             f"AND {where.text} ORDER BY score DESC, m.seq LIMIT %s) AS c "
@@ -151,7 +156,7 @@ class SearchMixin(NativeSearch):
             if scope is None or not terms:
                 return []
             rows = self._ranked(conn, terms, scope[1], where, limit)
-        return [(item(row), float(row[6])) for row in rows]
+        return [(item(row), float(row[WIDTH])) for row in rows]
 
     def _vector_hits(
         self,
@@ -178,4 +183,4 @@ class SearchMixin(NativeSearch):
                                  self._iterative, selective, exact)  # fmt: skip
             if not rows and gate is not None and self._verify_identity(conn) is not None:
                 raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, str(self._mismatch))
-        return [(item(row), float(row[6])) for row in rows]
+        return [(item(row), float(row[WIDTH])) for row in rows]

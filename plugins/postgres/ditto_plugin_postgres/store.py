@@ -569,6 +569,8 @@ class PostgresMemoryStore(SearchMixin):
                     content=json.loads(c),
                     metadata=None if m is None else json.loads(m),
                     operation_id=op_id,
+                    created_at=now,
+                    updated_at=now,
                 )
                 for i, k, c, m in zip(ids, keys, contents, metas, strict=True)
             ]

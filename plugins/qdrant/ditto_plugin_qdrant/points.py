@@ -60,6 +60,8 @@ def item_of(payload: dict[str, Any]) -> MemoryItem:
         content=payload.get("content"),
         metadata=payload.get("metadata"),
         operation_id=payload.get("op"),
+        created_at=payload.get("createdAt"),
+        updated_at=payload.get("updatedAt"),
     )
 
 

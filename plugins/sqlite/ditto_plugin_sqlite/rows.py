@@ -11,13 +11,17 @@ from ditto_plugin_sqlite.driver import Connection
 from ditto_worker.contracts import MemoryDraft, MemoryItem
 from ditto_worker.errors import ErrorCode, MemoryError
 
-__all__ = ["CHUNK", "COLUMNS", "Row", "check_keys", "chunks", "dump", "marks", "row_item"]
+__all__ = ["CHUNK", "COLUMNS", "WIDTH", "Row", "check_keys", "chunks", "dump", "marks", "row_item"]
 
 CHUNK: Final = 500
 """Most values bound in one ``IN (...)`` list."""
 
-COLUMNS: Final = "m.seq, m.id, m.key, m.content, m.metadata, m.operation_id"
-"""The select list every reader uses; a row starts with these six values."""
+COLUMNS: Final = (
+    "m.seq, m.id, m.key, m.content, m.metadata, m.operation_id, m.created_at, m.updated_at"
+)
+"""The select list every reader uses; a row starts with these :data:`WIDTH` values."""
+WIDTH: Final = 8
+"""How many columns :data:`COLUMNS` selects (a statement's own columns follow them)."""
 Row = tuple[Any, ...]
 
 
@@ -29,6 +33,8 @@ def row_item(row: Row) -> MemoryItem:
         content=json.loads(row[3]),
         metadata=None if row[4] is None else json.loads(row[4]),
         operation_id=row[5],
+        created_at=row[6],
+        updated_at=row[7],
     )
 
 

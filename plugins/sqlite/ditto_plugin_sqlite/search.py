@@ -27,7 +27,7 @@ from ditto_plugin_sqlite.ann import SimHashIndex
 from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.fts import KeywordPlan, keyword_plan
 from ditto_plugin_sqlite.nearest import nearest_rows
-from ditto_plugin_sqlite.rows import COLUMNS, chunks, marks, row_item
+from ditto_plugin_sqlite.rows import COLUMNS, WIDTH, chunks, marks, row_item
 from ditto_plugin_sqlite.sql import Sql, compile_filter, in_namespace
 from ditto_worker.contracts import MemorySearchInput
 from ditto_worker.memory.capabilities import StoreCapabilities
@@ -128,7 +128,7 @@ def _records(conn: Connection, best: list[tuple[float, int]], where: Sql) -> lis
             f"SELECT {COLUMNS} FROM memories AS m WHERE m.seq IN ({marks(chunk)}) AND {where.text}"
         )
         rows += conn.execute(sql, [*chunk, *where.params]).fetchall()
-    return sorted(((*row, scores[row[0]]) for row in rows), key=lambda r: (-r[6], r[0]))
+    return sorted(((*row, scores[row[0]]) for row in rows), key=lambda r: (-r[WIDTH], r[0]))
 
 
 class SearchMixin(NativeSearch):
@@ -164,7 +164,7 @@ class SearchMixin(NativeSearch):
                 rows = _best_rows(conn, plan, where, limit)
             else:
                 rows = _filtered_rows(conn, plan, where, limit)
-        return [(row_item(row), float(row[6])) for row in rows]
+        return [(row_item(row), float(row[WIDTH])) for row in rows]
 
     def _vector_hits(
         self,
@@ -179,7 +179,7 @@ class SearchMixin(NativeSearch):
             rows = nearest_rows(
                 conn, self._vector_index(len(vector)), namespace, vector, where, limit
             )
-        return [(row_item(row), float(row[6])) for row in rows]
+        return [(row_item(row), float(row[WIDTH])) for row in rows]
 
     def _vector_index(self, dims: int) -> SimHashIndex:
         """This process's approximate index (:mod:`.ann`), made at its first use."""

@@ -31,6 +31,7 @@ from ditto_plugin_sqlite.query_index import QueryIndexes
 from ditto_plugin_sqlite.reembed import reembed
 from ditto_plugin_sqlite.rows import CHUNK as _CHUNK
 from ditto_plugin_sqlite.rows import COLUMNS as _COLUMNS
+from ditto_plugin_sqlite.rows import WIDTH as _WIDTH
 from ditto_plugin_sqlite.rows import Row as _Row
 from ditto_plugin_sqlite.rows import check_keys as _check_keys
 from ditto_plugin_sqlite.rows import chunks as _chunks
@@ -466,7 +467,8 @@ class SqliteMemoryStore(SearchMixin):
         after = keyset_condition(terms, cursor) if cursor is not None else Sql("1")
         sql = (
             f"SELECT * FROM (SELECT m.seq AS seq, m.id, m.key, m.content, m.metadata,"
-            f" m.operation_id{columns.text} FROM memories AS m WHERE {where.text}) "
+            f" m.operation_id, m.created_at, m.updated_at{columns.text} FROM memories AS m"
+            f" WHERE {where.text}) "
             f"WHERE {after.text} ORDER BY {order_clause(terms)} LIMIT ?"
         )
         params = [*columns.params, *where.params, *after.params, limit + 1]
@@ -476,7 +478,9 @@ class SqliteMemoryStore(SearchMixin):
         next_cursor = None
         if len(rows) > limit:
             last = page[-1]
-            values = tuple((last[6 + 2 * i], last[7 + 2 * i]) for i in range(len(terms)))
+            values = tuple(
+                (last[_WIDTH + 2 * i], last[_WIDTH + 1 + 2 * i]) for i in range(len(terms))
+            )
             next_cursor = encode_cursor(
                 fingerprint, values, last[0], self._cursor_secret(), namespace=ns
             )
@@ -524,7 +528,7 @@ class SqliteMemoryStore(SearchMixin):
                 self._index(conn, seqs[-1], ns, draft.key, draft.content, draft.metadata)
             self._store_vectors(conn, seqs, blobs)
             items = [
-                _item((0, memory_id, draft.key, content, metadata, op_id))
+                _item((0, memory_id, draft.key, content, metadata, op_id, now, now))
                 for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True)
             ]
             output = [to_wire(i) for i in items]
