@@ -44,7 +44,7 @@ tests what is declared and checks that what is not declared fails explicitly
 ``SEARCH_UNAVAILABLE``); tests of undeclared features are skipped.
 
 Calls go through :func:`ditto_worker.create_memory`, so plugin outputs are also checked
-by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 60 tests; the two volume
+by the core (``INVALID_BACKEND_OUTPUT`` fails a test). 61 tests; the two volume
 tests write 10,000 and 2,800 records. Add ``pytest.register_assert_rewrite(
 "ditto_worker.testing")`` in a ``conftest.py`` for detailed assertion messages (done
 automatically when ``ditto_worker.testing`` is imported under pytest).
