@@ -14,6 +14,7 @@ the stages after them. The message is the notes in stage order.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -22,7 +23,7 @@ from ditto_worker.memory_tasks.contracts import ProjectStage, TaskInputs, TaskOp
 from ditto_worker.memory_tasks.runner import base_artifact, run_task, stop_if_asked
 from ditto_worker.memory_tasks.steps import Plan, TaskRun, ask, complete
 
-__all__ = ["NOTE_SCHEMA", "run_task_state", "stage_names"]
+__all__ = ["NOTE_SCHEMA", "note_problems", "run_task_state", "stage_names"]
 
 NOTE_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
@@ -59,21 +60,61 @@ def _note(reply: Any) -> str:
     return note.strip()
 
 
+_DONE = re.compile(r"\b(?:done|complete[ds]?|completed|finished|shipped)\b", re.IGNORECASE)
+
+
+def _plain(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+def note_problems(note: str, stage: ProjectStage, earlier: list[str]) -> list[str]:
+    """What code can check of a generated note (issue 35 item 5): it names its stage, it
+    is not a copy of an earlier stage's note, and it reports the stage done only when the
+    stage's status says so. Empty: the note passes."""
+    problems: list[str] = []
+    if _plain(stage.name) not in _plain(note):
+        problems.append(f"it does not name the stage {stage.name!r}")
+    if _plain(note) in {_plain(e) for e in earlier}:
+        problems.append("it repeats an earlier stage's note")
+    if _DONE.search(note) and not _DONE.search(stage.status):
+        problems.append(f"it reports the stage done; its status is {stage.status!r}")
+    return problems
+
+
+def _checked_note(run: TaskRun, stage: ProjectStage, notes: list[str]) -> Plan:
+    """``(note, generated)``: the model's note when it passes :func:`note_problems`, asked
+    once more with the problems named, else a note built from the stage's own facts."""
+    messages = _messages(run, stage, notes)
+    for _ in range(2):
+        note = _note((yield from ask(run, "infer-progress", messages, NOTE_SCHEMA)))
+        problems = note_problems(note, stage, notes)
+        if not problems:
+            return note, True
+        run.say(f"note: the model's note for {stage.name} failed a check; asking once more")
+        fix = f"Your note was refused: {'; '.join(problems)}. Write it again."
+        messages = [*messages, {"role": "assistant", "content": note},
+                    {"role": "user", "content": fix}]  # fmt: skip
+    return f"Stage {stage.name}: {stage.status}.", False
+
+
 def _body(run: TaskRun) -> Plan:
     notes: list[str] = []
+    generated = True
     stages = run.request.stages
     for name, stage in zip(stage_names(stages), stages, strict=True):
         done = run.done(name)
         if isinstance(done, Mapping) and isinstance(done.get("note"), str):
             notes.append(done["note"])
+            generated = generated and done.get("generated", True) is not False
             continue
-        reply = yield from ask(run, "infer-progress", _messages(run, stage, notes), NOTE_SCHEMA)
-        note = _note(reply)
-        yield from complete(run, name, {"note": note})
+        note, made = yield from _checked_note(run, stage, notes)
+        yield from complete(run, name, {"note": note, "generated": made})
         notes.append(note)
+        generated = generated and made
         stop_if_asked(run)
     artifact = base_artifact(run)
     artifact["message"] = " ".join(notes)
+    artifact["generated"] = generated
     return artifact
 
 
