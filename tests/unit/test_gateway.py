@@ -528,3 +528,16 @@ def test_an_idempotency_key_is_the_operation_id(client: TestClient) -> None:
     bad = client.post("/v1/nodes/MEMORY.WRITE", json=body,
                       headers={**auth(T1), "Idempotency-Key": "x" * 201})  # fmt: skip
     assert bad.status_code == 422 and "Idempotency-Key" in bad.json()["error"]["message"]
+
+
+def test_a_search_in_a_task_space_is_invalid_input_over_http(client: TestClient) -> None:
+    # MEM-SEARCH-7 through the gateway: the SDK refuses it before the store is called
+    task = {**auth(T1), "Ditto-Space": "task:44"}
+    checkpoint = {"memories": [{"key": "stage", "content": "stage 3 started"}]}
+    assert client.post("/v1/nodes/MEMORY.WRITE", headers=task, json=checkpoint).status_code == 200
+    found = client.post("/v1/nodes/MEMORY.SEARCH", headers=task, json={"query": "stage"})
+    body = found.json()
+    assert found.status_code == 422, body  # the gateway maps INVALID_INPUT to 422
+    assert body["error"]["code"] == "INVALID_INPUT" and "scope.space" in body["error"]["message"]
+    in_memory = client.post("/v1/nodes/MEMORY.SEARCH", headers=auth(T1), json={"query": "stage"})
+    assert in_memory.status_code == 200 and in_memory.json()["status"] == "success"
