@@ -36,11 +36,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import threading
-import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from celery import Celery
@@ -57,10 +55,8 @@ from ditto_worker.fleet.client_base import (
     FLAG_WAIT_S,
     NodeTable,
     OutageLog,
-    failure,
     installed_nodes,
     is_redis,
-    jsonable,
     known_nodes,
     log,
 )
@@ -68,15 +64,16 @@ from ditto_worker.fleet.client_paths import ClientPaths
 from ditto_worker.fleet.redaction import args_repr
 from ditto_worker.fleet.redis_urls import server_address
 from ditto_worker.fleet.results import ResultListener
+from ditto_worker.runtime.calls import Call
 from ditto_worker.runtime.cancel import CancelToken
-from ditto_worker.runtime.trace import clean_trace
 from ditto_worker.scope import Scope, parse_scope
 
 __all__ = ["DittoClient", "NodeTable", "connect"]
 
 
 class DittoClient(ClientPaths):
-    """Sends node calls to the fleet and turns replies into NodeResults.
+    """Sends node calls to the fleet and turns replies into NodeResults: ``invoke`` /
+    ``ainvoke`` as :class:`~ditto_worker.runtime.calls.Invoking` describes.
 
     Args:
         app: a Celery app from :func:`~ditto_worker.fleet.celery_app.create_celery_app`; the
@@ -119,11 +116,11 @@ class DittoClient(ClientPaths):
         sentinel_kwargs: dict[str, Any] | None = None,
     ) -> None:
         try:
-            self._scope = parse_scope(scope)
+            bound = parse_scope(scope)
         except MemoryError as exc:
             raise ConfigError(exc.safe_message) from None
+        super().__init__(default_timeout_s, bound)
         self.app = app
-        self.default_timeout_s = default_timeout_s
         self._reprs = args_repr(log_content)
         self._nodes = known_nodes(installed_nodes() if nodes is None else nodes)
         self._broker_at = f"the broker ({server_address(str(app.conf.broker_url or ''))})"
@@ -147,9 +144,6 @@ class DittoClient(ClientPaths):
         # skipped
         self._revokers = ThreadPoolExecutor(1, thread_name_prefix="ditto-revoke")
         self._pending_revokes = 0
-        self._in_flight = 0
-        self._idle = threading.Condition()
-        self._closed = False
 
     @classmethod
     def from_fleet(
@@ -171,124 +165,37 @@ class DittoClient(ClientPaths):
         """The node ids this client knows."""
         return list(self._nodes)
 
-    # --- public API -----------------------------------------------------------------------
+    # --- step 3 of the invoke path (ditto_worker.runtime.calls) ---------------------------
 
-    def invoke(
-        self,
-        node: str,
-        input: Any,
-        *,
-        timeout: float | None = None,
-        cancel: CancelToken | None = None,
-        execution_id: str | None = None,
-        scope: Scope | Mapping[str, str] | None = None,
-        deadline: float | None = None,
-        trace: Mapping[str, str] | None = None,
-        operation_id: str | None = None,
-    ) -> NodeResult[Any]:
-        """Run ``node`` on the fleet and wait for its NodeResult.
+    def _run_call(self, call: Call) -> NodeResult[Any]:
+        if self._listener is None:
+            return self._invoke_polling(call)
+        try:
+            return self._invoke_listening(call)
+        except Exception:
+            log.exception("unexpected error in %s", call.node)
+            return call.failed(ErrorCode.MEMORY_BACKEND_ERROR, "the call failed")
 
-        Args:
-            node: a node id (``MEMORY.GET`` …).
-            input: the node input as JSON-ready data (wire names) or a contract model.
-            timeout: seconds to wait; default ``default_timeout_s``.
-            cancel: a token; cancelling it cancels the call (revoke + cancel flag).
-            execution_id: the call's id (the Celery task id); a new uuid4 when omitted.
-            scope: the tenant scope the call acts for (a :class:`~ditto_worker.scope.Scope`
-                or ``{"tenant", "user", "space"?}``), sent in the ``ditto_scope`` header;
-                default: the client's ``scope``. The service sets it from its authenticated
-                identity, never from model output (:mod:`ditto_worker.scope`).
-            deadline: an absolute deadline (``time.time()`` seconds), e.g. a parent call's
-                for a sub-call; the earlier of it and ``timeout`` holds.
-            trace: tracing ids ``{run_id, graph, graph_node}`` (a Graph run sets them),
-                sent as message headers and as the task's ``argsrepr``, which Flower and
-                the worker log show; ids only (:mod:`ditto_worker.runtime.trace`).
-            operation_id: the caller's operation id (MEM-RUN-7,
-                :mod:`ditto_worker.operation`), sent in the ``ditto_operation`` header: one
-                id per intended effect across attempts (a replay gets a new execution id,
-                the same operation id); MEMORY mutations apply it at most once.
-
-        Returns:
-            The worker's NodeResult, or one with status ``failed`` (``UNKNOWN_NODE``;
-            ``INVALID_INPUT`` for input that is not JSON or a malformed operation id;
-            ``PERMISSION_DENIED`` for a
-            malformed scope or one the worker does not serve; ``FLEET_UNAVAILABLE`` when
-            the broker or result backend is unreachable, naming its ``host:port``;
-            ``MEMORY_BACKEND_ERROR`` when the client is closed;
-            ``INVALID_BACKEND_OUTPUT`` for a malformed reply), ``timeout`` (the kind's
-            timeout code; on a Redis fleet its message says when a worker for the node's
-            queue was last seen, :mod:`ditto_worker.fleet.heartbeat`) or ``cancelled`` (the
-            kind's cancelled code).
-        """
-        start = self._start(node, execution_id, cancel, scope, timeout, deadline, operation_id)
-        if isinstance(start, NodeResult):
-            return start
-        eid, bound, deadline = start
-        with self._tracked() as accepted:
-            if not accepted:
-                return failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the client is closed")
-            traced = clean_trace(trace)
-            if self._listener is None:
-                polled = self._invoke_polling(node, jsonable(input), eid, deadline, cancel,
-                                              bound, traced)  # fmt: skip
-                return self._settle(polled, cancel, deadline)
+    async def _arun_call(self, call: Call) -> NodeResult[Any]:
+        listener = self._listener
+        if listener is None:  # in-process: poll on a sender thread, with a token to stop it
+            token = call.cancel or CancelToken()
+            polled = replace(call, cancel=token)
+            loop = asyncio.get_running_loop()
             try:
-                heard = self._invoke_listening(node, jsonable(input), eid, deadline, cancel,
-                                               bound, traced)  # fmt: skip
-                return self._settle(heard, cancel, deadline)
-            except Exception:
-                log.exception("unexpected error in %s", node)
-                return failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the call failed")
-
-    async def ainvoke(
-        self,
-        node: str,
-        input: Any,
-        *,
-        timeout: float | None = None,
-        cancel: CancelToken | None = None,
-        execution_id: str | None = None,
-        scope: Scope | Mapping[str, str] | None = None,
-        deadline: float | None = None,
-        trace: Mapping[str, str] | None = None,
-        operation_id: str | None = None,
-    ) -> NodeResult[Any]:
-        """``invoke`` for asyncio: same arguments, same NodeResult.
-
-        Raises:
-            asyncio.CancelledError: when the awaiting task is cancelled; the call is
-                cancelled on the fleet first (revoke + cancel flag), MEM-PY-2.
-        """
-        start = self._start(node, execution_id, cancel, scope, timeout, deadline, operation_id)
-        if isinstance(start, NodeResult):
-            return start
-        eid, bound, deadline = start
-        with self._tracked() as accepted:
-            if not accepted:
-                return failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the client is closed")
-            if self._listener is None:
-                token = cancel or CancelToken()
-                call = functools.partial(
-                    self.invoke, node, input, timeout=deadline - time.time(), cancel=token,
-                    execution_id=eid, scope=bound.scope, trace=trace,
-                    operation_id=bound.operation_id,
-                )  # fmt: skip
-                try:
-                    return await asyncio.get_running_loop().run_in_executor(self._senders, call)
-                except asyncio.CancelledError:
-                    token.cancel()
-                    raise
-            try:
-                heard = await self._acall(node, jsonable(input), eid, deadline, cancel, bound,
-                                          clean_trace(trace))  # fmt: skip
-                return self._settle(heard, cancel, deadline)
+                return await loop.run_in_executor(self._senders, self._invoke_polling, polled)
             except asyncio.CancelledError:
-                # the awaiting task is cancelled at once; raise the call's cancel flag before
-                # re-raising, so a caller that exits right away still leaves it cancelled
-                flag = self._listener.submit(self._acancel(eid, deadline))
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.wrap_future(flag), FLAG_WAIT_S)
+                token.cancel()
                 raise
+        try:
+            return await self._acall(call)
+        except asyncio.CancelledError:
+            # the awaiting task is cancelled at once; raise the call's cancel flag before
+            # re-raising, so a caller that exits right away still leaves it cancelled
+            flag = listener.submit(self._acancel(call.execution_id, call.deadline))
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.wrap_future(flag), FLAG_WAIT_S)
+            raise
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Drain calls already accepted (up to ``timeout_s``), then release connections.
@@ -296,19 +203,12 @@ class DittoClient(ClientPaths):
         New calls after ``close`` fail with ``MEMORY_BACKEND_ERROR``. The client owns no
         plugin and closes none (MEM-RUN-3).
         """
-        self._closed = True
-        with self._idle:
-            self._idle.wait_for(lambda: self._in_flight == 0, timeout=timeout_s)
+        self._drain(timeout_s)
         if self._listener is not None:
             self._listener.close()
         self._senders.shutdown(wait=True)
         self._revokers.shutdown(wait=True)
         self.app.close()
-
-    @property
-    def in_flight(self) -> int:
-        """Calls accepted and not yet answered."""
-        return self._in_flight
 
 
 def connect(config: RuntimeConfig, nodes: NodeTable, scope: Scope | None = None) -> DittoClient:

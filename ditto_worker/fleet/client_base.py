@@ -1,8 +1,11 @@
-"""The fleet client's parts that every call path shares: refusing a call before it is
-sent, sending it, turning a reply into a NodeResult, revoking, outage logging.
+"""The fleet client's parts that both ways of awaiting a reply share: turning a
+:class:`~ditto_worker.runtime.calls.Call` into a Celery message, turning a reply into a
+NodeResult, revoking, outage logging.
 
 :class:`ClientBase` is the base of :class:`~ditto_worker.fleet.client.DittoClient` (which
-sets the attributes declared here); the two ways of awaiting a reply are in
+sets the attributes declared here); everything before the message and after the reply
+(refusing a call before it is sent, in-flight counting, MEM-RUN-6) is the one invoke path,
+:class:`~ditto_worker.runtime.calls.CallPath`; the two ways of awaiting a reply are in
 :mod:`.client_paths`.
 """
 
@@ -12,32 +15,29 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from celery import Celery
 from kombu.exceptions import EncodeError
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from ditto_worker.config import RuntimeConfig, load_runtime_config
-from ditto_worker.contracts import NodeResult, NodeStatus, to_wire
-from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.contracts import NodeResult
+from ditto_worker.errors import ErrorCode
 from ditto_worker.fleet.celery_app import DEADLINE_HEADER, SENT_HEADER, queue_for
 from ditto_worker.fleet.failures import LOST_CONNECTION, lost_connection, node_result_of
 from ditto_worker.fleet.redis_urls import is_redis_url
 from ditto_worker.fleet.results import ResultListener
-from ditto_worker.operation import OPERATION_HEADER, check_operation_id
-from ditto_worker.runtime.cancel import CancelToken, stop_outcome
-from ditto_worker.runtime.context import call_deadline
+from ditto_worker.operation import OPERATION_HEADER
+from ditto_worker.runtime.calls import Call, CallPath
 from ditto_worker.runtime.definition import KindCodes, NodeSpec, WorkerDefinition
-from ditto_worker.runtime.execute import unknown_node
 from ditto_worker.runtime.trace import trace_headers, trace_repr
-from ditto_worker.scope import SCOPE_HEADER, Scope, parse_scope
+from ditto_worker.scope import SCOPE_HEADER
 
 __all__ = [
     "CANCEL_POLL_S",
@@ -47,12 +47,9 @@ __all__ = [
     "KnownNode",
     "NodeTable",
     "OutageLog",
-    "Route",
-    "failure",
     "get_key",
     "installed_nodes",
     "is_redis",
-    "jsonable",
     "known_nodes",
     "new_id",
     "settle_future",
@@ -68,17 +65,6 @@ FLAG_WAIT_S = 2.0  # how long a cancelled call waits for its cancel flag to be r
 MAX_PENDING_REVOKES = 256  # revoke broadcasts queued at most; more are skipped
 SEEN_WAIT_S = 1.0  # how long a timed-out call waits to read its queue's heartbeat
 OUTAGE_LOG_EVERY_S = 60.0  # an outage is logged once, then at most once a minute
-UNKNOWN_KIND = KindCodes(
-    ErrorCode.MEMORY_CANCELLED, ErrorCode.MEMORY_TIMEOUT, ErrorCode.MEMORY_BACKEND_ERROR
-)
-
-
-@dataclass(frozen=True)
-class Route:
-    """The host facts a call's message headers carry: trusted scope and operation id."""
-
-    scope: Scope | None
-    operation_id: str | None
 
 
 @dataclass(frozen=True)
@@ -103,18 +89,6 @@ def installed_nodes(config: RuntimeConfig | None = None) -> NodeTable:
     from ditto_worker.runtime.registry import node_table, worker_definitions
 
     return node_table(worker_definitions(config or load_runtime_config(None)))
-
-
-def jsonable(input: Any) -> Any:
-    """A contract model as wire JSON data; anything else as given."""
-    return to_wire(input) if isinstance(input, BaseModel) else input
-
-
-def failure(
-    eid: str, node: str, code: str, message: str, status: NodeStatus = "failed"
-) -> NodeResult[Any]:
-    """A non-successful NodeResult."""
-    return NodeResult.failure(eid, node, code, message, status=status)
 
 
 def is_redis(url: str) -> bool:
@@ -166,12 +140,10 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-class ClientBase:
+class ClientBase(CallPath):
     """The shared helpers of a fleet client (module docstring)."""
 
     app: Celery
-    default_timeout_s: float
-    _scope: Scope | None
     _reprs: dict[str, Any]
     _nodes: dict[str, KnownNode]
     _broker_at: str
@@ -182,143 +154,77 @@ class ClientBase:
     _senders: ThreadPoolExecutor
     _revokers: ThreadPoolExecutor
     _pending_revokes: int
-    _in_flight: int
-    _idle: threading.Condition
-    _closed: bool
 
-    def _codes(self, node: str) -> KindCodes:
+    def _codes_of(self, node: str) -> KindCodes | None:
         known = self._nodes.get(node)
-        return known.codes if known is not None else UNKNOWN_KIND
+        return None if known is None else known.codes
 
-    def _timed_out(
-        self, eid: str, node: str, message: str = "the call timed out"
-    ) -> NodeResult[Any]:
-        return failure(eid, node, self._codes(node).timeout, message, "timeout")
+    def _node_ids(self) -> Iterable[str]:
+        return self._nodes
 
-    def _cancelled(
-        self, eid: str, node: str, message: str = "the call was cancelled"
-    ) -> NodeResult[Any]:
-        return failure(eid, node, self._codes(node).cancelled, message, "cancelled")
-
-    def _settle(
-        self, result: NodeResult[Any], cancel: CancelToken | None, deadline: float
-    ) -> NodeResult[Any]:
-        """MEM-RUN-6 on the caller's side: a call that ended ``cancelled`` or ``timeout``
-        (the worker's answer, or the client's own at the deadline) ends as the caller's
-        token says (:meth:`~ditto_worker.runtime.cancel.CancelToken.outcome`) — a cancel
-        this caller requested before the deadline is ``cancelled`` even when it reached
-        the worker after it, and a deadline that passed before any cancel is ``timeout``."""
-        if result.status not in ("cancelled", "timeout"):
-            return result
-        reason = stop_outcome(cancel, deadline)
-        if reason is None or reason == result.status:
-            return result
-        if reason == "cancelled":
-            return self._cancelled(result.execution_id, result.node)
-        return self._timed_out(result.execution_id, result.node)
-
-    def _start(
-        self,
-        node: str,
-        execution_id: str | None,
-        cancel: CancelToken | None,
-        scope: Scope | Mapping[str, str] | None,
-        timeout: float | None,
-        deadline: float | None = None,
-        operation_id: str | None = None,
-    ) -> tuple[str, Route, float] | NodeResult[Any]:
-        """``(execution id, route, deadline)`` of a call, or the NodeResult refusing it
-        before anything is sent (unknown node, already cancelled, malformed scope or
-        operation id)."""
+    def _new_id(self) -> str:
         listener = self._listener
-        eid = execution_id or (listener.new_id() if listener is not None else new_id())
-        if node not in self._nodes:
-            return unknown_node(eid, node, self._nodes)
-        until = call_deadline(self.default_timeout_s, timeout, deadline)
-        if cancel is not None and cancel.cancelled:
-            if cancel.outcome(until) == "timeout":
-                return self._timed_out(eid, node, "the call timed out before it was sent")
-            return self._cancelled(eid, node, "cancelled before it was sent")
-        try:
-            bound = self._scope if scope is None else parse_scope(scope)
-            route = Route(bound, check_operation_id(operation_id))
-        except MemoryError as exc:
-            return failure(eid, node, exc.code, exc.safe_message)
-        return eid, route, until
+        return listener.new_id() if listener is not None else new_id()
 
-    @contextmanager
-    def _tracked(self) -> Iterator[bool]:
-        """Count the call in flight; yields False (and counts nothing) once closed."""
-        with self._idle:
-            if self._closed:
-                yield False
-                return
-            self._in_flight += 1
-        try:
-            yield True
-        finally:
-            with self._idle:
-                self._in_flight -= 1
-                self._idle.notify_all()
-
-    def _send(
-        self, node: str, payload: Any, eid: str, deadline: float, route: Route,
-        trace: Mapping[str, str] | None = None,
-    ) -> None:  # fmt: skip
+    def _send(self, call: Call) -> None:
+        """Publish ``call`` as its node's Celery message: ``expires`` and the
+        ``ditto_deadline`` header (MEM-PY-3), the trusted scope, the operation id, the trace
+        ids (also the task's ``argsrepr``)."""
+        deadline = call.deadline
         headers: dict[str, Any] = {DEADLINE_HEADER: deadline, SENT_HEADER: time.time()}
-        if route.scope is not None:
-            headers[SCOPE_HEADER] = route.scope.to_header()
-        if route.operation_id is not None:
-            headers[OPERATION_HEADER] = route.operation_id
+        if call.scope is not None:
+            headers[SCOPE_HEADER] = call.scope.to_header()
+        if call.operation_id is not None:
+            headers[OPERATION_HEADER] = call.operation_id
         reprs = self._reprs
-        if trace:  # run and Graph node ids (never input): headers, and args in Flower/logs
-            headers.update(trace_headers(trace))
-            reprs = {**reprs, "argsrepr": trace_repr(trace)}
+        if call.trace:  # run and Graph node ids (never input): headers, and args in Flower/logs
+            headers.update(trace_headers(call.trace))
+            reprs = {**reprs, "argsrepr": trace_repr(call.trace)}
         self.app.send_task(
-            node,
-            kwargs={"input": payload},
-            task_id=eid,
-            queue=queue_for(node),
+            call.node,
+            kwargs={"input": call.payload},
+            task_id=call.execution_id,
+            queue=queue_for(call.node),
             expires=datetime.fromtimestamp(deadline, UTC),
             headers=headers,
             **reprs,
         )
         self._outages.ok(self._broker_at)
 
-    def _sendfailure(self, exc: Exception, node: str, eid: str) -> NodeResult[Any]:
+    def _sendfailure(self, exc: Exception, call: Call) -> NodeResult[Any]:
         if isinstance(exc, EncodeError):
-            return failure(eid, node, ErrorCode.INVALID_INPUT, "input is not JSON data")
+            return call.failed(ErrorCode.INVALID_INPUT, "input is not JSON data")
         self._outages.failed(self._broker_at, exc)
-        return failure(eid, node, ErrorCode.FLEET_UNAVAILABLE, f"{self._broker_at} is unreachable")
+        return call.failed(ErrorCode.FLEET_UNAVAILABLE, f"{self._broker_at} is unreachable")
 
-    def _parse(self, payload: Any, node: str, eid: str) -> NodeResult[Any]:
+    def _unreachable(self, call: Call, exc: BaseException | None = None) -> NodeResult[Any]:
+        self._outages.failed(self._backend_at, exc)
+        return call.failed(ErrorCode.FLEET_UNAVAILABLE, f"{self._backend_at} is unreachable")
+
+    def _parse(self, payload: Any, call: Call) -> NodeResult[Any]:
+        """The worker's reply as the node's NodeResult (its output parsed once)."""
         try:
-            parsed: NodeResult[Any] = self._nodes[node].result_type.model_validate(payload)
+            parsed: NodeResult[Any] = self._nodes[call.node].result_type.model_validate(payload)
             return parsed
         except ValidationError:
-            log.error("malformed NodeResult from %s", node)
-            return failure(
-                eid, node, ErrorCode.INVALID_BACKEND_OUTPUT, "the worker's reply is malformed"
-            )
+            log.error("malformed NodeResult from %s", call.node)
+            return call.failed(ErrorCode.INVALID_BACKEND_OUTPUT, "the worker's reply is malformed")
 
-    def _from_meta(
-        self, meta: dict[str, Any], node: str, eid: str, cancelled: bool
-    ) -> NodeResult[Any]:
+    def _from_meta(self, meta: dict[str, Any], call: Call, cancelled: bool) -> NodeResult[Any]:
+        """The NodeResult of a task's result-backend record."""
         status = meta.get("status")
         if status == "SUCCESS":
-            return self._parse(meta.get("result"), node, eid)
+            return self._parse(meta.get("result"), call)
         failed = node_result_of(meta.get("result")) if status == "FAILURE" else None
         if failed is not None:  # a NodeResult that is not success (fleet.failures)
-            return self._parse(failed, node, eid)
+            return self._parse(failed, call)
         if status == "REVOKED":
-            if cancelled:
-                return self._cancelled(eid, node)
-            return self._timed_out(eid, node, "the call expired")
+            return call.cancelled() if cancelled else call.timed_out("the call expired")
         if status == "FAILURE" and lost_connection(meta.get("result")):
-            log.warning("node task %s lost the fleet's connection; FLEET_UNAVAILABLE", node)
-            return failure(eid, node, ErrorCode.FLEET_UNAVAILABLE, LOST_CONNECTION)
-        log.error("node task %s ended %s without a NodeResult", node, status)
-        return failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the node task failed")
+            log.warning("node task %s lost the fleet's connection; FLEET_UNAVAILABLE", call.node)
+            return call.failed(ErrorCode.FLEET_UNAVAILABLE, LOST_CONNECTION)
+        log.error("node task %s ended %s without a NodeResult", call.node, status)
+        return call.failed(ErrorCode.MEMORY_BACKEND_ERROR, "the node task failed")
 
     def _revoke(self, eid: str) -> None:
         try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import TimeoutError as ThreadTimeoutError
@@ -33,15 +32,14 @@ from ditto_worker.fleet.client_base import (
     FLAG_WAIT_S,
     SEEN_WAIT_S,
     ClientBase,
-    Route,
-    failure,
     get_key,
     log,
     settle_future,
 )
 from ditto_worker.fleet.failures import LOST_CONNECTION, NodeFailed, lost_connection
 from ditto_worker.fleet.heartbeat import describe_last_seen, heartbeat_key
-from ditto_worker.runtime.cancel import CancelToken, local_registry
+from ditto_worker.runtime.calls import Call
+from ditto_worker.runtime.cancel import local_registry
 
 __all__ = ["ClientPaths"]
 
@@ -51,13 +49,11 @@ class ClientPaths(ClientBase):
 
     # --- Redis fleet: the listener path ---------------------------------------------------
 
-    def _invoke_listening(
-        self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
-        route: Route, trace: Mapping[str, str] | None = None,
-    ) -> NodeResult[Any]:  # fmt: skip
+    def _invoke_listening(self, call: Call) -> NodeResult[Any]:
         """The sync path: publish from this thread, block on the listener's future."""
         listener = self._listener
         assert listener is not None
+        eid, deadline, cancel = call.execution_id, call.deadline, call.cancel
         result, setup = listener.expect(eid)
         stop: ThreadFuture[None] = ThreadFuture()
         unregister = cancel.on_cancel(lambda: settle_future(stop)) if cancel is not None else None
@@ -66,45 +62,36 @@ class ClientPaths(ClientBase):
                 try:
                     setup.result(timeout=max(0.0, deadline - time.time()))
                 except ThreadTimeoutError:
-                    return self._timed_out(eid, node, "the fleet did not take the call in time")
+                    return call.timed_out("the fleet did not take the call in time")
                 except RedisError as exc:
-                    return self._unreachable(eid, node, exc)
+                    return self._unreachable(call, exc)
             try:
-                self._send(node, payload, eid, deadline, route, trace)
+                self._send(call)
             except (EncodeError, OperationalError) as exc:
-                return self._sendfailure(exc, node, eid)
+                return self._sendfailure(exc, call)
             waited: list[ThreadFuture[Any]] = [result, stop]
             wait_futures(waited, timeout=max(0.0, deadline - time.time()),
                          return_when=FIRST_COMPLETED)  # fmt: skip
             if result.done() and not result.cancelled():
-                return self._from_meta(result.result(), node, eid, stop.done())
+                return self._from_meta(result.result(), call, stop.done())
             if stop.done():
                 with contextlib.suppress(Exception):
                     listener.submit(self._acancel(eid, deadline)).result(FLAG_WAIT_S)
-                return self._cancelled(eid, node)
+                return call.cancelled()
             # past the deadline the worker stops the call itself (ditto_deadline header) and
             # never starts it (expires): no flag needed, the revoke is a courtesy
             self._revoke_later(eid)
-            return self._timed_out(eid, node, self._with_last_seen(node, "the call timed out"))
+            return call.timed_out(self._with_last_seen(call.node, "the call timed out"))
         finally:
             if unregister is not None:
                 unregister()
             listener.forget(eid)
 
-    def _unreachable(
-        self, eid: str, node: str, exc: BaseException | None = None
-    ) -> NodeResult[Any]:
-        self._outages.failed(self._backend_at, exc)
-        message = f"{self._backend_at} is unreachable"
-        return failure(eid, node, ErrorCode.FLEET_UNAVAILABLE, message)
-
-    async def _acall(
-        self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
-        route: Route, trace: Mapping[str, str] | None = None,
-    ) -> NodeResult[Any]:  # fmt: skip
+    async def _acall(self, call: Call) -> NodeResult[Any]:
         """The asyncio path: publish on a sender thread, await the listener's future."""
         listener = self._listener
         assert listener is not None
+        eid, deadline, cancel = call.execution_id, call.deadline, call.cancel
         loop = asyncio.get_running_loop()
         cancelled = asyncio.Event()
 
@@ -118,12 +105,11 @@ class ClientPaths(ClientBase):
         try:
             if setup is not None:
                 await asyncio.wait_for(asyncio.wrap_future(setup), deadline - time.time())
-            send = loop.run_in_executor(self._senders, self._send, node, payload, eid, deadline,
-                                        route, trace)  # fmt: skip
+            send = loop.run_in_executor(self._senders, self._send, call)
             try:  # a send still queued at the deadline may go out later: it expires unrun
                 await asyncio.wait_for(send, max(0.0, deadline - time.time()))
             except (EncodeError, OperationalError) as exc:
-                return self._sendfailure(exc, node, eid)
+                return self._sendfailure(exc, call)
             answer = asyncio.wrap_future(result)
             waiting: set[asyncio.Future[Any]] = {answer}
             if cancel is not None:  # a call that cannot be cancelled waits on its answer only
@@ -134,20 +120,19 @@ class ClientPaths(ClientBase):
                 return_when=asyncio.FIRST_COMPLETED,
             )  # fmt: skip
             if answer.done() and not answer.cancelled():
-                return self._from_meta(answer.result(), node, eid, cancelled.is_set())
+                return self._from_meta(answer.result(), call, cancelled.is_set())
             answer.cancel()
             if cancelled.is_set():
                 await asyncio.wrap_future(listener.submit(self._acancel(eid, deadline)))
-                return self._cancelled(eid, node)
+                return call.cancelled()
             self._revoke_later(eid)
-            seen = await self._alast_seen(node)
-            return self._timed_out(eid, node, f"the call timed out: {seen}" if seen else
-                                   "the call timed out")  # fmt: skip
+            seen = await self._alast_seen(call.node)
+            return call.timed_out(f"the call timed out: {seen}" if seen else "the call timed out")
         except TimeoutError:
             self._revoke_later(eid)
-            return self._timed_out(eid, node, "the fleet did not take the call in time")
+            return call.timed_out("the fleet did not take the call in time")
         except RedisError as exc:
-            return self._unreachable(eid, node, exc)
+            return self._unreachable(call, exc)
         finally:
             if waiter is not None:
                 waiter.cancel()
@@ -197,40 +182,36 @@ class ClientPaths(ClientBase):
 
     # --- in-process: the polling path ----------------------------------------------------
 
-    def _invoke_polling(
-        self, node: str, payload: Any, eid: str, deadline: float, cancel: CancelToken | None,
-        route: Route, trace: Mapping[str, str] | None = None,
-    ) -> NodeResult[Any]:  # fmt: skip
+    def _invoke_polling(self, call: Call) -> NodeResult[Any]:
         try:
-            self._send(node, payload, eid, deadline, route, trace)
+            self._send(call)
         except (EncodeError, OperationalError) as exc:
-            return self._sendfailure(exc, node, eid)
+            return self._sendfailure(exc, call)
+        eid, cancel = call.execution_id, call.cancel
         result = self.app.AsyncResult(eid)
         while True:
-            remaining = deadline - time.time()
+            remaining = call.deadline - time.time()
             if remaining <= 0 or (cancel is not None and cancel.cancelled):
                 local_registry().cancel(eid, reason="timeout" if remaining <= 0 else "cancelled")
                 self._revoke_later(eid)
-                if remaining <= 0:
-                    return self._timed_out(eid, node)
-                return self._cancelled(eid, node)
+                return call.timed_out() if remaining <= 0 else call.cancelled()
             wait_s = remaining if cancel is None else min(remaining, CANCEL_POLL_S)
             try:
                 payload = result.get(timeout=wait_s, interval=self._poll_s, propagate=True)
             except CeleryTimeoutError:
                 continue
             except NodeFailed as exc:
-                return self._parse(exc.wire, node, eid)
+                return self._parse(exc.wire, call)
             except TaskRevokedError:
                 if cancel is not None and cancel.cancelled:
-                    return self._cancelled(eid, node)
-                return self._timed_out(eid, node, "the call expired")
+                    return call.cancelled()
+                return call.timed_out("the call expired")
             except OperationalError as exc:  # kombu's connection errors
-                return self._unreachable(eid, node, exc)
+                return self._unreachable(call, exc)
             except Exception as exc:
                 if lost_connection(exc):
-                    return failure(eid, node, ErrorCode.FLEET_UNAVAILABLE, LOST_CONNECTION)
-                log.error("node task %s failed without a NodeResult (%s)", node,
+                    return call.failed(ErrorCode.FLEET_UNAVAILABLE, LOST_CONNECTION)
+                log.error("node task %s failed without a NodeResult (%s)", call.node,
                           type(exc).__name__)  # fmt: skip
-                return failure(eid, node, ErrorCode.MEMORY_BACKEND_ERROR, "the node task failed")
-            return self._parse(payload, node, eid)
+                return call.failed(ErrorCode.MEMORY_BACKEND_ERROR, "the node task failed")
+            return self._parse(payload, call)

@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from celery import Celery, Task, bootsteps, signals
@@ -46,7 +46,7 @@ from ditto_worker.fleet.redis_urls import is_redis_url, sync_client
 from ditto_worker.fleet.replies import install_reply_encoder
 from ditto_worker.fleet.shutdown import ignore_group_sigterm
 from ditto_worker.operation import OPERATION_HEADER, check_operation_id
-from ditto_worker.runtime.cancel import CancelToken
+from ditto_worker.runtime.calls import sub_invoker
 from ditto_worker.runtime.context import NodeContext
 from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition, WorkerSource
 from ditto_worker.runtime.execute import run_node
@@ -58,7 +58,7 @@ from ditto_worker.runtime.trace import (
     trace_from_headers,
     trace_repr,
 )
-from ditto_worker.scope import SCOPE_HEADER, Scope, parse_scope
+from ditto_worker.scope import SCOPE_HEADER, parse_scope
 
 __all__ = ["INPUT_BYTES", "FleetRuntime", "SizedRequest", "register_tasks"]
 
@@ -241,24 +241,6 @@ class FleetRuntime:
         except Exception as exc:  # Redis down: the first call builds it again
             log.warning("cancel watcher not started (%s)", type(exc).__name__)
 
-    def _sub_invoke(
-        self, deadline: float | None, cancel: CancelToken, scope: Scope | None,
-        trace: Mapping[str, str],
-    ) -> Callable[..., NodeResult[Any]]:  # fmt: skip
-        """``ctx.invoke`` of one call: sub-calls inherit its deadline, cancellation, scope
-        and trace (MEM-RT-3)."""
-
-        def invoke(node: str, input: Any, *, timeout: float | None = None,
-                   execution_id: str | None = None,
-                   operation_id: str | None = None) -> NodeResult[Any]:  # fmt: skip
-            result: NodeResult[Any] = self._client.get().invoke(
-                node, input, timeout=timeout, deadline=deadline, cancel=cancel, scope=scope,
-                execution_id=execution_id, trace=trace, operation_id=operation_id,
-            )  # fmt: skip
-            return result
-
-        return invoke
-
     # --- one call -------------------------------------------------------------------------
 
     def _defaults(self, kind: str) -> Any:
@@ -310,7 +292,7 @@ class FleetRuntime:
             trace = _trace(request)
             ctx = NodeContext(
                 eid, node, token, deadline, scope,
-                invoke=self._sub_invoke(deadline, token, scope, trace),
+                invoke=sub_invoker(self._client.get, deadline, token, scope, trace),
                 headers=trace, defaults=self._defaults(definition.kind),
                 operation_id=operation_id,
             )  # fmt: skip

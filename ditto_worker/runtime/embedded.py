@@ -31,8 +31,7 @@ import json
 import logging
 import threading
 import time
-import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
@@ -40,16 +39,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from ditto_worker.contracts import NodeResult, to_wire
-from ditto_worker.errors import ErrorCode, NodeError
-from ditto_worker.operation import check_operation_id
-from ditto_worker.runtime.cancel import CancelReason, CancelRegistry, CancelToken
-from ditto_worker.runtime.context import NodeContext, call_deadline
-from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition
-from ditto_worker.runtime.execute import run_node, unknown_node
+from ditto_worker.contracts import NodeResult
+from ditto_worker.runtime.calls import Call, CallPath, sub_invoker
+from ditto_worker.runtime.cancel import CancelRegistry, CancelToken
+from ditto_worker.runtime.context import NodeContext
+from ditto_worker.runtime.definition import KindCodes, NodeSpec, WorkerDefinition
+from ditto_worker.runtime.execute import run_node
 from ditto_worker.runtime.registry import node_table
-from ditto_worker.runtime.trace import clean_trace
-from ditto_worker.scope import Scope, parse_scope
+from ditto_worker.scope import Scope
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +62,13 @@ REPORT_SLACK_S = 0.25
 _TICK_S = 0.01
 
 
-def _as_json(input: Any) -> Any:
-    """``input`` as it would arrive from a broker (JSON out and back)."""
-    if isinstance(input, BaseModel):
-        return to_wire(input)
-    return json.loads(json.dumps(input, allow_nan=False))
-
-
-class EmbeddedRuntime:
-    """Serves worker definitions in this process (see the module docstring).
+class EmbeddedRuntime(CallPath):
+    """Serves worker definitions in this process (see the module docstring); ``invoke`` /
+    ``ainvoke`` as :class:`~ditto_worker.runtime.calls.Invoking` (``trace`` becomes the
+    handler's ``ctx.headers``, ``operation_id`` its ``ctx.operation_id``). The first call
+    of a definition runs its ``open`` hook first (in a worker thread for ``ainvoke``),
+    before ``timeout`` starts counting (an absolute ``deadline`` is the caller's and keeps
+    running).
 
     Args:
         definitions: the worker definitions to serve.
@@ -84,16 +79,18 @@ class EmbeddedRuntime:
         ConfigError: a node id served by two definitions.
     """
 
+    closed_message = "the runtime is closed"
+
     def __init__(
         self,
         definitions: Sequence[WorkerDefinition],
         config: RuntimeConfig,
         scope: Scope | None = None,
     ) -> None:
+        super().__init__(config.fleet.call_timeout_s, scope)
         self.definitions = list(definitions)
         self.table = node_table(self.definitions)
         self.config = config
-        self._scope = scope
         self._pools = {
             id(d): ThreadPoolExecutor(
                 d.concurrency or DEFAULT_CONCURRENCY, thread_name_prefix=f"ditto-{d.kind.lower()}"
@@ -104,9 +101,6 @@ class EmbeddedRuntime:
         self._opened: set[int] = set()
         self._tried: set[int] = set()  # hooks already tried before a call
         self._open_locks = {id(d): threading.Lock() for d in self.definitions}
-        self._idle = threading.Condition()
-        self._in_flight = 0
-        self._closed = False
         self._ticker: threading.Thread | None = None
 
     # --- deadlines ------------------------------------------------------------------------
@@ -120,21 +114,11 @@ class EmbeddedRuntime:
             self._registry.expire_deadlines()
             time.sleep(_TICK_S)
 
-    def _enter(self) -> bool:
-        with self._idle:
-            if self._closed:
-                return False
-            self._in_flight += 1
-            if self._ticker is None:
-                self._ticker = threading.Thread(target=self._tick, name="ditto-deadlines",
-                                                daemon=True)  # fmt: skip
-                self._ticker.start()
-            return True
-
-    def _leave(self) -> None:
-        with self._idle:
-            self._in_flight -= 1
-            self._idle.notify_all()
+    def _accepted(self) -> None:
+        if self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, name="ditto-deadlines",
+                                            daemon=True)  # fmt: skip
+            self._ticker.start()
 
     # --- open hooks -----------------------------------------------------------------------
 
@@ -160,7 +144,7 @@ class EmbeddedRuntime:
             definition.open()
             self._opened.add(key)
 
-    def _open_before_call(self, node: str) -> None:
+    def _ready(self, node: str) -> None:
         """Open the definition serving ``node`` before the call's deadline starts, so a
         model's start is never charged to a call (issue 25). A hook that fails is logged
         (its type) and the call goes on: its handler builds what it needs on first use,
@@ -176,34 +160,33 @@ class EmbeddedRuntime:
             log.warning("the open hook of %s failed (%s); its handler builds on first use",
                         entry[0].kind, type(exc).__name__)  # fmt: skip
 
+    async def _aready(self, node: str) -> None:
+        await asyncio.to_thread(self._ready, node)
+
     # --- one call -------------------------------------------------------------------------
 
-    def _prepare(
-        self, node: str, input: Any, timeout: float | None, cancel: CancelToken | None,
-        execution_id: str | None, scope: Scope | Mapping[str, str] | None,
-        deadline: float | None, trace: Mapping[str, str] | None, operation_id: str | None,
-    ) -> tuple[WorkerDefinition, NodeSpec, Any, NodeContext] | NodeResult[Any]:  # fmt: skip
-        eid = execution_id or str(uuid.uuid4())
+    def _codes_of(self, node: str) -> KindCodes | None:
         entry = self.table.get(node)
-        if entry is None:
-            return unknown_node(eid, node, self.table)
-        definition, spec = entry
-        until = call_deadline(self.config.fleet.call_timeout_s, timeout, deadline)
-        if cancel is not None and cancel.cancelled:
-            stopped = cancel.outcome(until) or "cancelled"
-            return self._late(eid, node, definition, stopped, "before it was sent")
-        try:
-            bound = self._scope if scope is None else parse_scope(scope)
-            check_operation_id(operation_id)
-            payload = _as_json(input)
-        except NodeError as exc:
-            return NodeResult.failure(eid, node, exc.code, exc.safe_message)
-        except (TypeError, ValueError):
-            return NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, "input is not JSON data")
-        ctx = NodeContext(eid, node, cancel or CancelToken(), until, bound,
-                          headers=clean_trace(trace), operation_id=operation_id,
+        return None if entry is None else entry[0].kind_codes
+
+    def _node_ids(self) -> Iterable[str]:
+        return self.table
+
+    def _payload(self, input: Any) -> Any:
+        """``input`` as it would arrive from a broker (JSON out and back)."""
+        if isinstance(input, BaseModel):
+            return super()._payload(input)
+        return json.loads(json.dumps(input, allow_nan=False))
+
+    def _submit(self, call: Call) -> tuple[Future[NodeResult[Any]], NodeContext]:
+        """Start ``call`` in its definition's pool: its future and its context."""
+        definition, spec = self.table[call.node]
+        ctx = NodeContext(call.execution_id, call.node, call.cancel or CancelToken(),
+                          call.deadline, call.scope, headers=call.trace,
+                          operation_id=call.operation_id,
                           defaults=self.config.defaults_for(definition.kind))  # fmt: skip
-        return definition, spec, payload, ctx
+        future = self._pools[id(definition)].submit(self._run, definition, spec, call.payload, ctx)
+        return future, ctx
 
     def _run(
         self, definition: WorkerDefinition, spec: NodeSpec, payload: Any, caller: NodeContext
@@ -212,128 +195,42 @@ class EmbeddedRuntime:
             unlink = caller.cancel.link(token)
             try:
                 ctx = replace(caller, cancel=token)
-                ctx = replace(ctx, invoke=self._sub_invoke(ctx))
+                ctx = replace(ctx, invoke=sub_invoker(lambda: self, ctx.deadline, token,
+                                                      ctx.scope, ctx.headers))  # fmt: skip
                 return run_node(definition, spec, payload, ctx)
             finally:
                 unlink()
 
-    @staticmethod
-    def _late(
-        eid: str, node: str, definition: WorkerDefinition, status: CancelReason, when: str
-    ) -> NodeResult[Any]:
-        codes = definition.kind_codes
-        code = codes.cancelled if status == "cancelled" else codes.timeout
-        message = "the call was cancelled" if status == "cancelled" else "the call timed out"
-        return NodeResult.failure(eid, node, code, f"{message} {when}", status)
-
-    def _gave_up(self, ctx: NodeContext, definition: WorkerDefinition) -> NodeResult[Any]:
+    def _gave_up(self, call: Call, ctx: NodeContext) -> NodeResult[Any]:
         """The call did not report by its deadline (plus slack): stop it, and answer what
         its caller's token says (MEM-RUN-6; ``timeout`` unless a cancel came first)."""
-        self._registry.cancel(ctx.execution_id, reason="timeout")
-        status = ctx.cancel.outcome(ctx.deadline) or "timeout"
-        return self._late(ctx.execution_id, ctx.node, definition, status, "before it reported")
+        self._registry.cancel(call.execution_id, reason="timeout")
+        return call.stopped(ctx.cancel.outcome(call.deadline) or "timeout", "before it reported")
 
-    def _sub_invoke(self, parent: NodeContext) -> Any:
-        def invoke(node: str, input: Any, *, timeout: float | None = None,
-                   execution_id: str | None = None,
-                   operation_id: str | None = None) -> NodeResult[Any]:  # fmt: skip
-            return self.invoke(node, input, timeout=timeout, deadline=parent.deadline,
-                               cancel=parent.cancel, execution_id=execution_id,
-                               scope=parent.scope, trace=parent.headers,
-                               operation_id=operation_id)  # fmt: skip
-
-        return invoke
-
-    def invoke(
-        self,
-        node: str,
-        input: Any,
-        *,
-        timeout: float | None = None,
-        cancel: CancelToken | None = None,
-        execution_id: str | None = None,
-        scope: Scope | Mapping[str, str] | None = None,
-        deadline: float | None = None,
-        trace: Mapping[str, str] | None = None,
-        operation_id: str | None = None,
-    ) -> NodeResult[Any]:
-        """Run ``node`` in this process and wait for its NodeResult (arguments and results
-        as :meth:`ditto_worker.fleet.DittoClient.invoke`; ``trace`` becomes the handler's
-        ``ctx.headers``, ``operation_id`` its ``ctx.operation_id``: a malformed one is
-        ``INVALID_INPUT``, nothing run). The first call of a definition runs its ``open``
-        hook first, before ``timeout`` starts counting (an absolute ``deadline`` is the
-        caller's and keeps running)."""
-        self._open_before_call(node)
-        prepared = self._prepare(node, input, timeout, cancel, execution_id, scope, deadline,
-                                 trace, operation_id)  # fmt: skip
-        if isinstance(prepared, NodeResult):
-            return prepared
-        definition, spec, payload, ctx = prepared
-        if not self._enter():
-            return NodeResult.failure(ctx.execution_id, node, ErrorCode.MEMORY_BACKEND_ERROR,
-                                      "the runtime is closed")  # fmt: skip
+    def _run_call(self, call: Call) -> NodeResult[Any]:
+        future, ctx = self._submit(call)
         try:
-            future = self._pools[id(definition)].submit(self._run, definition, spec, payload, ctx)
-            return self._wait(future, definition, ctx)
-        finally:
-            self._leave()
-
-    def _wait(
-        self, future: Future[NodeResult[Any]], definition: WorkerDefinition, ctx: NodeContext
-    ) -> NodeResult[Any]:
-        assert ctx.deadline is not None
-        try:
-            return future.result(timeout=max(0.0, ctx.deadline - time.time()) + REPORT_SLACK_S)
+            return future.result(timeout=max(0.0, call.deadline - time.time()) + REPORT_SLACK_S)
         except FutureTimeout:
-            return self._gave_up(ctx, definition)
+            return self._gave_up(call, ctx)
 
-    async def ainvoke(
-        self,
-        node: str,
-        input: Any,
-        *,
-        timeout: float | None = None,
-        cancel: CancelToken | None = None,
-        execution_id: str | None = None,
-        scope: Scope | Mapping[str, str] | None = None,
-        deadline: float | None = None,
-        trace: Mapping[str, str] | None = None,
-        operation_id: str | None = None,
-    ) -> NodeResult[Any]:
-        """``invoke`` for asyncio; cancelling the awaiting task cancels the call and
-        re-raises ``asyncio.CancelledError`` (MEM-PY-2). A first call's ``open`` hook runs
-        in a worker thread, off the event loop."""
-        await asyncio.to_thread(self._open_before_call, node)
-        prepared = self._prepare(node, input, timeout, cancel, execution_id, scope, deadline,
-                                 trace, operation_id)  # fmt: skip
-        if isinstance(prepared, NodeResult):
-            return prepared
-        definition, spec, payload, ctx = prepared
-        if not self._enter():
-            return NodeResult.failure(ctx.execution_id, node, ErrorCode.MEMORY_BACKEND_ERROR,
-                                      "the runtime is closed")  # fmt: skip
+    async def _arun_call(self, call: Call) -> NodeResult[Any]:
+        future, ctx = self._submit(call)
+        wait_s = max(0.0, call.deadline - time.time()) + REPORT_SLACK_S
         try:
-            future = self._pools[id(definition)].submit(self._run, definition, spec, payload, ctx)
-            assert ctx.deadline is not None
-            wait_s = max(0.0, ctx.deadline - time.time()) + REPORT_SLACK_S
-            try:
-                return await asyncio.wait_for(asyncio.wrap_future(future), wait_s)
-            except TimeoutError:
-                return self._gave_up(ctx, definition)
-            except asyncio.CancelledError:  # an explicit cancel of the awaiting task
-                ctx.cancel.cancel()
-                self._registry.cancel(ctx.execution_id)
-                raise
-        finally:
-            self._leave()
+            return await asyncio.wait_for(asyncio.wrap_future(future), wait_s)
+        except TimeoutError:
+            return self._gave_up(call, ctx)
+        except asyncio.CancelledError:  # an explicit cancel of the awaiting task
+            ctx.cancel.cancel()
+            self._registry.cancel(call.execution_id)
+            raise
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Drain accepted calls (up to ``timeout_s``), stop the pools and run each
         definition's ``close`` hook; application-owned plugin objects are not closed
         (MEM-RUN-3). New calls fail with ``MEMORY_BACKEND_ERROR``."""
-        with self._idle:
-            self._closed = True
-            self._idle.wait_for(lambda: self._in_flight == 0, timeout=timeout_s)
+        self._drain(timeout_s)
         for pool in self._pools.values():
             pool.shutdown(wait=True)
         for definition in self.definitions:

@@ -38,7 +38,7 @@ import traceback
 from collections.abc import Iterable
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -46,12 +46,32 @@ from ditto_worker.contracts import NodeResult, NodeStatus
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.runtime.cancel import CancelReason
 from ditto_worker.runtime.context import NodeContext
-from ditto_worker.runtime.definition import KindCodes, NodeSpec, WorkerDefinition
+from ditto_worker.runtime.node_spec import KindCodes, NodeSpec
 from ditto_worker.scope import resolve_scope
 
-__all__ = ["run_node", "unknown_node"]
+if TYPE_CHECKING:
+    from ditto_worker.scope import Scope
+
+__all__ = ["Served", "run_node", "unknown_node"]
 
 logger = logging.getLogger(__name__)
+
+
+class Served(Protocol):
+    """What :func:`run_node` reads of the worker definition serving a node (a
+    :class:`~ditto_worker.runtime.definition.WorkerDefinition`)."""
+
+    @property
+    def kind_codes(self) -> KindCodes:
+        """The kind's cancelled / timeout / failed codes."""
+
+    @property
+    def scope(self) -> Scope | None:
+        """The tenant and user every call is bound to, or ``None``."""
+
+    @property
+    def require_scope(self) -> bool:
+        """Refuse calls that arrive without a scope."""
 
 
 @lru_cache(maxsize=256)
@@ -113,9 +133,7 @@ def _wrap(raw: Any, spec: NodeSpec, ctx: NodeContext) -> NodeResult[Any]:
                            output=output)  # fmt: skip
 
 
-def run_node(
-    definition: WorkerDefinition, spec: NodeSpec, input: Any, ctx: NodeContext
-) -> NodeResult[Any]:
+def run_node(definition: Served, spec: NodeSpec, input: Any, ctx: NodeContext) -> NodeResult[Any]:
     """Run one call of ``spec`` (a node of ``definition``) with ``ctx``; see the module doc.
 
     Args:

@@ -30,7 +30,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import AsyncGenerator, Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ditto_worker.contracts import ErrorInfo
 from ditto_worker.errors import ErrorCode, NodeError
@@ -44,10 +44,7 @@ from ditto_worker.runtime.graphs import (
     LoopResult,
 )
 
-if TYPE_CHECKING:
-    from ditto_worker.runtime.graph_runner import GraphRunner
-
-__all__ = ["Plan", "Step", "run_loop"]
+__all__ = ["GraphRunning", "Plan", "Step", "run_loop"]
 
 Step = tuple[Graph, Any]
 """What a plan yields: ``(graph, input)``."""
@@ -55,8 +52,22 @@ Plan = Callable[[Any], Generator[Step, GraphResult, Any] | AsyncGenerator[Step, 
 """``plan(input)`` -> a generator (sync or async) yielding ``(graph, input)``."""
 
 
+class GraphRunning(Protocol):
+    """What a loop runs its Graphs with (a
+    :class:`~ditto_worker.runtime.graph_runner.GraphRunner`)."""
+
+    def check(self, plan: Any) -> Graph:
+        """``plan`` if it is a Graph the runtime serves; raises ``GraphError`` if not."""
+
+    async def arun(
+        self, plan: Graph, input: Any, *, cancel: CancelToken | None = None, scope: Any = None,
+        run_id: str | None = None, deadline: float | None = None,
+    ) -> GraphResult:  # fmt: skip
+        """Run one Graph of the loop under the loop's token and deadline."""
+
+
 async def run_loop(
-    runner: GraphRunner,
+    runner: GraphRunning,
     plan: Plan,
     input: Any,
     budget: int,
@@ -136,7 +147,7 @@ class _Driver:
 
 class _Loop:
     def __init__(
-        self, runner: GraphRunner, driver: _Driver, budget: int, token: CancelToken,
+        self, runner: GraphRunning, driver: _Driver, budget: int, token: CancelToken,
         deadline: float | None, scope: Any, run_id: str,
     ) -> None:  # fmt: skip
         self.runner = runner

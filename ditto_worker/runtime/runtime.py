@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ditto_worker.contracts import NodeResult
 from ditto_worker.errors import ConfigError, MemoryError
+from ditto_worker.runtime.calls import CallOptions, Invoking
 from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.runtime.definition import WorkerDefinition, WorkerSource
 from ditto_worker.runtime.graphs import DEFAULT_LOOP_BUDGET, Graph, GraphResult, LoopResult
@@ -40,42 +41,10 @@ __all__ = ["Runtime", "create_ditto"]
 T = TypeVar("T")
 
 
-class Invoker(Protocol):
-    """What runs node calls: the embedded runtime or a fleet client."""
-
-    def invoke(
-        self,
-        node: str,
-        input: Any,
-        *,
-        timeout: float | None = ...,
-        cancel: CancelToken | None = ...,
-        execution_id: str | None = ...,
-        scope: Scope | Mapping[str, str] | None = ...,
-        deadline: float | None = ...,
-        trace: Mapping[str, str] | None = ...,
-        operation_id: str | None = ...,
-    ) -> NodeResult[Any]: ...
-
-    async def ainvoke(
-        self,
-        node: str,
-        input: Any,
-        *,
-        timeout: float | None = ...,
-        cancel: CancelToken | None = ...,
-        execution_id: str | None = ...,
-        scope: Scope | Mapping[str, str] | None = ...,
-        deadline: float | None = ...,
-        trace: Mapping[str, str] | None = ...,
-        operation_id: str | None = ...,
-    ) -> NodeResult[Any]: ...
-
-    def close(self, timeout_s: float = 30.0) -> None: ...
-
-
-class Runtime:
-    """Node calls by id, embedded or on the fleet (build with :func:`create_ditto`).
+class Runtime(Invoking):
+    """Node calls by id, embedded or on the fleet (build with :func:`create_ditto`):
+    ``invoke`` / ``ainvoke`` as :class:`~ditto_worker.runtime.calls.Invoking` describes (the
+    caller's call timeout is ``fleet.callTimeoutS``, its scope the runtime's ``scope``).
 
     Attributes:
         definitions: the worker definitions this runtime knows.
@@ -85,7 +54,7 @@ class Runtime:
     def __init__(
         self,
         definitions: Sequence[WorkerDefinition],
-        invoker: Invoker,
+        invoker: Invoking,
         embedded: bool,
         config: RuntimeConfig | None = None,
     ) -> None:
@@ -119,69 +88,11 @@ class Runtime:
         """Every node id this runtime can call."""
         return [node for d in self.definitions for node in d.nodes]
 
-    def invoke(
-        self,
-        node: str,
-        input: Any,
-        *,
-        timeout: float | None = None,
-        cancel: CancelToken | None = None,
-        execution_id: str | None = None,
-        scope: Scope | Mapping[str, str] | None = None,
-        deadline: float | None = None,
-        trace: Mapping[str, str] | None = None,
-        operation_id: str | None = None,
-    ) -> NodeResult[Any]:
-        """Run one node call and wait for its NodeResult.
+    def _invoke(self, node: str, input: Any, options: CallOptions) -> NodeResult[Any]:
+        return self._invoker.invoke(node, input, **options.kwargs())
 
-        Args:
-            node: a node id of one of the definitions (``MEMORY.GET``, ``CONTEXT.UPDATE`` …).
-            input: the node input: JSON data (wire names) or a contract model.
-            timeout: seconds; default ``fleet.callTimeoutS``.
-            cancel: cancelling it cancels the call (``cancelled``, the kind's code).
-            execution_id: the call id (idempotency); a new uuid4 when omitted.
-            scope: the trusted tenant scope (``Scope`` or ``{tenant, user, space?}``), never from
-                model output; default: the runtime's ``scope``.
-            deadline: an absolute deadline (``time.time()`` s); the earlier of it and
-                ``timeout`` holds.
-            trace: tracing ids ``{run_id, graph, graph_node}`` for the call's
-                ``NodeContext.headers`` and message headers (:mod:`ditto_worker.runtime.trace`;
-                a Graph run sets them); ids only, never content.
-            operation_id: the caller's operation id (MEM-RUN-7, :mod:`ditto_worker.operation`):
-                one id per intended effect across attempts; MEMORY WRITE/UPDATE/DELETE
-                apply it at most once and keep it with their records; the handler sees it
-                as ``ctx.operation_id``. A malformed one is ``INVALID_INPUT``.
-
-        Returns:
-            The call's NodeResult: ``success``, or ``failed`` / ``cancelled`` / ``timeout``
-            with a code (``UNKNOWN_NODE`` for an id no definition has, before anything
-            runs; ``INVALID_INPUT`` for input that is not JSON data); never raises for a
-            call failure.
-        """
-        return self._invoker.invoke(node, input, timeout=timeout, cancel=cancel,
-                                    execution_id=execution_id, scope=scope,
-                                    deadline=deadline, trace=trace,
-                                    operation_id=operation_id)  # fmt: skip
-
-    async def ainvoke(
-        self,
-        node: str,
-        input: Any,
-        *,
-        timeout: float | None = None,
-        cancel: CancelToken | None = None,
-        execution_id: str | None = None,
-        scope: Scope | Mapping[str, str] | None = None,
-        deadline: float | None = None,
-        trace: Mapping[str, str] | None = None,
-        operation_id: str | None = None,
-    ) -> NodeResult[Any]:
-        """:meth:`invoke` for asyncio. Cancelling the awaiting task cancels the call and
-        re-raises ``asyncio.CancelledError`` (MEM-PY-2)."""
-        return await self._invoker.ainvoke(node, input, timeout=timeout, cancel=cancel,
-                                           execution_id=execution_id, scope=scope,
-                                           deadline=deadline, trace=trace,
-                                           operation_id=operation_id)  # fmt: skip
+    async def _ainvoke(self, node: str, input: Any, options: CallOptions) -> NodeResult[Any]:
+        return await self._invoker.ainvoke(node, input, **options.kwargs())
 
     # --- Graphs and loops (MEM-GRAPH) -------------------------------------------------------
 

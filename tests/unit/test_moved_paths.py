@@ -22,6 +22,7 @@ MOVES: list[tuple[str, str]] = [
     ("ditto_worker.memory.filters", "ditto_worker.memory.filter_ast"),
     ("ditto_worker.memory.filters", "ditto_worker.memory.filter_eval"),
     ("ditto_worker.memory.filters", "ditto_worker.memory.timestamps"),
+    ("ditto_worker.runtime.definition", "ditto_worker.runtime.node_spec"),
 ]
 
 
