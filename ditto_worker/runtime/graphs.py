@@ -33,8 +33,9 @@ A :class:`Graph` names node calls and their dependencies; the runtime runs it
   cycles. Node types are checked against a runtime's nodes before anything runs
   (:meth:`Graph.check`, called by ``run``).
 
-:class:`GraphResult` and :class:`LoopResult` are what ``run`` and ``loop`` return. Nothing
-here runs anything or imports Celery.
+:class:`GraphResult` and :class:`LoopResult` are what ``run`` and ``loop`` return
+(:mod:`ditto_worker.runtime.graph_results`, re-exported here). Nothing here runs anything
+or imports Celery.
 """
 
 from __future__ import annotations
@@ -43,13 +44,12 @@ import inspect
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from ditto_worker.contracts import ErrorInfo, NodeResult, _Wire
+from ditto_worker.contracts import NodeResult
 from ditto_worker.errors import DittoError, ErrorCode, NodeError
 from ditto_worker.operation import check_operation_id
+from ditto_worker.runtime.graph_results import GraphResult, GraphStatus, LoopResult, _AnyResult
 from ditto_worker.scope import Scope
 
 __all__ = [
@@ -71,15 +71,6 @@ DEFAULT_LOOP_BUDGET = 1024
 
 MAX_ID_CHARS = 128
 """Longest Graph name or Graph node id, characters."""
-
-GraphStatus = Literal["success", "failed", "cancelled", "timeout"]
-"""``success`` only if every node succeeded; ``cancelled`` / ``timeout`` when the run was
-cancelled / ran past its deadline; ``failed`` otherwise (MEM-GRAPH-2)."""
-
-if TYPE_CHECKING:
-    _AnyResult = NodeResult[Any]
-else:  # the bare generic: parametrising it here would build NodeResult's schema at import
-    _AnyResult = NodeResult
 
 Bind = Callable[[Any, Mapping[str, _AnyResult]], Any]
 """``bind(input, results) -> node input``; ``results`` maps each dep id to its NodeResult."""
@@ -360,49 +351,3 @@ def graph(name: str) -> Graph:
             control characters.
     """
     return Graph(name)
-
-
-class GraphResult(_Wire):
-    """What ``Runtime.run`` returns (MEM-GRAPH-3, MEM-GRAPH-5).
-
-    Built by the runtime without re-validation (the NodeResults keep their node's output
-    type); ``to_wire(result)`` is its JSON form.
-    """
-
-    run_id: str = Field(description="The run's id (the ``ditto_run_id`` header of its calls).")
-    graph: str = Field(description="The Graph's name.")
-    status: GraphStatus = Field(description="success | failed | cancelled | timeout.")
-    results: dict[str, _AnyResult] = Field(
-        description="Every node's NodeResult by node id, in node order. A node that did not "
-        "start has one too: failed/GRAPH_BIND_FAILED (its bind raised, or a dep did not "
-        "start), cancelled/GRAPH_CANCELLED or timeout/GRAPH_TIMEOUT (the run stopped first)."
-    )
-    deps: dict[str, list[str]] = Field(
-        description="The dependency edges: node id -> the ids it depends on."
-    )
-    error: ErrorInfo | None = Field(
-        default=None,
-        description="GRAPH_CANCELLED / GRAPH_TIMEOUT when the run was cancelled / timed out; "
-        "when it failed, the first node to end without success: its code (e.g. "
-        "MEMORY_BACKEND_ERROR, GRAPH_BIND_FAILED) and a message naming the node id, its node "
-        "type and its error message. None on success.",
-    )
-
-    @property
-    def failed_nodes(self) -> list[str]:
-        """Ids of the nodes whose result is not ``success``, in node order."""
-        return [node for node, result in self.results.items() if result.status != "success"]
-
-
-class LoopResult(_Wire):
-    """What ``Runtime.loop`` returns (MEM-GRAPH-4)."""
-
-    run_id: str = Field(description="The loop's id; its Graphs run as ``<run_id>.<n>``.")
-    status: GraphStatus = Field(
-        description="success: the plan returned; failed: it raised a NodeError (e.g. "
-        "GRAPH_BUDGET_EXHAUSTED); cancelled / timeout: the loop was."
-    )
-    output: Any = Field(default=None, description="The plan's return value (on success).")
-    graphs: list[GraphResult] = Field(description="Every Graph the loop ran, in order.")
-    budget: int = Field(description="The loop's budget, Graphs.")
-    error: ErrorInfo | None = Field(default=None, description="Set when status is not success.")
