@@ -53,13 +53,20 @@ def test_a_stored_failure_maps_to_fleet_unavailable() -> None:
     from ditto_worker.errors import ErrorCode
     from ditto_worker.fleet.celery_app import create_celery_app
     from ditto_worker.fleet.client import DittoClient
+    from ditto_worker.runtime.calls import Call, CallOptions
 
     client = DittoClient(create_celery_app(FleetSettings()))  # in-process: nothing sent
+
+    def call(eid: str) -> Call:  # a call of the one invoke path, as the client sends it
+        made = client.call_of("MEMORY.WRITE", {}, CallOptions(execution_id=eid))
+        assert isinstance(made, Call)
+        return made
+
     try:
         meta = {"status": "FAILURE",
                 "result": {"exc_type": "ConnectionError", "exc_module": "redis.exceptions",
                            "exc_message": ["Connection closed by server."]}}  # fmt: skip
-        lost = client._from_meta(meta, "MEMORY.WRITE", "e1", cancelled=False)
+        lost = client._from_meta(meta, call("e1"), cancelled=False)
         assert lost.status == "failed" and lost.error is not None
         assert (lost.error.code, lost.error.message) == (
             ErrorCode.FLEET_UNAVAILABLE,
@@ -69,7 +76,7 @@ def test_a_stored_failure_maps_to_fleet_unavailable() -> None:
             "status": "FAILURE",
             "result": {"exc_type": "ValueError", "exc_module": "builtins"},
         }
-        failed = client._from_meta(other, "MEMORY.WRITE", "e2", cancelled=False)
+        failed = client._from_meta(other, call("e2"), cancelled=False)
         assert failed.error is not None and failed.error.code == ErrorCode.MEMORY_BACKEND_ERROR
     finally:
         client.close()
