@@ -17,9 +17,9 @@ from typing import Any, Final
 
 from ditto_plugin_mysql.migrations import LATEST_VERSION, MigrationReport
 from ditto_plugin_mysql.store import MysqlMemoryStore
-from ditto_worker.config.plugin_settings import flag_setting, number_setting, plugin_values
+from ditto_worker.config.plugin_settings import number_setting
 from ditto_worker.errors import ConfigError
-from ditto_worker.memory.indexing import parse_fields, parse_query_fields
+from ditto_worker.sqlkit.settings import SERVER_DEFAULTS, common_arguments, server_values
 
 __all__ = [
     "ENV_DATABASE",
@@ -36,18 +36,7 @@ ENV_DATABASE: Final = "DITTO_WORKER_MEMORY_MYSQL_DATABASE"
 """Overrides ``plugins.mysql.database``."""
 _ENV_EMBEDDING: Final = "DITTO_WORKER_MEMORY_MYSQL_EMBEDDING"
 
-_DEFAULTS: Final[dict[str, Any]] = {
-    "database": None,
-    "poolMaxSize": 4,
-    "connectTimeoutS": 5.0,
-    "poolTimeoutS": 30.0,
-    "autoMigrate": True,
-    "embedding": "none",
-    "hybrid": None,
-    "executionRetentionS": 86400.0,
-    "indexFields": None,
-    "queryFields": None,
-}
+_DEFAULTS: Final[dict[str, Any]] = {"database": None, **SERVER_DEFAULTS}
 
 
 def create_store(
@@ -79,30 +68,15 @@ def create_store(
         MemoryError: ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
     """
     env = os.environ if env is None else env
-    values = plugin_values("mysql", settings, _DEFAULTS, {"url": ENV_URL})
-    url = env.get(ENV_URL, "")
-    if not url:
-        raise ConfigError(f"the mysql store needs {ENV_URL} (a mysql:// URL)")
+    url, values = server_values("mysql", settings, env, _DEFAULTS, ENV_URL)
     database = env.get(ENV_DATABASE) or values["database"]
-    from ditto_worker.memory.search.settings import RetrievalConfig
-    from ditto_worker.runtime.registry import build_embedder
-
-    hybrid = RetrievalConfig.parse(values["hybrid"])
-    kind = env.get(_ENV_EMBEDDING) or values["embedding"] or "none"
-    embedder = build_embedder(str(kind), None, env)
+    common = common_arguments("mysql", values, env, _ENV_EMBEDDING)
     try:
         return MysqlMemoryStore(
             url,
             database=None if database is None else str(database),
             pool_max_size=int(number_setting(values, "mysql", "poolMaxSize", 1)),
-            connect_timeout_s=number_setting(values, "mysql", "connectTimeoutS", 0.1),
-            pool_timeout_s=number_setting(values, "mysql", "poolTimeoutS", 0.1),
-            auto_migrate=flag_setting(values, "mysql", "autoMigrate"),
-            embedder=embedder,
-            hybrid=hybrid,
-            execution_retention_s=number_setting(values, "mysql", "executionRetentionS", 0),
-            index_fields=parse_fields(values["indexFields"]),
-            query_fields=parse_query_fields(values["queryFields"]),
+            **common,
         )
     except ValueError as exc:
         raise ConfigError(f"plugins.mysql: {exc}") from exc

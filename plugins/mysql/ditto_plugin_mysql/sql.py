@@ -40,31 +40,20 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from ditto_worker.memory.filters import (
-    And,
-    Compare,
-    Cursor,
-    Exists,
-    FieldRef,
-    FilterNode,
-    In,
-    Or,
-    Scalar,
-    SortTerm,
-)
+from ditto_worker.memory.filters import FieldRef, FilterNode, Scalar, SortTerm
+from ditto_worker.sqlkit import FilterDialect, Sql
+from ditto_worker.sqlkit import compile_filter as _compile
 
 __all__ = [
     "Declared",
+    "MysqlFilter",
     "Sql",
     "compile_filter",
     "json_path",
     "key_hash",
-    "keyset_condition",
-    "order_clause",
     "sort_columns",
     "sort_number",
 ]
@@ -87,14 +76,6 @@ Declared = Mapping[str, str]
 (:func:`ditto_plugin_mysql.query_index.column_prefixes`)."""
 
 
-@dataclass
-class Sql:
-    """A SQL fragment and its ``%s`` parameters, in text order."""
-
-    text: str
-    params: list[Any] = field(default_factory=list)
-
-
 def json_path(path: Sequence[str]) -> str:
     """The MySQL JSON path of a metadata field: ``$."a"."b"`` (segments as JSON strings)."""
     return "$" + "".join("." + json.dumps(segment, ensure_ascii=False) for segment in path)
@@ -112,14 +93,6 @@ def _utf8(text: str) -> bytes:
 def _number(value: int | float) -> tuple[float, str]:
     """A number's (double, exact decimal text) parameters."""
     return float(value), (str(value) if isinstance(value, int) else repr(float(value)))
-
-
-def _join(op: str, parts: Sequence[Sql], empty: str) -> Sql:
-    if not parts:
-        return Sql(empty)
-    return Sql(
-        "(" + f" {op} ".join(p.text for p in parts) + ")", [x for p in parts for x in p.params]
-    )
 
 
 def _fill(template: str, path: str, *values: Any) -> Sql:
@@ -230,34 +203,6 @@ def _exists(ref: FieldRef, exists: bool) -> Sql:
     return Sql(f"({_VALUE} IS {'NOT ' if exists else ''}NULL)", [json_path(ref.path)])
 
 
-def compile_filter(node: FilterNode | None, declared: Declared | None = None) -> Sql:
-    """A boolean SQL expression over ``m`` for a parsed filter (``TRUE`` for none);
-    conditions on ``declared`` fields also test their indexed columns (module doc)."""
-    if node is None:
-        return Sql("TRUE")
-    if isinstance(node, And):
-        parts = [compile_filter(child, declared) for child in node.children]
-        return _join("AND", parts, "TRUE")
-    if isinstance(node, Or):
-        parts = [compile_filter(child, declared) for child in node.children]
-        return _join("OR", parts, "FALSE")
-    if isinstance(node, Exists):
-        return _exists(node.field, node.exists)
-    if isinstance(node, In):
-        found = _join(
-            "OR", [_equals(node.field, value, declared) for value in node.values], "FALSE"
-        )
-        return Sql(f"(NOT {found.text})", found.params) if node.negate else found
-    return _compare(node, declared)
-
-
-def _compare(node: Compare, declared: Declared | None) -> Sql:
-    if node.op in ("$eq", "$ne"):
-        equal = _equals(node.field, node.value, declared)
-        return equal if node.op == "$eq" else Sql(f"(NOT {equal.text})", equal.params)
-    return _range(node.field, node.op, node.value, declared)
-
-
 def _term_columns(index: int, ref: FieldRef) -> Sql:
     if ref.reserved:
         column = _COLUMNS[ref.name]
@@ -283,15 +228,6 @@ def sort_columns(terms: Sequence[SortTerm]) -> Sql:
     return Sql("".join(p.text for p in parts), [x for p in parts for x in p.params])
 
 
-def order_clause(terms: Sequence[SortTerm]) -> str:
-    """``ORDER BY`` items over :func:`sort_columns`, then ``seq`` ascending."""
-    items: list[str] = []
-    for index, term in enumerate(terms):
-        direction = "DESC" if term.descending else "ASC"
-        items += [f"{c}{index} {direction}" for c in ("r", "d", "x", "t")]
-    return ", ".join([*items, "seq ASC"])
-
-
 def _same_number(index: int, op: str, value: Any) -> Sql:
     """Rows of the same rank after (or, with ``=``, equal to) the number ``value``."""
     double, exact = _number(value)
@@ -314,20 +250,6 @@ def _at(index: int, rank: int, value: Any, op: str) -> Sql:
     return Sql(f"(r{index} = %s AND {same.text})", [rank, *same.params])
 
 
-def keyset_condition(terms: Sequence[SortTerm], cursor: Cursor) -> Sql:
-    """Rows strictly after ``cursor`` in the order of :func:`order_clause`."""
-    branches: list[Sql] = []
-    prefix: list[Sql] = []
-    for index, (term, (rank, value)) in enumerate(zip(terms, cursor.values, strict=True)):
-        op = "<" if term.descending else ">"
-        after = Sql(f"(r{index} {op} %s OR {_at(index, rank, value, op).text})",
-                    [rank, *_at(index, rank, value, op).params])  # fmt: skip
-        branches.append(_join("AND", [*prefix, after], "TRUE"))
-        prefix.append(_at(index, rank, value, "="))
-    branches.append(_join("AND", [*prefix, Sql("seq > %s", [cursor.seq])], "TRUE"))
-    return _join("OR", branches, "TRUE")
-
-
 def sort_number(double: float | None, exact: Decimal | None) -> int | float:
     """A number sort value for a cursor: the exact decimal when it holds the value
     (``int`` when integral), else the double (beyond the decimal's range or precision)."""
@@ -336,3 +258,34 @@ def sort_number(double: float | None, exact: Decimal | None) -> int | float:
     if abs(double) >= _DECIMAL_LIMIT or float(exact) != double:
         return double
     return int(exact) if exact == exact.to_integral_value() else float(exact)
+
+
+class MysqlFilter(FilterDialect):
+    """MySQL's and MariaDB's leaves of the shared compiler (:mod:`ditto_worker.sqlkit`):
+    ``JSON_EXTRACT`` paths, ``DOUBLE``/``DECIMAL`` pairs, binary strings (module doc),
+    ``%s`` placeholders; sort terms select ``r{i}``/``d{i}``/``x{i}``/``t{i}``
+    (:func:`sort_columns`). ``declared``: ``{field: column prefix}`` of the store's
+    declared ``queryFields`` (their generated columns)."""
+
+    sort_letters: ClassVar[tuple[str, ...]] = ("r", "d", "x", "t")
+
+    def __init__(self, declared: Declared | None = None) -> None:
+        self.declared = declared
+
+    def equals(self, ref: FieldRef, value: Scalar) -> Sql:  # noqa: D102 (the base's doc)
+        return _equals(ref, value, self.declared)
+
+    def compare(self, ref: FieldRef, op: str, value: Scalar) -> Sql:  # noqa: D102
+        return _range(ref, op, value, self.declared)
+
+    def exists(self, ref: FieldRef, exists: bool) -> Sql:  # noqa: D102
+        return _exists(ref, exists)
+
+    def at(self, index: int, rank: int, value: Any, op: str) -> Sql:  # noqa: D102
+        return _at(index, rank, value, op)
+
+
+def compile_filter(node: FilterNode | None, declared: Declared | None = None) -> Sql:
+    """A boolean SQL expression over ``m`` for a parsed filter (``TRUE`` for none);
+    conditions on ``declared`` fields also test their indexed columns (module doc)."""
+    return _compile(MysqlFilter(declared), node)

@@ -21,8 +21,8 @@ from typing import Any, Final
 from ditto_plugin_mysql import keywords
 from ditto_plugin_mysql import vectors as vec
 from ditto_plugin_mysql.db import Conn
+from ditto_plugin_mysql.ledger import MysqlLedger
 from ditto_plugin_mysql.lifecycle import Lifecycle
-from ditto_plugin_mysql.operations import claim_call, record_call
 from ditto_plugin_mysql.rows import (
     COLUMNS,
     WIDTH,
@@ -36,14 +36,7 @@ from ditto_plugin_mysql.rows import (
 )
 from ditto_plugin_mysql.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES, SearchMixin
 from ditto_plugin_mysql.settings import lock_sequence, set_sequence
-from ditto_plugin_mysql.sql import (
-    Sql,
-    compile_filter,
-    key_hash,
-    keyset_condition,
-    order_clause,
-    sort_columns,
-)
+from ditto_plugin_mysql.sql import MysqlFilter, key_hash, sort_columns
 from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemoryDeleteOutput,
@@ -58,23 +51,30 @@ from ditto_worker.contracts import (
 )
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
-from ditto_worker.memory.filters import (
-    decode_cursor,
-    encode_cursor,
-    parse_filter,
-    parse_order_by,
-    query_fingerprint,
-    timestamp_now,
-)
+from ditto_worker.memory.filters import SortValue, timestamp_now
 from ditto_worker.memory.operations import operation_of
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.text import keyword_text
+from ditto_worker.sqlkit import (
+    Sql,
+    claim_call,
+    compile_filter,
+    page_output,
+    page_query,
+    page_request,
+    record_call,
+)
 
 __all__ = ["MysqlMemoryStore"]
 
-_DEFAULT_QUERY_LIMIT: Final = 100
 _CHUNK: Final = 1000
+_LEDGER: Final = MysqlLedger()
+
+
+def _sort_values(row: Row) -> tuple[SortValue, ...]:
+    """The cursor's ``(rank, value)`` per sort term (four columns each after the record's)."""
+    return tuple(sort_value(row, i) for i in range((len(row) - WIDTH) // 4))
 
 
 def _chunks(values: Sequence[Any]) -> list[list[Any]]:
@@ -175,38 +175,22 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
             MemoryError: ``UNSUPPORTED_FILTER``, ``UNSUPPORTED_ORDER_BY``,
                 ``INVALID_CURSOR`` (malformed, or made for another filter/orderBy).
         """
-        terms = parse_order_by(input.order_by)
-        where = compile_filter(parse_filter(input.filter), self._declared)
-        fingerprint = query_fingerprint(input.filter, input.order_by)
-        secret = self._cursor_secret()
         ns = namespace_of(options)
-        cursor = (
-            decode_cursor(input.cursor, fingerprint, len(terms), secret, namespace=ns)
-            if input.cursor
-            else None
-        )
-        limit = input.limit or _DEFAULT_QUERY_LIMIT
-        columns = sort_columns(terms)
-        after = keyset_condition(terms, cursor) if cursor is not None else Sql("TRUE")
+        request = page_request(input, ns, self._cursor_secret)
+        dialect = MysqlFilter(self._declared)
+        where = compile_filter(dialect, request.node)
+        columns = sort_columns(request.terms)
         with self._read(options) as conn:
             scope = self._scope_id(conn, ns, create=False)
             if scope is None:
                 return MemoryQueryOutput(items=[], next_cursor=None)
+            source = Sql(f"memories AS m WHERE m.scope = %s AND {where.text}",
+                         [scope, *where.params])  # fmt: skip
+            sql = page_query(dialect, COLUMNS, columns, source, request)
             with conn.cursor() as cur:
-                cur.execute(
-                    f"SELECT * FROM (SELECT {COLUMNS}{columns.text} FROM memories AS m "
-                    f"WHERE m.scope = %s AND {where.text}) AS q WHERE {after.text} "
-                    f"ORDER BY {order_clause(terms)} LIMIT %s",
-                    [*columns.params, scope, *where.params, *after.params, limit + 1],
-                )
+                cur.execute(sql.text, sql.params)
                 rows = cur.fetchall()
-        page = rows[:limit]
-        next_cursor = None
-        if len(rows) > limit:
-            values = tuple(sort_value(page[-1], i) for i in range(len(terms)))
-            last = int(page[-1][0])
-            next_cursor = encode_cursor(fingerprint, values, last, secret, namespace=ns)
-        return MemoryQueryOutput(items=[item(row) for row in page], next_cursor=next_cursor)
+        return page_output(request, rows, self._cursor_secret, item, _sort_values)
 
     # --- mutations ------------------------------------------------------------------------
 
@@ -239,7 +223,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         op = operation_of(options, "MEMORY.WRITE", input)
         op_id = None if op is None else op.id
         with self._write(options) as conn:
-            replay = claim_call(conn, "MEMORY.WRITE", op, eid, ns)
+            replay = claim_call(_LEDGER, conn, "MEMORY.WRITE", op, eid, ns)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(i) for i in replay]
             last = lock_sequence(conn)
@@ -270,7 +254,16 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
                            metadata=None if m is None else json.loads(m), operation_id=op_id)
                 for i, k, c, m in zip(ids, keys, contents, metas, strict=True)
             ]  # fmt: skip
-            record_call(conn, op, eid, [to_wire(i) for i in items], self._retention_s, ns)
+            record_call(
+                _LEDGER,
+                conn,
+                "MEMORY.WRITE",
+                op,
+                eid,
+                [to_wire(i) for i in items],
+                self._retention_s,
+                ns,
+            )
         return items
 
     def _last_created(self, conn: Conn) -> str | None:
@@ -335,7 +328,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         op = operation_of(options, "MEMORY.UPDATE", input)
         self._check_identity()
         with self._write(options) as conn:
-            replay = claim_call(conn, "MEMORY.UPDATE", op, eid, ns)
+            replay = claim_call(_LEDGER, conn, "MEMORY.UPDATE", op, eid, ns)
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(i) for i in replay]
             scope = self._scope_id(conn, ns, create=False)
@@ -347,7 +340,16 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
             items = [
                 self._apply(conn, scope or 0, found, entry, now, op_id) for entry in input.memories
             ]
-            record_call(conn, op, eid, [to_wire(i) for i in items], self._retention_s, ns)
+            record_call(
+                _LEDGER,
+                conn,
+                "MEMORY.UPDATE",
+                op,
+                eid,
+                [to_wire(i) for i in items],
+                self._retention_s,
+                ns,
+            )
         return items
 
     def _apply(
@@ -391,7 +393,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         ns = namespace_of(options)
         op = operation_of(options, "MEMORY.DELETE", input)
         with self._write(options) as conn:
-            replay = claim_call(conn, "MEMORY.DELETE", op, eid, ns)
+            replay = claim_call(_LEDGER, conn, "MEMORY.DELETE", op, eid, ns)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             scope = self._scope_id(conn, ns, create=False)
@@ -406,5 +408,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
             if scope is not None:
                 keywords.adjust(conn, scope, [(int(row[WIDTH]), 0) for row in found.values()])
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])
-            record_call(conn, op, eid, to_wire(output), self._retention_s, ns)
+            record_call(
+                _LEDGER, conn, "MEMORY.DELETE", op, eid, to_wire(output), self._retention_s, ns
+            )
         return output

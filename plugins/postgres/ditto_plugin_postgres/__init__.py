@@ -16,9 +16,9 @@ from typing import Any, Final
 
 from ditto_plugin_postgres.migrations import LATEST_VERSION, MigrationReport
 from ditto_plugin_postgres.store import PostgresMemoryStore
-from ditto_worker.config.plugin_settings import flag_setting, number_setting, plugin_values
+from ditto_worker.config.plugin_settings import number_setting
 from ditto_worker.errors import ConfigError
-from ditto_worker.memory.indexing import parse_fields, parse_query_fields
+from ditto_worker.sqlkit.settings import SERVER_DEFAULTS, common_arguments, server_values
 
 __all__ = [
     "ENV_SCHEMA",
@@ -35,19 +35,7 @@ ENV_SCHEMA: Final = "DITTO_WORKER_MEMORY_POSTGRES_SCHEMA"
 """Overrides ``plugins.postgres.schema``."""
 _ENV_EMBEDDING: Final = "DITTO_WORKER_MEMORY_POSTGRES_EMBEDDING"
 
-_DEFAULTS: Final[dict[str, Any]] = {
-    "schema": "ditto",
-    "poolMinSize": 1,
-    "poolMaxSize": 4,
-    "connectTimeoutS": 5.0,
-    "poolTimeoutS": 30.0,
-    "autoMigrate": True,
-    "embedding": "none",
-    "hybrid": None,
-    "executionRetentionS": 86400.0,
-    "indexFields": None,
-    "queryFields": None,
-}
+_DEFAULTS: Final[dict[str, Any]] = {"schema": "ditto", "poolMinSize": 1, **SERVER_DEFAULTS}
 
 
 def create_store(
@@ -80,35 +68,16 @@ def create_store(
         MemoryError: ``EMBEDDING_UNAVAILABLE`` when the local model cannot be loaded.
     """
     env = os.environ if env is None else env
-    values = plugin_values("postgres", settings, _DEFAULTS, {"url": ENV_URL})
-    url = env.get(ENV_URL, "")
-    if not url:
-        raise ConfigError(f"the postgres store needs {ENV_URL} (a postgresql:// URL)")
+    url, values = server_values("postgres", settings, env, _DEFAULTS, ENV_URL)
     schema = str(env.get(ENV_SCHEMA) or values["schema"])
     pool_min = int(number_setting(values, "postgres", "poolMinSize", 0))
     pool_max = int(number_setting(values, "postgres", "poolMaxSize", 1))
     if pool_max < pool_min:
         raise ConfigError("plugins.postgres.poolMaxSize must be >= poolMinSize")
-    from ditto_worker.memory.search.settings import RetrievalConfig
-    from ditto_worker.runtime.registry import build_embedder
-
-    hybrid = RetrievalConfig.parse(values["hybrid"])
-    kind = env.get(_ENV_EMBEDDING) or values["embedding"] or "none"
-    embedder = build_embedder(str(kind), None, env)
+    common = common_arguments("postgres", values, env, _ENV_EMBEDDING)
     try:
         return PostgresMemoryStore(
-            url,
-            schema=schema,
-            pool_min_size=pool_min,
-            pool_max_size=pool_max,
-            connect_timeout_s=number_setting(values, "postgres", "connectTimeoutS", 0.1),
-            pool_timeout_s=number_setting(values, "postgres", "poolTimeoutS", 0.1),
-            auto_migrate=flag_setting(values, "postgres", "autoMigrate"),
-            embedder=embedder,
-            hybrid=hybrid,
-            execution_retention_s=number_setting(values, "postgres", "executionRetentionS", 0),
-            index_fields=parse_fields(values["indexFields"]),
-            query_fields=parse_query_fields(values["queryFields"]),
+            url, schema=schema, pool_min_size=pool_min, pool_max_size=pool_max, **common
         )
     except ValueError as exc:
         raise ConfigError(f"plugins.postgres.schema: {exc}") from exc

@@ -32,12 +32,12 @@ from ditto_plugin_postgres.text import prefixed_query_terms
 from ditto_plugin_postgres.vectors import identity_gate, to_literal, vector_search
 from ditto_worker.contracts import MemorySearchInput
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.filters import parse_filter
-from ditto_worker.memory.native import VECTOR_OPTIONS, Hit, NativeSearch
+from ditto_worker.memory.native import Hit, NativeSearch
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.text import bm25_idf
+from ditto_worker.sqlkit.settings import sql_capabilities
 
 __all__ = [
     "COLUMNS",
@@ -60,38 +60,10 @@ COLUMNS: Final = (
 """The record columns every reader selects first (``rows.WIDTH`` of them)."""
 _EXTRAS: Final = frozenset({"multi_process", "driver_cancel", "deadline"})
 
-KEYWORD_CAPABILITIES: Final = StoreCapabilities(
-    search_strategies=("keyword",),
-    default_strategy="keyword",
-    keyword_strategy="keyword",
-    keyword_cjk=True,
-    keyword_scope_statistics=True,
-    key_conflict="error",
-    batch_atomic=True,
-    cancel=True,
-    scope=True,
-    operation_ids=True,
-    conditional_update=True,
-    extras=_EXTRAS,
-)
+KEYWORD_CAPABILITIES: Final = sql_capabilities(("keyword",), _EXTRAS, vectors=False)
 """What a store without an embedding provider declares."""
 
-VECTOR_CAPABILITIES: Final = StoreCapabilities(
-    search_strategies=("keyword", "vector", "hybrid"),
-    default_strategy="keyword",
-    keyword_strategy="keyword",
-    keyword_cjk=True,
-    keyword_scope_statistics=True,
-    exhaustive_strategies=("vector",),
-    key_conflict="error",
-    batch_atomic=True,
-    cancel=True,
-    scope=True,
-    operation_ids=True,
-    conditional_update=True,
-    search_options=VECTOR_OPTIONS,
-    extras=_EXTRAS | {"embed_on_write"},
-)
+VECTOR_CAPABILITIES: Final = sql_capabilities(("keyword",), _EXTRAS, vectors=True)
 """What a store with an embedding provider declares: ``vector`` returns ``min(limit,
 matches)`` (an exact scan completes a short HNSW page), hence exhaustive."""
 

@@ -35,35 +35,23 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from ditto_worker.memory.filters import (
-    And,
-    Compare,
-    Cursor,
-    Exists,
-    FieldRef,
-    FilterNode,
-    In,
-    Or,
-    Scalar,
-    SortTerm,
-)
+from ditto_worker.memory.filters import FieldRef, FilterNode, Scalar, SortTerm
+from ditto_worker.sqlkit import FilterDialect, Sql
+from ditto_worker.sqlkit import compile_filter as _compile
 
 __all__ = [
     "Declared",
+    "PostgresFilter",
     "Sql",
     "compile_filter",
     "decimal_value",
     "in_namespace",
-    "keyset_condition",
     "number_param",
-    "order_clause",
     "sort_columns",
     "sort_expressions",
-    "uses_declared",
     "value_expression",
 ]
 
@@ -76,14 +64,6 @@ _INDEX_LIKE: Final = re.compile(r"[ \t\n\v\f\r]*[+-]?[0-9]")
 
 Declared = frozenset[str]
 """The names of a store's declared ``queryFields``."""
-
-
-@dataclass
-class Sql:
-    """A SQL fragment and its ``%s`` parameters, in text order."""
-
-    text: str
-    params: list[Any] = field(default_factory=list)
 
 
 def in_namespace(where: Sql, namespace: str, lookup: bool = True) -> Sql:
@@ -99,14 +79,6 @@ def in_namespace(where: Sql, namespace: str, lookup: bool = True) -> Sql:
 def number_param(value: int | float) -> str:
     """A number as exact ``numeric`` text (``repr`` of a float round-trips)."""
     return str(value) if isinstance(value, int) else repr(float(value))
-
-
-def _join(op: str, parts: Sequence[Sql], empty: str) -> Sql:
-    if not parts:
-        return Sql(empty)
-    return Sql(
-        "(" + f" {op} ".join(p.text for p in parts) + ")", [x for p in parts for x in p.params]
-    )
 
 
 def _path_literal(path: Sequence[str], bound: bool) -> str:
@@ -219,43 +191,6 @@ def _exists(ref: FieldRef, exists: bool, declared: Declared = frozenset()) -> Sq
     return Sql(f"({found.text} IS {'NOT ' if exists else ''}NULL)", found.params)
 
 
-def compile_filter(node: FilterNode | None, declared: Declared = frozenset()) -> Sql:
-    """A boolean SQL expression over ``m`` for a parsed filter (``true`` for none);
-    ``declared`` fields get the expressions of their indexes (module doc)."""
-    if node is None:
-        return Sql("true")
-    if isinstance(node, And):
-        return _join("AND", [compile_filter(c, declared) for c in node.children], "true")
-    if isinstance(node, Or):
-        return _join("OR", [compile_filter(c, declared) for c in node.children], "false")
-    if isinstance(node, Exists):
-        return _exists(node.field, node.exists, declared)
-    if isinstance(node, In):
-        found = _join(
-            "OR", [_equals(node.field, value, declared) for value in node.values], "false"
-        )
-        return Sql(f"(NOT {found.text})", found.params) if node.negate else found
-    return _compare(node, declared)
-
-
-def _compare(node: Compare, declared: Declared) -> Sql:
-    if node.op in ("$eq", "$ne"):
-        equal = _equals(node.field, node.value, declared)
-        return equal if node.op == "$eq" else Sql(f"(NOT {equal.text})", equal.params)
-    return _range(node.field, node.op, node.value, declared)
-
-
-def uses_declared(node: FilterNode | None, terms: Sequence[SortTerm], declared: Declared) -> bool:
-    """True when a sort term or a filter condition is on a declared field."""
-    if any(term.field.name in declared for term in terms):
-        return True
-    if node is None:
-        return False
-    if isinstance(node, And | Or):
-        return any(uses_declared(child, (), declared) for child in node.children)
-    return node.field.name in declared
-
-
 def sort_expressions(value: str) -> tuple[str, str, str]:
     """(rank, number, text) sort expressions of a ``jsonb`` value expression (the typed
     order of :func:`ditto_worker.memory.filters.sort_key`); also a declared field's
@@ -287,46 +222,6 @@ def sort_columns(terms: Sequence[SortTerm], declared: Declared = frozenset()) ->
     return Sql("".join(p.text for p in parts), [x for p in parts for x in p.params])
 
 
-def order_clause(terms: Sequence[SortTerm]) -> str:
-    """``ORDER BY`` items over :func:`sort_columns`, then ``seq`` ascending."""
-    items: list[str] = []
-    for index, term in enumerate(terms):
-        direction = "DESC" if term.descending else "ASC"
-        items += [f"r{index} {direction}", f"n{index} {direction}", f"t{index} {direction}"]
-    return ", ".join([*items, "seq ASC"])
-
-
-def _after(index: int, rank: int, value: Any, op: str) -> Sql:
-    """Rows strictly after ``(rank, value)`` for term ``index`` (``op`` is ``>`` or ``<``)."""
-    if rank in (1, 5):
-        same = Sql(f"(r{index} = %s AND n{index} {op} %s::numeric)", [rank, number_param(value)])
-    elif rank == 2:
-        same = Sql(f"(r{index} = %s AND t{index} {op} %s)", [rank, value])
-    else:
-        same = Sql("false")
-    return Sql(f"(r{index} {op} %s OR {same.text})", [rank, *same.params])
-
-
-def _equal(index: int, rank: int, value: Any) -> Sql:
-    if rank in (1, 5):
-        return Sql(f"(r{index} = %s AND n{index} = %s::numeric)", [rank, number_param(value)])
-    if rank == 2:
-        return Sql(f"(r{index} = %s AND t{index} = %s)", [rank, value])
-    return Sql(f"(r{index} = %s)", [rank])
-
-
-def keyset_condition(terms: Sequence[SortTerm], cursor: Cursor) -> Sql:
-    """Rows strictly after ``cursor`` in the order of :func:`order_clause`."""
-    branches: list[Sql] = []
-    prefix: list[Sql] = []
-    for index, (term, (rank, value)) in enumerate(zip(terms, cursor.values, strict=True)):
-        after = _after(index, rank, value, "<" if term.descending else ">")
-        branches.append(_join("AND", [*prefix, after], "true"))
-        prefix.append(_equal(index, rank, value))
-    branches.append(_join("AND", [*prefix, Sql("seq > %s", [cursor.seq])], "true"))
-    return _join("OR", branches, "true")
-
-
 def decimal_value(value: Decimal | int | None) -> int | float:
     """A ``numeric`` sort value as the cursor's number (``int`` when integral)."""
     if value is None:
@@ -334,3 +229,40 @@ def decimal_value(value: Decimal | int | None) -> int | float:
     if isinstance(value, int):
         return value
     return int(value) if value == value.to_integral_value() else float(value)
+
+
+class PostgresFilter(FilterDialect):
+    """PostgreSQL's leaves of the shared compiler (:mod:`ditto_worker.sqlkit`): ``jsonb``
+    paths and containment, ``numeric`` casts, ``COLLATE "C"`` (module doc), ``%s``
+    placeholders; sort terms select ``r{i}``/``n{i}``/``t{i}`` (:func:`sort_columns`).
+    ``declared``: the store's declared ``queryFields`` (their index expressions)."""
+
+    true: ClassVar[str] = "true"
+    false: ClassVar[str] = "false"
+    sort_letters: ClassVar[tuple[str, ...]] = ("r", "n", "t")
+
+    def __init__(self, declared: Declared = frozenset()) -> None:
+        self.declared = declared
+
+    def equals(self, ref: FieldRef, value: Scalar) -> Sql:  # noqa: D102 (the base's doc)
+        return _equals(ref, value, self.declared)
+
+    def compare(self, ref: FieldRef, op: str, value: Scalar) -> Sql:  # noqa: D102
+        return _range(ref, op, value, self.declared)
+
+    def exists(self, ref: FieldRef, exists: bool) -> Sql:  # noqa: D102
+        return _exists(ref, exists, self.declared)
+
+    def at(self, index: int, rank: int, value: Any, op: str) -> Sql:  # noqa: D102
+        if rank in (1, 5):
+            return Sql(f"(r{index} = %s AND n{index} {op} %s::numeric)",
+                       [rank, number_param(value)])  # fmt: skip
+        if rank == 2:
+            return Sql(f"(r{index} = %s AND t{index} {op} %s)", [rank, value])
+        return Sql(f"(r{index} = %s)", [rank]) if op == "=" else Sql("false")
+
+
+def compile_filter(node: FilterNode | None, declared: Declared = frozenset()) -> Sql:
+    """A boolean SQL expression over ``m`` for a parsed filter (``true`` for none);
+    ``declared`` fields get the expressions of their indexes (module doc)."""
+    return _compile(PostgresFilter(declared), node)

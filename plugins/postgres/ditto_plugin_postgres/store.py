@@ -17,7 +17,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Final
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -25,7 +25,7 @@ import psycopg_pool
 from ditto_plugin_postgres import keywords
 from ditto_plugin_postgres import vectors as vec
 from ditto_plugin_postgres.db import connect, map_error, open_pool, transaction
-from ditto_plugin_postgres.executions import DEFAULT_RETENTION_S, claim_replay, record
+from ditto_plugin_postgres.ledger import PostgresLedger
 from ditto_plugin_postgres.migrations import (
     MigrationReport,
     check_schema,
@@ -33,21 +33,21 @@ from ditto_plugin_postgres.migrations import (
     migrate,
     quote_schema,
 )
-from ditto_plugin_postgres.operations import claim_operation, record_operation
 from ditto_plugin_postgres.query_index import sync_indexes
 from ditto_plugin_postgres.reembed import reembed
-from ditto_plugin_postgres.rows import Row, check_batch_keys, dump, item, sort_value, update_sql
+from ditto_plugin_postgres.rows import (
+    WIDTH,
+    Row,
+    check_batch_keys,
+    dump,
+    item,
+    sort_value,
+    update_sql,
+)
 from ditto_plugin_postgres.search import COLUMNS as _COLUMNS
 from ditto_plugin_postgres.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES, SearchMixin
 from ditto_plugin_postgres.settings import claim_setting
-from ditto_plugin_postgres.sql import (
-    Sql,
-    compile_filter,
-    in_namespace,
-    keyset_condition,
-    order_clause,
-    sort_columns,
-)
+from ditto_plugin_postgres.sql import PostgresFilter, in_namespace, sort_columns
 from ditto_plugin_postgres.text import record_terms, tsvector_literal
 from ditto_worker.contracts import (
     MemoryDeleteInput,
@@ -63,14 +63,7 @@ from ditto_worker.contracts import (
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.cursors import CURSOR_SECRET_SETTING, new_cursor_secret
-from ditto_worker.memory.filters import (
-    decode_cursor,
-    encode_cursor,
-    parse_filter,
-    parse_order_by,
-    query_fingerprint,
-    timestamp_now,
-)
+from ditto_worker.memory.filters import SortValue, timestamp_now
 from ditto_worker.memory.indexing import (
     INDEX_SETTING,
     decode_fields,
@@ -78,7 +71,6 @@ from ditto_worker.memory.indexing import (
     fields_mismatch,
 )
 from ditto_worker.memory.operations import (
-    Operation,
     condition_failed,
     metadata_holds,
     operation_of,
@@ -91,6 +83,16 @@ from ditto_worker.memory.ports import (
 )
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.text import embedding_text, keyword_text
+from ditto_worker.sqlkit import (
+    DEFAULT_RETENTION_S,
+    Sql,
+    claim_call,
+    compile_filter,
+    page_output,
+    page_query,
+    page_request,
+    record_call,
+)
 
 __all__ = ["PostgresMemoryStore"]
 
@@ -99,7 +101,10 @@ def _json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-_DEFAULT_QUERY_LIMIT: Final = 100
+def _sort_values(row: Row) -> tuple[SortValue, ...]:
+    """The cursor's ``(rank, value)`` per sort term (three columns each after the
+    :data:`~ditto_plugin_postgres.rows.WIDTH` record columns)."""
+    return tuple(sort_value(row, i) for i in range((len(row) - WIDTH) // 3))
 
 
 class PostgresMemoryStore(SearchMixin):
@@ -175,6 +180,7 @@ class PostgresMemoryStore(SearchMixin):
         self._index_mismatch: str | None = None
         self._quoted = quote_schema(schema)
         self._retention_s = execution_retention_s
+        self._ledger = PostgresLedger(self._quoted)
         self._table = f"{self._quoted}.memories"
         self._url = url
         self.schema = schema
@@ -481,36 +487,21 @@ class PostgresMemoryStore(SearchMixin):
                 ``INVALID_CURSOR`` (malformed, made for another filter/orderBy, or
                 issued in another namespace).
         """
-        terms = parse_order_by(input.order_by)
         ns = namespace_of(options)
-        declared = frozenset(self._query_fields)
-        where = in_namespace(compile_filter(parse_filter(input.filter), declared), ns)
-        fingerprint = query_fingerprint(input.filter, input.order_by)
-        secret = self._cursor_secret()
-        cursor = (
-            decode_cursor(input.cursor, fingerprint, len(terms), secret, namespace=ns)
-            if input.cursor
-            else None
+        request = page_request(input, ns, self._cursor_secret)
+        dialect = PostgresFilter(frozenset(self._query_fields))
+        where = in_namespace(compile_filter(dialect, request.node), ns)
+        sql = page_query(
+            dialect,
+            _COLUMNS,
+            sort_columns(request.terms, dialect.declared),
+            Sql(f"{self._table} AS m WHERE {where.text}", where.params),
+            request,
         )
-        limit = input.limit or _DEFAULT_QUERY_LIMIT
-        columns = sort_columns(terms, declared)
-        after = keyset_condition(terms, cursor) if cursor is not None else Sql("true")
-        sql = (
-            f"SELECT * FROM (SELECT {_COLUMNS}{columns.text} FROM {self._table} AS m "
-            f"WHERE {where.text}) AS q WHERE {after.text} "
-            f"ORDER BY {order_clause(terms)} LIMIT %s"
-        )
-        params = [*columns.params, *where.params, *after.params, limit + 1]
         with self._tx(options) as conn:  # planned for its values each time (never generic:
             # the best index depends on them; a cached generic plan cost 3 -> 14 ms p50)
-            rows = conn.execute(sql, params, prepare=False).fetchall()
-        page = rows[:limit]
-        next_cursor = None
-        if len(rows) > limit:
-            last = page[-1]
-            values = tuple(sort_value(last, i) for i in range(len(terms)))
-            next_cursor = encode_cursor(fingerprint, values, int(last[0]), secret, namespace=ns)
-        return MemoryQueryOutput(items=[item(row) for row in page], next_cursor=next_cursor)
+            rows = conn.execute(sql.text, sql.params, prepare=False).fetchall()
+        return page_output(request, rows, self._cursor_secret, item, _sort_values)
 
     def write(
         self, input: MemoryWriteInput, options: MemoryCallOptions | None = None
@@ -539,7 +530,7 @@ class PostgresMemoryStore(SearchMixin):
         op = operation_of(options, "MEMORY.WRITE", input)
         op_id = None if op is None else op.id
         with self._tx(options) as conn:
-            replay = self._claim_call(conn, "MEMORY.WRITE", op, eid, ns)
+            replay = claim_call(self._ledger, conn, "MEMORY.WRITE", op, eid, ns)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(i) for i in replay]
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [self._write_lock])
@@ -575,25 +566,8 @@ class PostgresMemoryStore(SearchMixin):
                 for i, k, c, m in zip(ids, keys, contents, metas, strict=True)
             ]
             output = [to_wire(i) for i in items]
-            self._record_call(conn, op, eid, output, ns)
+            record_call(self._ledger, conn, "MEMORY.WRITE", op, eid, output, self._retention_s, ns)
         return items
-
-    def _claim_call(self, conn: psycopg.Connection, node: str, op: Operation | None,
-               eid: str | None, ns: str) -> Any | None:  # fmt: skip
-        """The committed output of an earlier run of this operation or execution id, or
-        ``None`` when this transaction holds both claims (apply, then :meth:`_record_call`)."""
-        replay = claim_operation(conn, self._quoted, op, ns)
-        if replay is not None:
-            return replay
-        replay = claim_replay(conn, self._quoted, eid, node, ns)
-        if replay is not None:  # the same attempt already ran: its output answers op too
-            record_operation(conn, self._quoted, op, replay, ns)
-        return replay
-
-    def _record_call(self, conn: psycopg.Connection, op: Operation | None, eid: str | None,
-                output: Any, ns: str) -> None:  # fmt: skip
-        record(conn, self._quoted, eid, output, self._retention_s, ns)
-        record_operation(conn, self._quoted, op, output, ns)
 
     def _check_taken(self, conn: psycopg.Connection, keys: Sequence[str | None], ns: str) -> None:
         wanted = [k for k in keys if k is not None]
@@ -629,7 +603,7 @@ class PostgresMemoryStore(SearchMixin):
         ns = namespace_of(options)
         op = operation_of(options, "MEMORY.UPDATE", input)
         with self._tx(options) as conn:
-            replay = self._claim_call(conn, "MEMORY.UPDATE", op, eid, ns)
+            replay = claim_call(self._ledger, conn, "MEMORY.UPDATE", op, eid, ns)
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(i) for i in replay]
             # FOR UPDATE (in id order): the rows are ours until COMMIT, so ifMetadata is
@@ -684,7 +658,7 @@ class PostgresMemoryStore(SearchMixin):
             keywords.adjust(conn, self._quoted, ns, counts)
             items = [item(row) for row in rows]
             output = [to_wire(i) for i in items]
-            self._record_call(conn, op, eid, output, ns)
+            record_call(self._ledger, conn, "MEMORY.UPDATE", op, eid, output, self._retention_s, ns)
         return items
 
     def delete(
@@ -697,7 +671,7 @@ class PostgresMemoryStore(SearchMixin):
         ns = namespace_of(options)
         op = operation_of(options, "MEMORY.DELETE", input)
         with self._tx(options) as conn:
-            replay = self._claim_call(conn, "MEMORY.DELETE", op, eid, ns)
+            replay = claim_call(self._ledger, conn, "MEMORY.DELETE", op, eid, ns)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             rows = conn.execute(
@@ -708,5 +682,7 @@ class PostgresMemoryStore(SearchMixin):
             keywords.adjust(conn, self._quoted, ns, [(int(row[1]), 0) for row in rows])
             gone = {row[0] for row in rows}
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in gone])
-            self._record_call(conn, op, eid, to_wire(output), ns)
+            record_call(
+                self._ledger, conn, "MEMORY.DELETE", op, eid, to_wire(output), self._retention_s, ns
+            )
         return output

@@ -15,6 +15,7 @@ from typing import Any, Final
 from ditto_plugin_sqlite.store import SqliteMemoryStore
 from ditto_worker.errors import ConfigError
 from ditto_worker.memory.indexing import parse_fields, parse_query_fields
+from ditto_worker.sqlkit.settings import search_settings
 
 __all__ = ["DEFAULT_PATH", "SqliteMemoryStore", "create_store"]
 
@@ -103,12 +104,8 @@ def create_store(
             "memory workers write"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
-    from ditto_worker.memory.search.settings import RetrievalConfig
-    from ditto_worker.runtime.registry import build_embedder
-
-    hybrid = RetrievalConfig.parse(settings.get("hybrid"))
-    kind = env.get(_ENV_EMBEDDING) or settings.get("embedding") or "none"
-    embedder = build_embedder(str(kind), None, env)
+    kind = env.get(_ENV_EMBEDDING) or settings.get("embedding")
+    embedder, hybrid = search_settings(settings.get("hybrid"), kind, env)
     retention = settings.get("executionRetentionS", 86400)
     if isinstance(retention, bool) or not isinstance(retention, int | float | str):
         raise ConfigError("executionRetentionS must be a number of seconds")

@@ -54,11 +54,10 @@ from typing import Any, Final
 from ditto_plugin_sqlite import driver
 from ditto_plugin_sqlite.ann import ensure_tables
 from ditto_plugin_sqlite.driver import Connection
-from ditto_plugin_sqlite.executions import DDL as EXECUTIONS_DDL
 from ditto_plugin_sqlite.fts import DDL as FTS_DDL
 from ditto_plugin_sqlite.fts import add_shortest
 from ditto_plugin_sqlite.fts import rebuild as rebuild_fts
-from ditto_plugin_sqlite.operations import DDL as OPERATIONS_DDL
+from ditto_plugin_sqlite.ledger import EXECUTIONS_DDL, OPERATIONS_DDL
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.text import keyword_text

@@ -30,48 +30,20 @@ from ditto_plugin_sqlite.nearest import nearest_rows
 from ditto_plugin_sqlite.rows import COLUMNS, WIDTH, chunks, marks, row_item
 from ditto_plugin_sqlite.sql import Sql, compile_filter, in_namespace
 from ditto_worker.contracts import MemorySearchInput
-from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.filters import parse_filter
-from ditto_worker.memory.native import VECTOR_OPTIONS, Hit, NativeSearch
+from ditto_worker.memory.native import Hit, NativeSearch
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
+from ditto_worker.sqlkit.settings import sql_capabilities
 
 __all__ = ["KEYWORD_CAPABILITIES", "VECTOR_CAPABILITIES", "SearchMixin"]
 
 _EXTRAS: Final = frozenset({"multi_process", "driver_cancel"})
 
-KEYWORD_CAPABILITIES: Final = StoreCapabilities(
-    search_strategies=("keyword", "bm25"),
-    default_strategy="keyword",
-    keyword_strategy="keyword",
-    keyword_cjk=True,
-    keyword_scope_statistics=True,
-    key_conflict="error",
-    batch_atomic=True,
-    cancel=True,
-    scope=True,
-    operation_ids=True,
-    conditional_update=True,
-    extras=_EXTRAS,
-)
+KEYWORD_CAPABILITIES: Final = sql_capabilities(("keyword", "bm25"), _EXTRAS, vectors=False)
 """What a store without an embedding provider declares."""
 
-VECTOR_CAPABILITIES: Final = StoreCapabilities(
-    search_strategies=("keyword", "bm25", "vector", "hybrid"),
-    default_strategy="keyword",
-    keyword_strategy="keyword",
-    keyword_cjk=True,
-    keyword_scope_statistics=True,
-    exhaustive_strategies=("vector",),
-    key_conflict="error",
-    batch_atomic=True,
-    cancel=True,
-    scope=True,
-    operation_ids=True,
-    conditional_update=True,
-    search_options=VECTOR_OPTIONS,
-    extras=_EXTRAS | {"embed_on_write"},
-)
+VECTOR_CAPABILITIES: Final = sql_capabilities(("keyword", "bm25"), _EXTRAS, vectors=True)
 """What a store with an embedding provider declares (``vector`` and ``hybrid`` added)."""
 
 

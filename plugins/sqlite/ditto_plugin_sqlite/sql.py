@@ -23,33 +23,22 @@ doubled), never text from a request: a request naming another field gets paramet
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from ditto_worker.memory.filters import (
-    And,
-    Cursor,
-    Exists,
-    FieldRef,
-    FilterNode,
-    In,
-    Or,
-    Scalar,
-    SortTerm,
-)
+from ditto_worker.memory.filters import FieldRef, FilterNode, Scalar, SortTerm
+from ditto_worker.sqlkit import FilterDialect, Sql
+from ditto_worker.sqlkit import compile_filter as _compile
 
 __all__ = [
     "Declared",
     "Sql",
+    "SqliteFilter",
     "compile_filter",
     "field_expressions",
     "in_namespace",
     "indexable",
-    "keyset_condition",
-    "order_clause",
     "sort_columns",
     "sort_expressions",
-    "uses_declared",
 ]
 
 _RESERVED_COLUMNS: Final = {
@@ -60,14 +49,6 @@ _RESERVED_COLUMNS: Final = {
 }
 _SQL_OPS: Final = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 _INT64_MAX: Final = 2**63 - 1
-
-
-@dataclass
-class Sql:
-    """A SQL fragment and its positional parameters, in text order."""
-
-    text: str
-    params: list[Any] = field(default_factory=list)
 
 
 def _plain(segment: str) -> bool:
@@ -144,50 +125,6 @@ def _typed(ref: FieldRef, sql_op: str, value: Scalar, declared: Declared) -> Sql
     )
 
 
-def _join(op: str, parts: Sequence[Sql], empty: str) -> Sql:
-    if not parts:
-        return Sql(empty)
-    return Sql(
-        "(" + f" {op} ".join(part.text for part in parts) + ")",
-        [param for part in parts for param in part.params],
-    )
-
-
-def compile_filter(node: FilterNode | None, declared: Declared = frozenset()) -> Sql:
-    """Compile a parsed filter to a boolean SQL expression over ``m`` (0/1, never NULL);
-    ``declared`` fields get the expressions of their indexes (module doc)."""
-    if node is None:
-        return Sql("1")
-    if isinstance(node, And):
-        return _join("AND", [compile_filter(c, declared) for c in node.children], "1")
-    if isinstance(node, Or):
-        return _join("OR", [compile_filter(c, declared) for c in node.children], "0")
-    if isinstance(node, Exists):
-        type_sql, _ = _field_sql(node.field, declared)
-        op = "<>" if node.exists else "="
-        return Sql(f"({type_sql.text} {op} 'missing')", type_sql.params)
-    if isinstance(node, In):
-        found = _join(
-            "OR", [_typed(node.field, "=", value, declared) for value in node.values], "0"
-        )
-        return Sql(f"(NOT {found.text})", found.params) if node.negate else found
-    if node.op == "$ne":
-        equal = _typed(node.field, "=", node.value, declared)
-        return Sql(f"(NOT {equal.text})", equal.params)
-    return _typed(node.field, _SQL_OPS[node.op], node.value, declared)
-
-
-def uses_declared(node: FilterNode | None, terms: Sequence[SortTerm], declared: Declared) -> bool:
-    """True when a sort term or a filter condition is on an indexed declared field."""
-    if any(indexable(term.field, declared) for term in terms):
-        return True
-    if node is None:
-        return False
-    if isinstance(node, And | Or):
-        return any(uses_declared(child, (), declared) for child in node.children)
-    return indexable(node.field, declared)
-
-
 def in_namespace(where: Sql, namespace: str, lookup: bool = True, indexed: bool = False) -> Sql:
     """``where`` confined to one tenant namespace (exact ``=`` on a bound parameter, so
     ``_``/``%`` are plain characters; :mod:`ditto_worker.memory.scope`).
@@ -238,25 +175,35 @@ def sort_columns(terms: Sequence[SortTerm], declared: Declared = frozenset()) ->
     return Sql("".join(p.text for p in parts), [x for p in parts for x in p.params])
 
 
-def order_clause(terms: Sequence[SortTerm]) -> str:
-    """``ORDER BY`` items over the columns of :func:`sort_columns`, then ``seq`` ascending."""
-    items = []
-    for index, term in enumerate(terms):
-        direction = "DESC" if term.descending else "ASC"
-        items += [f"r{index} {direction}", f"v{index} {direction}"]
-    return ", ".join([*items, "seq ASC"])
+class SqliteFilter(FilterDialect):
+    """SQLite's leaves of the shared compiler (:mod:`ditto_worker.sqlkit`): ``json_type``
+    and ``json_extract`` (module doc), ``?`` placeholders, 0/1 booleans; sort terms
+    select ``r{i}``/``v{i}`` (:func:`sort_columns`). ``declared``: the store's declared
+    ``queryFields`` (their index expressions)."""
+
+    true: ClassVar[str] = "1"
+    false: ClassVar[str] = "0"
+    mark: ClassVar[str] = "?"
+    sort_letters: ClassVar[tuple[str, ...]] = ("r", "v")
+
+    def __init__(self, declared: Declared = frozenset()) -> None:
+        self.declared = declared
+
+    def equals(self, ref: FieldRef, value: Scalar) -> Sql:  # noqa: D102 (the base's doc)
+        return _typed(ref, "=", value, self.declared)
+
+    def compare(self, ref: FieldRef, op: str, value: Scalar) -> Sql:  # noqa: D102
+        return _typed(ref, _SQL_OPS[op], value, self.declared)
+
+    def exists(self, ref: FieldRef, exists: bool) -> Sql:  # noqa: D102
+        type_sql, _ = _field_sql(ref, self.declared)
+        return Sql(f"({type_sql.text} {'<>' if exists else '='} 'missing')", type_sql.params)
+
+    def at(self, index: int, rank: int, value: Any, op: str) -> Sql:  # noqa: D102
+        return Sql(f"(r{index} = ? AND v{index} {op} ?)", [rank, _bind(value)])
 
 
-def keyset_condition(terms: Sequence[SortTerm], cursor: Cursor) -> Sql:
-    """Rows strictly after ``cursor`` in the order of :func:`order_clause`."""
-    columns: list[tuple[str, str, Any]] = []
-    for index, (term, (rank, value)) in enumerate(zip(terms, cursor.values, strict=True)):
-        op = "<" if term.descending else ">"
-        columns += [(f"r{index}", op, rank), (f"v{index}", op, _bind(value))]
-    columns.append(("seq", ">", cursor.seq))
-    branches: list[Sql] = []
-    for position, (column, op, value) in enumerate(columns):
-        prefix = columns[:position]
-        text = " AND ".join([f"{c} = ?" for c, _, _ in prefix] + [f"{column} {op} ?"])
-        branches.append(Sql(f"({text})", [v for _, _, v in prefix] + [value]))
-    return _join("OR", branches, "1")
+def compile_filter(node: FilterNode | None, declared: Declared = frozenset()) -> Sql:
+    """Compile a parsed filter to a boolean SQL expression over ``m`` (0/1, never NULL);
+    ``declared`` fields get the expressions of their indexes (module doc)."""
+    return _compile(SqliteFilter(declared), node)

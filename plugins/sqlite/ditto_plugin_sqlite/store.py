@@ -23,10 +23,9 @@ from typing import Any, ClassVar, Final
 from ditto_plugin_sqlite import vectors as vec
 from ditto_plugin_sqlite.db import open_connection, transaction, usable
 from ditto_plugin_sqlite.driver import Connection
-from ditto_plugin_sqlite.executions import DEFAULT_RETENTION_S, claim_replay, record
 from ditto_plugin_sqlite.fts import index_record, unindex_records
 from ditto_plugin_sqlite.fts import rebuild as rebuild_keywords
-from ditto_plugin_sqlite.operations import record_operation, replay_operation
+from ditto_plugin_sqlite.ledger import SqliteLedger
 from ditto_plugin_sqlite.query_index import QueryIndexes
 from ditto_plugin_sqlite.reembed import reembed
 from ditto_plugin_sqlite.rows import CHUNK as _CHUNK
@@ -41,13 +40,10 @@ from ditto_plugin_sqlite.rows import row_item as _item
 from ditto_plugin_sqlite.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES, SearchMixin
 from ditto_plugin_sqlite.settings import claim_setting, read_setting
 from ditto_plugin_sqlite.sql import (
-    Sql,
-    compile_filter,
+    SqliteFilter,
     in_namespace,
-    keyset_condition,
-    order_clause,
+    indexable,
     sort_columns,
-    uses_declared,
 )
 from ditto_worker.contracts import (
     MemoryDeleteInput,
@@ -63,14 +59,7 @@ from ditto_worker.contracts import (
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.cursors import CURSOR_SECRET_SETTING, new_cursor_secret
-from ditto_worker.memory.filters import (
-    decode_cursor,
-    encode_cursor,
-    parse_filter,
-    parse_order_by,
-    query_fingerprint,
-    timestamp_now,
-)
+from ditto_worker.memory.filters import SortValue, timestamp_now
 from ditto_worker.memory.indexing import (
     INDEX_SETTING,
     decode_fields,
@@ -81,14 +70,32 @@ from ditto_worker.memory.operations import condition_failed, metadata_holds, ope
 from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions, reembed_provider
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.text import embedding_text, keyword_text
+from ditto_worker.sqlkit import (
+    DEFAULT_RETENTION_S,
+    Sql,
+    claim_call,
+    compile_filter,
+    page_output,
+    page_query,
+    page_request,
+    record_call,
+    uses_declared,
+)
 
 __all__ = ["SqliteMemoryStore"]
 
-_DEFAULT_QUERY_LIMIT: Final = 100
+_LEDGER: Final = SqliteLedger()
 
 
 def _metadata(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def _sort_values(row: _Row) -> tuple[SortValue, ...]:
+    """The cursor's ``(rank, value)`` per sort term: the ``r{i}``/``v{i}`` columns after
+    the :data:`~ditto_plugin_sqlite.rows.WIDTH` record columns of a QUERY row."""
+    extra = row[_WIDTH:]
+    return tuple((extra[i], extra[i + 1]) for i in range(0, len(extra), 2))
 
 
 class SqliteMemoryStore(SearchMixin):
@@ -450,41 +457,23 @@ class SqliteMemoryStore(SearchMixin):
                 ``INVALID_CURSOR`` (malformed, made for another filter/orderBy, or
                 issued in another namespace).
         """
-        node = parse_filter(input.filter)
-        terms = parse_order_by(input.order_by)
-        fingerprint = query_fingerprint(input.filter, input.order_by)
         ns = namespace_of(options)
-        cursor = None
-        if input.cursor:
-            cursor = decode_cursor(
-                input.cursor, fingerprint, len(terms), self._cursor_secret(), namespace=ns
-            )
-        limit = input.limit or _DEFAULT_QUERY_LIMIT
-        declared = self._query.declared
-        columns = sort_columns(terms, declared)
-        indexed = uses_declared(node, terms, declared)
-        where = in_namespace(compile_filter(node, declared), ns, indexed=indexed)
-        after = keyset_condition(terms, cursor) if cursor is not None else Sql("1")
-        sql = (
-            f"SELECT * FROM (SELECT m.seq AS seq, m.id, m.key, m.content, m.metadata,"
-            f" m.operation_id, m.created_at, m.updated_at{columns.text} FROM memories AS m"
-            f" WHERE {where.text}) "
-            f"WHERE {after.text} ORDER BY {order_clause(terms)} LIMIT ?"
+        request = page_request(input, ns, self._cursor_secret)
+        dialect = SqliteFilter(self._query.declared)
+        declared = dialect.declared
+        indexed = uses_declared(request.node, request.terms, lambda f: indexable(f, declared))
+        where = in_namespace(compile_filter(dialect, request.node), ns, indexed=indexed)
+        sql = page_query(
+            dialect,
+            "m.seq AS seq, m.id, m.key, m.content, m.metadata, m.operation_id, m.created_at,"
+            " m.updated_at",
+            sort_columns(request.terms, declared),
+            Sql(f"memories AS m WHERE {where.text}", where.params),
+            request,
         )
-        params = [*columns.params, *where.params, *after.params, limit + 1]
         with self._tx(options, write=False) as conn:
-            rows = conn.execute(sql, params).fetchall()
-        page = rows[:limit]
-        next_cursor = None
-        if len(rows) > limit:
-            last = page[-1]
-            values = tuple(
-                (last[_WIDTH + 2 * i], last[_WIDTH + 1 + 2 * i]) for i in range(len(terms))
-            )
-            next_cursor = encode_cursor(
-                fingerprint, values, last[0], self._cursor_secret(), namespace=ns
-            )
-        return MemoryQueryOutput(items=[_item(row) for row in page], next_cursor=next_cursor)
+            rows = conn.execute(sql.text, sql.params).fetchall()
+        return page_output(request, rows, self._cursor_secret, _item, _sort_values)
 
     def write(
         self, input: MemoryWriteInput, options: MemoryCallOptions | None = None
@@ -511,7 +500,7 @@ class SqliteMemoryStore(SearchMixin):
         op = operation_of(options, "MEMORY.WRITE", input)
         op_id = None if op is None else op.id
         with self._tx(options, write=True) as conn:
-            replay = replay_operation(conn, op, ns) or claim_replay(conn, eid, "MEMORY.WRITE", ns)
+            replay = claim_call(_LEDGER, conn, "MEMORY.WRITE", op, eid, ns)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(item) for item in replay]
             _check_keys(conn, drafts, ns)
@@ -532,8 +521,7 @@ class SqliteMemoryStore(SearchMixin):
                 for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True)
             ]
             output = [to_wire(i) for i in items]
-            record(conn, eid, "MEMORY.WRITE", output, self._retention_s, ns)
-            record_operation(conn, op, output, ns)
+            record_call(_LEDGER, conn, "MEMORY.WRITE", op, eid, output, self._retention_s, ns)
         if seqs and self._query.stale(seqs[-1]):  # the planner's statistics, after a doubling
             with self._tx(None, write=True) as conn:
                 self._query.analyze(conn)
@@ -568,7 +556,7 @@ class SqliteMemoryStore(SearchMixin):
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
         with self._tx(options, write=True) as conn:
-            replay = replay_operation(conn, op, ns) or claim_replay(conn, eid, "MEMORY.UPDATE", ns)
+            replay = claim_call(_LEDGER, conn, "MEMORY.UPDATE", op, eid, ns)
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(item) for item in replay]
             now = timestamp_now()
@@ -599,8 +587,7 @@ class SqliteMemoryStore(SearchMixin):
                     self._store_vectors(conn, [seq_row[0]], blob)
             items = [_item(row) for row in rows]
             output = [to_wire(i) for i in items]
-            record(conn, eid, "MEMORY.UPDATE", output, self._retention_s, ns)
-            record_operation(conn, op, output, ns)
+            record_call(_LEDGER, conn, "MEMORY.UPDATE", op, eid, output, self._retention_s, ns)
         return items
 
     def delete(
@@ -614,7 +601,7 @@ class SqliteMemoryStore(SearchMixin):
         ns = namespace_of(options)
         op = operation_of(options, "MEMORY.DELETE", input)
         with self._tx(options, write=True) as conn:
-            replay = replay_operation(conn, op, ns) or claim_replay(conn, eid, "MEMORY.DELETE", ns)
+            replay = claim_call(_LEDGER, conn, "MEMORY.DELETE", op, eid, ns)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             for chunk in _chunks(ids):
@@ -627,6 +614,7 @@ class SqliteMemoryStore(SearchMixin):
                 conn.execute(f"DELETE FROM memory_vectors WHERE seq IN ({_marks(chunk)})", chunk)
                 conn.execute(f"DELETE FROM memories WHERE seq IN ({_marks(chunk)})", chunk)
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])
-            record(conn, eid, "MEMORY.DELETE", to_wire(output), self._retention_s, ns)
-            record_operation(conn, op, to_wire(output), ns)
+            record_call(
+                _LEDGER, conn, "MEMORY.DELETE", op, eid, to_wire(output), self._retention_s, ns
+            )
         return output
