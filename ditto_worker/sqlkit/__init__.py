@@ -11,6 +11,10 @@ connection handling, and its native search; the kit holds the rest:
 * :mod:`.paging`: one QUERY page (:func:`page_request`, :func:`page_query`,
   :func:`page_output`): parse, select after the cursor, cut, sign the next cursor.
 
+* :mod:`.settings`: :func:`sql_capabilities`, and ``create_store``'s shared settings
+  (:data:`SERVER_DEFAULTS`, :func:`server_values`, :func:`common_arguments`,
+  :func:`search_settings`).
+
 It sits in the SDK's plugin-author layer beside the conformance kit
 (:mod:`ditto_worker.testing`): plugins import it, it imports nothing above
 :mod:`ditto_worker.memory`.
@@ -44,6 +48,13 @@ from ditto_worker.sqlkit.paging import (
     page_query,
     page_request,
 )
+from ditto_worker.sqlkit.settings import (
+    SERVER_DEFAULTS,
+    common_arguments,
+    search_settings,
+    server_values,
+    sql_capabilities,
+)
 
 __all__ = [
     "DEFAULT_QUERY_LIMIT",
@@ -52,10 +63,12 @@ __all__ = [
     "LedgerDialect",
     "LedgerRow",
     "PageRequest",
+    "SERVER_DEFAULTS",
     "Sql",
     "claim_call",
     "claim_execution",
     "claim_operation",
+    "common_arguments",
     "compile_filter",
     "join",
     "keyset_condition",
@@ -65,5 +78,8 @@ __all__ = [
     "page_query",
     "page_request",
     "record_call",
+    "search_settings",
+    "server_values",
+    "sql_capabilities",
     "uses_declared",
 ]

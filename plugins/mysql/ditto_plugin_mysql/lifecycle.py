@@ -35,8 +35,9 @@ from ditto_plugin_mysql.migrations import (
 )
 from ditto_plugin_mysql.query_index import column_prefixes, sync_columns
 from ditto_plugin_mysql.reembed import Reembedding
-from ditto_plugin_mysql.rows import marks
+from ditto_plugin_mysql.rows import chunks, marks
 from ditto_plugin_mysql.settings import claim_setting, lock_sequence, read_setting, scope_id
+from ditto_plugin_mysql.sql import key_hash
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.cursors import CURSOR_SECRET_SETTING, new_cursor_secret
 from ditto_worker.memory.indexing import (
@@ -195,6 +196,28 @@ class Lifecycle:
         if found is not None and len(self._scopes) < _MAX_CACHED_SCOPES and not create:
             self._scopes[namespace] = found  # a created id is cached once committed & read
         return found
+
+    def _last_created(self, conn: Conn) -> str | None:
+        with conn.cursor() as cur:
+            cur.execute("SELECT created_at FROM memories ORDER BY seq DESC LIMIT 1")
+            row = cur.fetchone()
+        return None if row is None else str(row[0])
+
+    def _check_taken(self, conn: Conn, scope: int, keys: Sequence[str | None]) -> None:
+        wanted = [k for k in keys if k is not None]
+        for chunk in chunks(wanted):
+            hashes = [key_hash(k) for k in chunk]
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT `key` FROM memories WHERE scope = %s AND key_hash IN "
+                    f"({marks(hashes)}) LIMIT 1",
+                    [scope, *hashes],
+                )
+                row = cur.fetchone()
+            if row is not None:
+                raise MemoryError(
+                    ErrorCode.CONFLICT, f"memories[{keys.index(row[0])}].key already exists"
+                )
 
     def _cursor_secret(self) -> str:
         self._get_pool()

@@ -18,6 +18,7 @@ from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.operations import condition_failed, metadata_holds
 
 __all__ = [
+    "chunks",
     "COLUMNS",
     "WIDTH",
     "Row",
@@ -36,6 +37,11 @@ COLUMNS: Final = (
 """The record columns every read selects first."""
 WIDTH: Final = 8
 """How many columns :data:`COLUMNS` selects."""
+
+
+def chunks(values: Sequence[Any], size: int = 1000) -> list[list[Any]]:
+    """``values`` in lists of at most ``size`` (one ``IN (…)`` statement each)."""
+    return [list(values[i : i + size]) for i in range(0, len(values), size)]
 
 
 def marks(values: Sequence[Any]) -> str:

@@ -29,6 +29,7 @@ from ditto_plugin_mysql.rows import (
     Row,
     check_batch_keys,
     check_targets,
+    chunks,
     dump,
     item,
     marks,
@@ -49,7 +50,6 @@ from ditto_worker.contracts import (
     MemoryWriteInput,
     to_wire,
 )
-from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.filters import SortValue, timestamp_now
 from ditto_worker.memory.operations import operation_of
@@ -68,17 +68,12 @@ from ditto_worker.sqlkit import (
 
 __all__ = ["MysqlMemoryStore"]
 
-_CHUNK: Final = 1000
 _LEDGER: Final = MysqlLedger()
 
 
 def _sort_values(row: Row) -> tuple[SortValue, ...]:
     """The cursor's ``(rank, value)`` per sort term (four columns each after the record's)."""
     return tuple(sort_value(row, i) for i in range((len(row) - WIDTH) // 4))
-
-
-def _chunks(values: Sequence[Any]) -> list[list[Any]]:
-    return [list(values[i : i + _CHUNK]) for i in range(0, len(values), _CHUNK)]
 
 
 class MysqlMemoryStore(Lifecycle, SearchMixin):
@@ -266,34 +261,12 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
             )
         return items
 
-    def _last_created(self, conn: Conn) -> str | None:
-        with conn.cursor() as cur:
-            cur.execute("SELECT created_at FROM memories ORDER BY seq DESC LIMIT 1")
-            row = cur.fetchone()
-        return None if row is None else str(row[0])
-
-    def _check_taken(self, conn: Conn, scope: int, keys: Sequence[str | None]) -> None:
-        wanted = [k for k in keys if k is not None]
-        for chunk in _chunks(wanted):
-            hashes = [key_hash(k) for k in chunk]
-            with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT `key` FROM memories WHERE scope = %s AND key_hash IN "
-                    f"({marks(hashes)}) LIMIT 1",
-                    [scope, *hashes],
-                )
-                row = cur.fetchone()
-            if row is not None:
-                raise MemoryError(
-                    ErrorCode.CONFLICT, f"memories[{keys.index(row[0])}].key already exists"
-                )
-
     def _locked_rows(self, conn: Conn, scope: int, ids: Sequence[str]) -> dict[str, Row]:
         """``id -> (seq, id, key, content, metadata, operation_id, created_at, updated_at,
         terms)`` of the scope's
         records with these ids, locked until the transaction ends (exact ids)."""
         found: dict[str, Row] = {}
-        for chunk in _chunks(list(dict.fromkeys(ids))):
+        for chunk in chunks(list(dict.fromkeys(ids))):
             with conn.cursor() as cur:
                 cur.execute(
                     f"SELECT {COLUMNS}, m.terms FROM memories AS m WHERE m.scope = %s "
@@ -401,7 +374,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
             seqs = [int(row[0]) for row in found.values()]
             table = vec.live_table(conn, lock=True)[0] if seqs else ""  # a reindex may switch
             with conn.cursor() as cur:
-                for chunk in _chunks(seqs):
+                for chunk in chunks(seqs):
                     cur.execute(f"DELETE FROM memories WHERE seq IN ({marks(chunk)})", chunk)
                     cur.execute(f"DELETE FROM {table} WHERE seq IN ({marks(chunk)})", chunk)
             keywords.unindex(conn, seqs)
