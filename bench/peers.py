@@ -8,9 +8,9 @@ side alike):
   ``SqliteMemoryStore`` with keyword (FTS5) and vector indexing on; the embedding provider
   answers the precomputed vectors (embedding cost excluded);
 * **SqliteStore**: LangGraph's ``langgraph.store.sqlite.SqliteStore``
-  (langgraph-checkpoint-sqlite 3.1.2) on a ``pysqlite3`` connection (the SQLite build ours
-  uses; it loads sqlite-vec the same way), ``index={"dims": 384, "embed": <lookup>,
-  "fields": ["text"]}``;
+  (langgraph-checkpoint-sqlite 3.1.2) on a connection of ``ditto_plugin_sqlite.driver``
+  (pysqlite3: the SQLite build ours uses, the one library of the process; it loads
+  sqlite-vec the same way), ``index={"dims": 384, "embed": <lookup>, "fields": ["text"]}``;
 * **InMemoryStore**: LangGraph's ``langgraph.store.memory.InMemoryStore``, same index.
 
 Records: ``--n`` (10,000) built from the LoCoMo turns (``../shared/data/locomo`` when
@@ -166,9 +166,10 @@ def open_side(name: str, table: dict[str, list[float]]) -> Iterator[Side]:
                 store.close()
         elif name == "SqliteStore":
             from langgraph.store.sqlite import SqliteStore
-            from pysqlite3 import dbapi2
 
-            conn = dbapi2.connect(str(folder / "peer.sqlite"), check_same_thread=False,
+            from ditto_plugin_sqlite import driver  # the one SQLite library of the process
+
+            conn = driver.connect(folder / "peer.sqlite", check_same_thread=False,
                                   isolation_level=None)  # fmt: skip
             peer = SqliteStore(conn, index=index)  # type: ignore[arg-type]
             peer.setup()
