@@ -1,0 +1,207 @@
+"""How a LangGraph item is kept as one of our records, and its filters as ours (no I/O).
+
+A LangGraph item ``(namespace, key, value)`` is one record of the host's trusted scope,
+``memory`` space (MEM-DATA-1), laid out as::
+
+    key:      "lg:" + JSON [*namespace, key]        (unique per scope: GET by key)
+    content:  the text LangGraph would embed (IndexConfig fields), or null when the
+              item is not indexed: what our vector search embeds
+    metadata: {"kind": "lg-item", "ns": {"p0": label0, ...}, "sx": {"s0": last label, ...},
+               "nd": depth, "k": key, "ix": indexed?, "v": value}
+
+and each namespace in use has one more record, key ``"lgns:" + JSON [*namespace]``,
+metadata ``{"kind": "lg-ns", "ns": …, "sx": …, "nd": …}``, so ``list_namespaces`` reads
+namespaces, never items. The namespace tuple is only data inside the scope: no label
+ever reaches the scope or the space (MEM-SCOPE), so no namespace names another tenant.
+
+Filters: LangGraph's ``{"field": value}`` and ``{"field": {"$op": x}}`` on the value
+become ours on ``v.field`` (``$eq $ne $gt $gte $lt $lte``); a nested object compares its
+leaves; a list operand (which our filters do not compare) is checked here on the page.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+__all__ = [
+    "ITEM",
+    "NAMESPACE",
+    "item_key",
+    "item_metadata",
+    "namespace_key",
+    "namespace_metadata",
+    "namespace_of",
+    "prefix_filter",
+    "residual_matches",
+    "suffix_filter",
+    "timestamp",
+    "value_filter",
+]
+
+ITEM: Final = "lg-item"
+NAMESPACE: Final = "lg-ns"
+_OPS: Final = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
+_FILTER_KEY: Final = re.compile(r"^[a-zA-Z0-9_.-]+$")
+"""Filter keys LangGraph's SQL stores accept (``langgraph.store.sqlite.base``)."""
+_SAFE_INT: Final = 2**53
+
+
+def _json(parts: Sequence[str]) -> str:
+    return json.dumps(list(parts), ensure_ascii=False, separators=(",", ":"))
+
+
+def item_key(namespace: Sequence[str], key: str) -> str:
+    """Our record key of LangGraph item ``key`` in ``namespace``."""
+    return "lg:" + _json([*namespace, key])
+
+
+def namespace_key(namespace: Sequence[str]) -> str:
+    """Our record key of the namespace marker of ``namespace``."""
+    return "lgns:" + _json(namespace)
+
+
+def _labels(namespace: Sequence[str]) -> dict[str, Any]:
+    return {
+        "ns": {f"p{i}": label for i, label in enumerate(namespace)},
+        "sx": {f"s{i}": label for i, label in enumerate(reversed(namespace))},
+        "nd": len(namespace),
+    }
+
+
+def item_metadata(
+    namespace: Sequence[str], key: str, value: Mapping[str, Any], indexed: bool
+) -> dict[str, Any]:
+    """The metadata of an item record (module docstring)."""
+    return {"kind": ITEM, **_labels(namespace), "k": key, "ix": indexed, "v": dict(value)}
+
+
+def namespace_metadata(namespace: Sequence[str]) -> dict[str, Any]:
+    """The metadata of a namespace marker record."""
+    return {"kind": NAMESPACE, **_labels(namespace)}
+
+
+def namespace_of(metadata: Mapping[str, Any]) -> tuple[str, ...]:
+    """The namespace tuple a record's metadata holds."""
+    labels = metadata["ns"]
+    return tuple(str(labels[f"p{i}"]) for i in range(int(metadata["nd"])))
+
+
+def prefix_filter(prefix: Sequence[str], wildcards: bool = False) -> dict[str, Any]:
+    """Our filter for namespaces starting with ``prefix`` (``"*"`` any label when
+    ``wildcards``)."""
+    flt: dict[str, Any] = {f"ns.p{i}": label for i, label in enumerate(prefix)
+                           if not (wildcards and label == "*")}  # fmt: skip
+    if prefix:
+        flt["nd"] = {"$gte": len(prefix)}
+    return flt
+
+
+def suffix_filter(suffix: Sequence[str]) -> dict[str, Any]:
+    """Our filter for namespaces ending with ``suffix`` (``"*"`` any label)."""
+    flt: dict[str, Any] = {f"sx.s{i}": label for i, label in enumerate(reversed(suffix))
+                           if label != "*"}  # fmt: skip
+    if suffix:
+        flt["nd"] = {"$gte": len(suffix)}
+    return flt
+
+
+def value_filter(flt: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """LangGraph's value filter as ours on ``v.…``, plus the conditions our filters cannot
+    express (list operands), to check on the records found (:func:`residual_matches`).
+
+    Raises:
+        ValueError: an operator LangGraph does not define.
+    """
+    ours: dict[str, Any] = {}
+    rest: list[tuple[str, Any]] = []
+    for field, operand in (flt or {}).items():
+        if not _FILTER_KEY.match(str(field)):
+            raise ValueError(
+                f"Invalid filter key: '{field}'. Filter keys must contain only alphanumeric "
+                "characters, underscores, dots, and hyphens."
+            )
+        _translate(f"v.{field}", operand, ours, rest)
+    return ours, rest
+
+
+def _translate(path: str, operand: Any, ours: dict[str, Any], rest: list[tuple[str, Any]]) -> None:
+    if isinstance(operand, Mapping):
+        if any(str(k).startswith("$") for k in operand):
+            unknown = [k for k in operand if k not in _OPS]
+            if unknown:
+                raise ValueError(f"Unsupported operator: {unknown[0]}")
+            if not all(_plain(v) for v in operand.values()):
+                rest.append((path, operand))
+            else:
+                ours[path] = dict(operand)
+            return
+        for key, inner in operand.items():
+            _translate(f"{path}.{key}", inner, ours, rest)
+        return
+    if not _plain(operand):
+        rest.append((path, operand))
+        return
+    ours[path] = operand
+
+
+def _plain(operand: Any) -> bool:
+    """An operand our filters compare as LangGraph does: a string, a boolean, ``null`` or
+    a finite number within ±2^53 (others are checked in Python: lists, NaN, ±inf, 10^100)."""
+    if isinstance(operand, bool) or operand is None or isinstance(operand, str):
+        return True
+    if isinstance(operand, int):
+        return abs(operand) <= _SAFE_INT
+    return isinstance(operand, float) and math.isfinite(operand)
+
+
+def residual_matches(metadata: Mapping[str, Any], rest: Sequence[tuple[str, Any]]) -> bool:
+    """Whether a record passes the conditions :func:`value_filter` left to Python
+    (LangGraph's own comparison: lists element by element)."""
+    for path, operand in rest:
+        value: Any = metadata
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if not _compare(value, operand):
+            return False
+    return True
+
+
+def _compare(value: Any, operand: Any) -> bool:
+    if isinstance(operand, Mapping):
+        if any(str(k).startswith("$") for k in operand):
+            return all(_apply(value, op, x) for op, x in operand.items())
+        return isinstance(value, Mapping) and all(
+            _compare(value.get(k), v) for k, v in operand.items()
+        )
+    if isinstance(operand, list | tuple):
+        return (
+            isinstance(value, list | tuple)
+            and len(value) == len(operand)
+            and all(_compare(a, b) for a, b in zip(value, operand, strict=True))
+        )
+    return bool(value == operand)
+
+
+def _apply(value: Any, op: str, operand: Any) -> bool:
+    if op == "$eq":
+        return bool(value == operand)
+    if op == "$ne":
+        return bool(value != operand)
+    try:
+        left, right = float(value), float(operand)
+    except (TypeError, ValueError):
+        return False
+    return {"$gt": left > right, "$gte": left >= right, "$lt": left < right,
+            "$lte": left <= right}[op]  # fmt: skip
+
+
+def timestamp(text: str | None) -> datetime:
+    """A record's ``createdAt``/``updatedAt`` (MEM-DATA-5) as an aware datetime."""
+    if text is None:
+        raise ValueError("the store returned a record without timestamps (MEM-DATA-5)")
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
