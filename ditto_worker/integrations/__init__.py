@@ -9,6 +9,9 @@ package imports none of those libraries:
   ``BaseStore[str, bytes]``: ``pip install 'ditto-worker[langchain]'``
   (docs/integrations-langchain.md).
 
+* :mod:`ditto_worker.integrations.langgraph` — LangGraph's ``BaseStore`` (``DittoStore``):
+  ``pip install 'ditto-worker[langgraph]'`` (docs/integrations-langgraph.md).
+
 Every adapter calls the nodes through a :class:`~ditto_worker.runtime.Runtime`, embedded
 or on a fleet, under a trusted scope its host gives (never one from a tool argument,
 a document or a model).

@@ -55,6 +55,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     return {r["file"]: r for r in json.loads(out.read_text())}
 
 
+@pytest.mark.timeout(1800)  # the first test runs all four files (about 5 min on 2 busy cores)
 @pytest.mark.parametrize(
     ("file", "least_passed"),
     [
