@@ -6,6 +6,7 @@ import pytest
 
 from ditto_worker.contracts import MemoryItem
 from ditto_worker.errors import ConfigError
+from ditto_worker.memory.search.fusion import dbsf, zscale
 from ditto_worker.retrieval.context import context_scores, mention_scores, neighbour_filter
 from ditto_worker.retrieval.fusion import fuse, minmax, normalized_weights, rrf, weighted
 from ditto_worker.retrieval.settings import ContextSettings, MentionSettings, RetrievalConfig
@@ -32,6 +33,33 @@ def test_rrf_is_rank_only_and_normalized() -> None:
     assert fused["b"] == fused["a"]
     assert fused["c"] == pytest.approx((0.5 / 63) / top)
     assert rrf({"keyword": ["x"], "vector": ["x"]}, {"keyword": 1, "vector": 1})["x"] == 1.0
+
+
+def test_zscale_calibrates_by_the_lists_own_mean_and_deviation() -> None:
+    scores = {"a": 4.0, "b": 2.0, "c": 0.0}  # mean 2, sigma sqrt(8/3)
+    sigma = (8 / 3) ** 0.5
+    scaled = zscale(scores)
+    assert scaled["b"] == pytest.approx(0.5)  # the mean sits in the middle
+    assert scaled["a"] == pytest.approx(0.5 + 2 / (6 * sigma))
+    assert scaled["c"] == pytest.approx(0.5 - 2 / (6 * sigma))
+    assert zscale({"a": 1.0, "b": 1.0}) == {"a": 1.0, "b": 1.0} and zscale({}) == {}
+    rest = {f"n{i}": float(i % 2) for i in range(20)}
+    assert zscale({"x": 100.0, **rest}, spread=1.0)["x"] == 1.0  # clipped to [0, 1]
+    assert zscale({"y": -100.0, **rest}, spread=1.0)["y"] == 0.0
+
+
+def test_dbsf_lets_a_peaked_list_outweigh_a_flat_one_in_that_query() -> None:
+    peaked = {"a": 9.0, **{f"k{i}": 1.0 for i in range(9)}}
+    flat = {"b": 0.52, **{f"v{i}": 0.50 + 0.001 * i for i in range(9)}}
+    fused = dbsf({"keyword": peaked, "vector": flat}, {"keyword": 1, "vector": 1})
+    assert max(fused, key=fused.__getitem__) == "a"
+    assert all(0.0 <= value <= 1.0 for value in fused.values())
+    # min-max gives both list tops 1.0, so the equal-weight tie cannot be told apart
+    minmaxed = weighted({"keyword": peaked, "vector": flat}, {"keyword": 1, "vector": 1})
+    assert minmaxed["a"] == minmaxed["b"] == 0.5
+    assert fuse("dbsf", {"k": [("a", 9.0), ("b", 1.0)]}, {"k": 1}) == dbsf(
+        {"k": {"a": 9.0, "b": 1.0}}, {"k": 1}
+    )
 
 
 def test_fuse_dispatch_and_errors() -> None:

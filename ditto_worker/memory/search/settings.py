@@ -34,8 +34,10 @@ class _Settings(BaseModel):
 class FusionSettings(_Settings):
     """``fusion:`` — how candidate lists become one score (:mod:`.fusion`)."""
 
-    method: Literal["weighted", "rrf"] = Field(
-        default="weighted", description="weighted: min-max scores, convex combination; rrf."
+    method: Literal["weighted", "rrf", "dbsf"] = Field(
+        default="weighted",
+        description="weighted: min-max scores, convex combination; rrf; dbsf: scores "
+        "calibrated per query by their list's mean and deviation, then combined.",
     )
     weights: dict[str, float] = Field(
         default_factory=lambda: {"keyword": 0.7, "vector": 0.3},
