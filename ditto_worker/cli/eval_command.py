@@ -66,12 +66,20 @@ def eval_locomo(
             "the in-sample best (two files or more; in-process SQLite).",
         ),
     ] = False,
+    grid: Annotated[
+        str,
+        typer.Option(
+            help="--leave-one-out: the settings compared: 'rule' (the four of issue 38's "
+            "rule, ditto_worker.cli.tuning.rule_grid) or 'full' (issue 28's 108).",
+        ),
+    ] = "rule",
     plot: Annotated[
         Path | None,
         typer.Option(
             metavar="FILE.png",
-            help="Draw recall@k per strategy, recall@10 per question category and the "
-            "latency distribution into a PNG (needs matplotlib: the bench extra).",
+            help="Draw recall@k per strategy, recall@10 per question category, the "
+            "latency distribution and, with --leave-one-out, the folds into a PNG (needs "
+            "matplotlib: the bench extra).",
         ),
     ] = None,
     embedding_cache: Annotated[
@@ -103,6 +111,8 @@ def eval_locomo(
     check_store("eval locomo", store)
     if leave_one_out and len(paths) < 2:
         fail("eval locomo", "--leave-one-out needs at least two files")
+    if grid not in ("rule", "full"):
+        fail("eval locomo", "--grid must be rule or full")
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     try:
         embedder = CachingEmbedder(MicroBatchingEmbedder(LocalEmbeddingProvider()), embedding_cache)
@@ -116,12 +126,12 @@ def eval_locomo(
             if shared_store
             else []
         )
-        table = _leave_one_out(paths, embedder, fields) if leave_one_out else ""
+        table, folds = _leave_one_out(paths, embedder, fields, grid) if leave_one_out else ("", [])
         embedder.save()
         if plot is not None:
             from ditto_worker.cli.eval_plot import plot_reports
 
-            plot_reports(reports + shared, plot)
+            plot_reports(reports + shared, plot, folds)
     except ConfigError as exc:
         fail("eval locomo", str(exc))
     except DittoError as exc:
@@ -138,21 +148,25 @@ def eval_locomo(
             typer.echo(f"shared - own {own.conversation:<13} {name:<8} R@10 {delta}")
 
 
-def _leave_one_out(paths: list[Path], embedder: Any, fields: tuple[str, ...]) -> str:
-    """The leave-one-out table of :mod:`ditto_worker.cli.tuning` over ``paths``."""
+def _leave_one_out(
+    paths: list[Path], embedder: Any, fields: tuple[str, ...], grid_name: str
+) -> tuple[str, Any]:
+    """The leave-one-out table of :mod:`ditto_worker.cli.tuning` over ``paths`` (settings:
+    ``rule_grid`` or ``candidate_grid``), and its folds (for the plot)."""
     from ditto_worker.cli.eval import CONVERSATION_PIPELINE
     from ditto_worker.cli.tuning import (
         best_setting,
         candidate_grid,
         format_leave_one_out,
         leave_one_out,
+        rule_grid,
         score_grid,
         setting_name,
     )
 
-    grid = candidate_grid()
+    grid = rule_grid() if grid_name == "rule" else candidate_grid()
     shipped = setting_name(CONVERSATION_PIPELINE)
     grid.setdefault(shipped, CONVERSATION_PIPELINE)
     scores = {path.name: score_grid(path, embedder, grid, fields) for path in paths}
     folds = leave_one_out(scores, shipped)
-    return format_leave_one_out(folds, best_setting(scores, list(scores)))
+    return format_leave_one_out(folds, best_setting(scores, list(scores))), folds

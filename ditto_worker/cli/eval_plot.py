@@ -7,7 +7,10 @@ Three panels from the :class:`~ditto_worker.cli.eval.EvalReport` rows of a run:
    5 adversarial), one bar per strategy, pooled over the conversations (weighted by their
    questions); the bar's label is the number of questions;
 3. the search latency distribution per strategy (box: quartiles, whiskers 5th-95th
-   percentile, ms, log scale), every call of every conversation.
+   percentile, ms, log scale), every call of every conversation;
+4. with ``--leave-one-out`` (issue 38 item 4), hybrid recall@10 per held-out file: the
+   setting chosen on the other files, plain RRF, the shipped default and the in-sample best,
+   one bar each, with the mean over the folds last (:class:`~ditto_worker.cli.tuning.Fold`).
 
 matplotlib (``pip install "ditto-worker[bench]"``) is imported only when a figure is drawn,
 with the non-interactive Agg backend; importing this module imports nothing heavy.
@@ -18,10 +21,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ditto_worker.cli.eval import EvalReport
 from ditto_worker.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ditto_worker.cli.tuning import Fold
 
 __all__ = ["CATEGORIES", "category_recalls", "plot_reports"]
 
@@ -102,8 +108,34 @@ def _latency_panel(axis: Any, reports: Sequence[EvalReport]) -> None:
     axis.grid(alpha=0.3, axis="y")
 
 
-def plot_reports(reports: Sequence[EvalReport], path: str | Path) -> Path:
-    """Draw the three panels (module docstring) into a PNG at ``path``.
+_FOLD_BARS = (
+    ("chosen_recall", "chosen on the others"),
+    ("rrf_recall", "plain RRF"),
+    ("shipped_recall", "shipped default"),
+    ("in_sample_recall", "in-sample best"),
+)
+
+
+def _folds_panel(axis: Any, folds: Sequence[Fold]) -> None:
+    names = [f.held_out for f in folds] + ["mean"]
+    width = 0.8 / len(_FOLD_BARS)
+    for index, (column, label) in enumerate(_FOLD_BARS):
+        values = [getattr(f, column) for f in folds]
+        values.append(sum(values) / len(values))
+        xs = [x + (index - (len(_FOLD_BARS) - 1) / 2) * width for x in range(len(names))]
+        axis.bar(xs, values, width, label=label)
+    axis.set_xticks(range(len(names)), names, fontsize="small")
+    axis.set(ylabel="hybrid recall@10", title="Leave-one-out: each file held out")
+    axis.set_ylim(0, 1.05)
+    axis.legend(fontsize="small", loc="lower right")
+    axis.grid(alpha=0.3, axis="y")
+
+
+def plot_reports(
+    reports: Sequence[EvalReport], path: str | Path, folds: Sequence[Fold] = ()
+) -> Path:
+    """Draw the panels (module docstring; the fourth only with ``folds``) into a PNG at
+    ``path``.
 
     Raises:
         ConfigError: matplotlib is not installed, or ``reports`` is empty.
@@ -111,10 +143,17 @@ def plot_reports(reports: Sequence[EvalReport], path: str | Path) -> Path:
     if not reports:
         raise ConfigError("--plot: nothing was measured")
     pyplot = _matplotlib()
-    figure, axes = pyplot.subplots(1, 3, figsize=(18, 5.5), layout="constrained")
+    rows = 2 if folds else 1
+    figure, grid = pyplot.subplots(rows, 3, figsize=(18, 5.5 * rows), layout="constrained",
+                                   squeeze=False)  # fmt: skip
+    axes = list(grid.flat)
     _recall_panel(axes[0], reports)
     _category_panel(axes[1], reports)
     _latency_panel(axes[2], reports)
+    if folds:
+        _folds_panel(axes[3], folds)
+        for spare in axes[4:]:
+            spare.remove()
     figure.suptitle("ditto-worker eval locomo")
     out = Path(path)
     figure.savefig(out, dpi=110)

@@ -15,8 +15,11 @@ from ditto_worker.cli.tuning import (
     CachingEmbedder,
     MemoSource,
     candidate_grid,
+    fold_summary,
     format_leave_one_out,
     leave_one_out,
+    required_wins,
+    rule_grid,
     score_grid,
     setting_name,
     ship_decision,
@@ -32,6 +35,14 @@ def test_grid_starts_with_plain_rrf_and_names_are_unique() -> None:
     assert next(iter(grid)) == RRF == "rrf kw0.5 m0 -"
     assert len(grid) == 108
     assert all(setting_name(config) == name for name, config in grid.items())
+
+
+def test_the_rule_grid_compares_four_settings_plain_rrf_first() -> None:
+    grid = rule_grid()
+    assert list(grid) == [RRF, "weighted kw0.8 m0.1 w2/n0.3/g0.3",
+                          "dbsf kw0.5 m0.1 w2/n0.3/g0.3", "dbsf kw0.5 m0 -"]  # fmt: skip
+    assert all(setting_name(config) == name for name, config in grid.items())
+    assert set(grid) <= set(candidate_grid()) | {n for n in grid if n.startswith("dbsf")}
 
 
 def test_each_fold_chooses_on_the_other_files_only() -> None:
@@ -60,6 +71,27 @@ def test_shipping_needs_a_win_over_rrf_in_every_fold() -> None:
         leave_one_out({"a": {RRF: 0.5}}, shipped=RRF)
     with pytest.raises(ValueError, match="not scored"):
         leave_one_out({"a": {RRF: 0.5}, "b": {RRF: 0.5}}, shipped="missing")
+
+
+def test_six_files_ship_on_five_wins_and_the_table_has_mean_and_worst_rows() -> None:
+    assert [required_wins(n) for n in (2, 3, 5, 6, 12)] == [2, 3, 5, 5, 10]
+    files = {f"{i}.json": {RRF: 0.6, "x": 0.7} for i in range(6)}
+    files["5.json"] = {RRF: 0.6, "x": 0.5}  # x loses one fold of six: still ships
+    folds = leave_one_out(files, shipped="x")
+    assert [f.chosen for f in folds] == ["x"] * 6 and ship_decision(folds)
+    summary = fold_summary(folds)
+    assert summary["chosen_recall"] == (pytest.approx((5 * 0.7 + 0.5) / 6), 0.5)
+    assert summary["rrf_recall"] == (pytest.approx(0.6), 0.6)
+    table = format_leave_one_out(folds, "x")
+    mean_row = next(line for line in table.splitlines() if line.startswith("mean"))
+    worst_row = next(line for line in table.splitlines() if line.startswith("worst fold"))
+    assert mean_row.split()[1:3] == ["0.667", "0.600"]
+    assert worst_row.split()[2:4] == ["0.500", "0.600"]
+    assert "beats plain RRF in 5 of 6 folds (needed: 5): ship 'x'" in table
+    files["4.json"] = {RRF: 0.6, "x": 0.6}  # a tie is no win: 4 of 6
+    assert not ship_decision(leave_one_out(files, shipped="x"))
+    with pytest.raises(ValueError, match="no folds"):
+        fold_summary([])
 
 
 def test_caching_embedder_embeds_each_text_once_and_keeps_identities_apart(
@@ -149,6 +181,9 @@ def test_plot_writes_a_png_and_the_module_does_not_import_matplotlib(tmp_path: P
 
     out = plot_reports([_report("a.json"), _report("b.json")], tmp_path / "eval.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    folds = leave_one_out({"a": {RRF: 0.5, "x": 0.6}, "b": {RRF: 0.5, "x": 0.7}}, shipped="x")
+    with_folds = plot_reports([_report("a.json")], tmp_path / "folds.png", folds)
+    assert with_folds.stat().st_size > out.stat().st_size  # a second row: the folds panel
     code = "import sys, ditto_worker.cli.eval_plot, ditto_worker.cli.tuning; " \
            "print('matplotlib' in sys.modules)"  # fmt: skip
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
