@@ -63,6 +63,8 @@ class Turn:
     text: str
     session: int
     date: str
+    caption: str = ""
+    """The caption of the image the turn shares (LoCoMo ``blip_caption``), or ``""``."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,8 @@ def load_conversation(path: str | Path | Traversable) -> Conversation:
     for n in sessions:
         date = str(conv.get(f"session_{n}_date_time", ""))
         for t in conv[f"session_{n}"]:
-            turns.append(Turn(t["dia_id"], t["speaker"], t["text"], n, date))
+            caption = str(t.get("blip_caption") or "")
+            turns.append(Turn(t["dia_id"], t["speaker"], t["text"], n, date, caption))
     questions = tuple(
         Question(
             question=q["question"],

@@ -117,15 +117,16 @@ def _turn_number(dia_id: str) -> int | None:
 
 
 def turn_drafts(conv: Conversation) -> list[dict[str, Any]]:
-    """One MEMORY.WRITE draft per turn: content is the turn text, nothing else."""
-    return [
-        {
-            "content": t.text,
-            "metadata": {"speaker": t.speaker, "session": t.session, "date": t.date,
-                         "dia_id": t.dia_id, "turn": _turn_number(t.dia_id)},
-        }
-        for t in conv.turns
-    ]  # fmt: skip
+    """One MEMORY.WRITE draft per turn: content is the turn text, nothing else; a turn
+    that shares an image also has metadata ``image``, the image's caption."""
+    drafts = []
+    for t in conv.turns:
+        metadata = {"speaker": t.speaker, "session": t.session, "date": t.date,
+                    "dia_id": t.dia_id, "turn": _turn_number(t.dia_id)}  # fmt: skip
+        if t.caption:
+            metadata["image"] = t.caption
+        drafts.append({"content": t.text, "metadata": metadata})
+    return drafts
 
 
 def ingest(memory: MemoryCalls, conv: Conversation, batch_size: int = 128) -> dict[str, str]:

@@ -144,6 +144,21 @@ LOCOMO = {
 }  # fmt: skip
 
 
+def test_a_turn_sharing_an_image_carries_its_caption_as_metadata(tmp_path: Path) -> None:
+    from ditto_worker.cli.demo import load_conversation
+    from ditto_worker.cli.eval import turn_drafts
+
+    data = json.loads(json.dumps(LOCOMO))
+    data["session_1"][0] |= {"img_url": ["https://example.invalid/p.jpg"],
+                             "blip_caption": "a photo of a small dog"}  # fmt: skip
+    path = tmp_path / "img.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    drafts = turn_drafts(load_conversation(path))
+    assert drafts[0]["content"] == "I adopted a puppy named Luna"  # the text alone
+    assert drafts[0]["metadata"]["image"] == "a photo of a small dog"
+    assert all("image" not in draft["metadata"] for draft in drafts[1:])
+
+
 def test_score_grid_runs_every_setting_on_a_real_store(tmp_path: Path) -> None:
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(LOCOMO), encoding="utf-8")
