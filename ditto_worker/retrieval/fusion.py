@@ -7,17 +7,21 @@ this old path re-exports its names, the same objects.
 from __future__ import annotations
 
 from ditto_worker.memory.search.fusion import (
+    dbsf,
     fuse,
     minmax,
     normalized_weights,
     rrf,
     weighted,
+    zscale,
 )
 
 __all__ = [
+    "dbsf",
     "fuse",
     "minmax",
     "normalized_weights",
     "rrf",
     "weighted",
+    "zscale",
 ]
