@@ -4,20 +4,32 @@
   and a fresh temporary working directory, with no broker configured: the embedded default.
 - ```` ```sh ```` and ```` ```bash ```` blocks run with ``bash -euo pipefail`` from the
   repository root, with the stores' default paths pointed into a temporary directory
-  (``.ditto/`` of the checkout is never touched) and no broker configured; each must exit 0.
+  (``.ditto/`` of the checkout is never touched), a free loopback port in ``$PORT`` and no
+  broker configured; each must exit 0.
   A block repeated verbatim runs once per session.
 - ``<!-- skip: next "reason" -->`` before a block marks one that cannot run here (Docker, a
   GPU, an external endpoint, a long-running fleet or benchmark); the reason is shown as the
   test's skip reason. Other fences (``text``, ``yaml``, ``promql``, none) are not run.
 
 docs/SPEC.md is the shared specification, kept equal to its source: not parsed here.
+
+Under pytest-xdist (``-n``, as ``scripts/test.sh`` runs), a test marked ``serial`` runs
+while no other test runs in any worker (:func:`pytest_runtest_protocol`): the ones that
+build or reinstall this checkout (``pip install -e``, ``pip wheel .``, ``python -m build``
+write ``build/`` and the egg-info here, and a reinstall removes the package for a moment
+from every other process's imports). A code block of the docs that runs ``pip install``
+gets the mark here.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +42,8 @@ from hypothesis import HealthCheck, settings
 # settings keeps them.
 settings.register_profile("ditto", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ditto")
+
+from ditto_worker.testing.servers import free_port
 
 try:
     from sybil import Example, Sybil
@@ -83,6 +97,7 @@ def _run_shell(example: Example) -> None:
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["DITTO_WORKER_MEMORY_SQLITE_PATH"] = str(tmp_path / "memory.sqlite")
     env["DITTO_WORKER_MEMORY_QDRANT_PATH"] = str(tmp_path / "qdrant")
+    env["PORT"] = str(free_port())  # a block that serves listens on ${PORT:-8080}
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", source],
         cwd=REPO,
@@ -138,3 +153,52 @@ pytest_collect_file = (
         fixtures=["tmp_path", "monkeypatch"],
     ).pytest()
 )
+
+
+# --- xdist: a test marked serial runs alone ---------------------------------------------
+# A readers-writer lock over the workers (flock on two files in a folder of this run):
+# every test holds ``run.lock`` shared; a serial one holds it exclusive. A serial test first
+# takes ``turn.lock``, which every test passes through before its shared lock, so that tests
+# starting meanwhile wait behind it instead of starving it.
+
+
+def _lock_folder(config: pytest.Config) -> Path | None:
+    """The folder of this run's locks (shared by its workers); None without xdist."""
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return None
+    folder = Path(tempfile.gettempdir()) / f"ditto-pytest-{workerinput['testrunuid']}"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@contextmanager
+def _turn(folder: Path, serial: bool) -> Iterator[None]:
+    with (folder / "turn.lock").open("ab") as turn, (folder / "run.lock").open("ab") as run:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        fcntl.flock(run, fcntl.LOCK_EX if serial else fcntl.LOCK_SH)
+        if not serial:
+            fcntl.flock(turn, fcntl.LOCK_UN)  # the next test may start beside this one
+        try:
+            yield
+        finally:
+            fcntl.flock(run, fcntl.LOCK_UN)
+            fcntl.flock(turn, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Setup, call and teardown of ``item`` under the run's lock (xdist only)."""
+    folder = _lock_folder(item.config)
+    if folder is None:
+        return (yield)
+    with _turn(folder, item.get_closest_marker("serial") is not None):
+        return (yield)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A docs block that runs ``pip install`` (reinstalls this checkout) is ``serial``."""
+    for item in items:
+        example = getattr(item, "example", None)  # a Sybil item
+        if example is not None and "pip install" in str(example.parsed):
+            item.add_marker(pytest.mark.serial)

@@ -7,25 +7,41 @@
 # DITTO_MYSQL_PORT or 13306; installs mariadb-server with apt if missing) unless
 # DITTO_TEST_MYSQL_URL is set, runs ruff, mypy and the import contracts (lint-imports),
 # builds the docs site strictly (mkdocs.yml: a broken link, anchor or API reference
-# fails), then pytest (which runs every code block of README.md and docs/*.md too), and
-# stops what it started.
+# fails), then pytest (which runs every code block of README.md and docs/*.md too) on
+# several processes (pytest-xdist; DITTO_TEST_WORKERS, default 3: each worker starts its own
+# throwaway Redis, tests/conftest.py), and stops what it started. Arguments go to pytest.
+#
+#   bash scripts/test.sh --quick    # the inner loop, a few minutes: ruff, mypy, the import
+#                                   # contracts, the unit tests and the SQLite store's tests
+#                                   # (the conformance kit); no servers, no apt, no docs build
+#
 # Every install says on one line what it installs and why; what is already there is named
 # on one line and skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 say() { echo "== $*"; }
+quick=""
+if [ "${1:-}" = --quick ]; then
+  quick=1
+  shift
+fi
+workers=${DITTO_TEST_WORKERS:-3}
 
 # System packages: one apt-get run for the missing ones, each announced with its reason.
 apt_packages=()
 present=()
-if command -v redis-server >/dev/null 2>&1; then
+if [ -n "$quick" ]; then
+  :  # the quick tier starts no server
+elif command -v redis-server >/dev/null 2>&1; then
   present+=(redis-server)
 else
   say "installing redis-server (apt): the broker, result backend and context cache of the integration tests"
   apt_packages+=(redis-server)
 fi
-if [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+if [ -n "$quick" ]; then
+  :
+elif [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
   present+=(rabbitmq-server)
 else
   say "installing rabbitmq-server (apt, with Erlang; the longest step): the amqp:// broker test, tests/integration/test_brokers.py"
@@ -58,6 +74,17 @@ else
     python3 -m pip install -q --disable-pip-version-check -c "$constraints" -e ".[dev]"
     echo "$want" >"$stamp" 2>/dev/null || true
   fi
+fi
+
+if [ -n "$quick" ]; then
+  say "ruff (lint, format) and mypy (strict)"
+  python3 -m ruff check .
+  python3 -m ruff format --check .
+  python3 -m mypy
+  say "import contracts (lint-imports)"
+  lint-imports --no-cache --no-logo
+  say "pytest, quick tier: the unit tests and the SQLite store's (the conformance kit), $workers processes"
+  exec python3 -m pytest -n "$workers" --dist loadfile -q tests/unit plugins/sqlite/tests "$@"
 fi
 
 started=""
@@ -105,5 +132,5 @@ site_dir=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 python3 -m mkdocs build --strict --quiet --site-dir "$site_dir"
 rm -rf "$site_dir"
 export DITTO_REQUIRE_SERVICES=1
-say "pytest (Redis at $DITTO_TEST_REDIS_URL, PostgreSQL at ${DITTO_TEST_POSTGRES_URL##*@}, MySQL at ${DITTO_TEST_MYSQL_URL##*@})"
-python3 -m pytest "$@"
+say "pytest on $workers processes, each with its own Redis (PostgreSQL at ${DITTO_TEST_POSTGRES_URL##*@}, MySQL at ${DITTO_TEST_MYSQL_URL##*@})"
+python3 -m pytest -n "$workers" --dist loadfile "$@"

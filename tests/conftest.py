@@ -2,15 +2,19 @@
 
 Redis comes from ``DITTO_TEST_REDIS_URL`` (``scripts/test.sh`` and ``.ci/run`` start one);
 without it, a throwaway ``redis-server`` is started on a free loopback port when the binary
-exists. A missing Redis skips integration tests locally and fails them when
-``DITTO_REQUIRE_SERVICES=1`` (set by ``scripts/test.sh``) or ``CI=true`` (STYLE.md;
-:mod:`ditto_worker.testing.services`).
+exists. Under pytest-xdist (``-n``; ``scripts/test.sh`` runs that way) every worker starts
+its own throwaway ``redis-server`` instead: Redis database numbers would separate keys and
+queues, but not what is server-wide — pub/sub channels (result and cancel channels),
+``CLIENT LIST``, ``INFO`` — which several tests count. A missing Redis skips integration
+tests locally and fails them when ``DITTO_REQUIRE_SERVICES=1`` (set by ``scripts/test.sh``)
+or ``CI=true`` (STYLE.md; :mod:`ditto_worker.testing.services`).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -28,6 +32,19 @@ from ditto_worker.testing.servers import RedisServer, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_DB = 3  # integration tests use this Redis database, flushed before each test
+# The longest wait for an event (a call served, a log line, a process up): a bound that holds
+# on a busy machine (load 10+ on 2 cores), not the time it is expected to take.
+EVENT_WAIT_S = 120.0
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout_s: float = EVENT_WAIT_S) -> None:
+    """Poll ``condition`` every 0.05 s until it is truthy; fail naming ``what`` after
+    ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.05)
 
 
 def missing_service(reason: str) -> NoReturn:
@@ -77,9 +94,10 @@ def stop_worker(proc: subprocess.Popen[str]) -> None:
 
 @pytest.fixture(scope="session")
 def redis_server_url() -> Iterator[str]:
-    """``redis://127.0.0.1:PORT`` of a real Redis server (no database number)."""
+    """``redis://127.0.0.1:PORT`` of a real Redis server (no database number): this
+    xdist worker's own, else ``DITTO_TEST_REDIS_URL``'s, else a throwaway one."""
     url = os.environ.get("DITTO_TEST_REDIS_URL")
-    if url:
+    if url and not os.environ.get("PYTEST_XDIST_WORKER"):
         yield url.rstrip("/")
         return
     server = RedisServer()
@@ -87,7 +105,7 @@ def redis_server_url() -> Iterator[str]:
         server.start()
     except RuntimeError as exc:
         server.close()
-        missing_service(f"no DITTO_TEST_REDIS_URL and {exc}")
+        missing_service(f"a throwaway Redis for the tests: {exc}")
     yield server.url
     server.close()
 

@@ -48,7 +48,8 @@ def free_port() -> int:
 class RedisServer:
     """A ``redis-server`` on ``127.0.0.1:port`` (a free port by default).
 
-    ``start()`` returns once the server answers PING (up to ``ready_s`` seconds);
+    ``start()`` returns once the server answers (up to ``ready_s`` seconds; a port of its
+    own choosing that another process took meanwhile is chosen again);
     ``stop()`` kills it, keeping the port for a later ``start()``; ``close()`` stops it
     and removes its folder. Use as a context manager for start + close.
 
@@ -56,8 +57,9 @@ class RedisServer:
         RuntimeError: ``redis-server`` is not on PATH (``start``), or did not answer.
     """
 
-    def __init__(self, port: int | None = None, ready_s: float = 10.0) -> None:
+    def __init__(self, port: int | None = None, ready_s: float = 60.0) -> None:
         self.binary = shutil.which("redis-server")
+        self.chosen = port is None  # a port of our choosing may be changed if taken
         self.port = port or free_port()
         self.ready_s = ready_s
         self.folder = tempfile.mkdtemp(prefix="ditto-redis-")
@@ -71,7 +73,21 @@ class RedisServer:
     def start(self) -> RedisServer:
         if self.binary is None:
             raise RuntimeError("redis-server not found on PATH")
-        self.proc = subprocess.Popen(
+        for _ in range(5):
+            if self._start_once():
+                self.chosen = False  # a restart (after stop) keeps the port its clients know
+                return self
+            if not self.chosen:
+                break
+            self.port = free_port()  # another process took the port between its choice and now
+        raise RuntimeError(f"redis-server did not start on 127.0.0.1:{self.port}")
+
+    def _start_once(self) -> bool:
+        """Start the server; True once PING is answered by *this* process (INFO's
+        process_id: a server of someone else's on the port would answer too), False if it
+        exited (the port was taken). Waits up to ``ready_s``: a busy machine is slow."""
+        assert self.binary is not None
+        proc = self.proc = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", self.folder],
             stdout=subprocess.DEVNULL,
@@ -79,14 +95,15 @@ class RedisServer:
         client = redis.Redis.from_url(self.url)
         try:
             deadline = time.monotonic() + self.ready_s
-            while True:
+            while proc.poll() is None and time.monotonic() < deadline:
                 try:
-                    client.ping()
-                    return self
+                    if int(client.info("server")["process_id"]) == proc.pid:
+                        return True
                 except redis.ConnectionError:
-                    if time.monotonic() > deadline or self.proc.poll() is not None:
-                        raise RuntimeError("redis-server did not start") from None
-                    time.sleep(0.05)
+                    pass
+                time.sleep(0.05)
+            self.stop()
+            return False
         finally:
             client.close()
 

@@ -67,6 +67,7 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) 
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # builds in this checkout (build/, the egg-info): alone
 def test_the_wheel_works_outside_the_repository(tmp_path: Path) -> None:
     assert REPO not in tmp_path.parents and not tmp_path.is_relative_to(REPO)
     env = {k: v for k, v in os.environ.items()

@@ -183,6 +183,7 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 900) 
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # builds in this checkout (build/, the egg-info): alone
 def test_the_installed_package_passes_the_gate(tmp_path: Path) -> None:
     assert not tmp_path.is_relative_to(REPO)
     env = {k: v for k, v in os.environ.items()

@@ -163,6 +163,7 @@ def _source_packages() -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # builds in this checkout (build/, the egg-info): alone
 def test_the_wheel_holds_every_package(tmp_path: Path) -> None:
     # a package missing from [tool.setuptools] packages would be absent from the wheel
     subprocess.run(
