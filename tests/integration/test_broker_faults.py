@@ -22,7 +22,7 @@ from ditto_worker.contracts import NODE_QUEUES
 from ditto_worker.fleet import DittoClient
 from ditto_worker.fleet.launch import create_worker_app
 from ditto_worker.testing.servers import RedisServer
-from tests.conftest import fleet_config, missing_service
+from tests.conftest import EVENT_WAIT_S, fleet_config, missing_service, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -69,14 +69,14 @@ def test_redis_restart_during_load(own_redis: RedisServer, tmp_path: Path) -> No
         threads = [threading.Thread(target=caller, args=(n,)) for n in range(4)]
         for t in threads:
             t.start()
-        time.sleep(1.5)
+        wait_until(lambda: any(s == "success" for s, _, _ in outcomes), "a first call served")
         before = sum(1 for s, _, _ in outcomes if s == "success")
         own_redis.stop()  # the broker and result backend vanish mid-load
         time.sleep(1.0)
         own_redis.start()  # back, empty (no persistence)
         time.sleep(1.0)
         recovered_at = None
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + EVENT_WAIT_S
         while time.monotonic() < deadline:
             probe = client.invoke("MEMORY.QUERY", {"limit": 1}, timeout=2)
             if probe.status == "success":
@@ -93,7 +93,8 @@ def test_redis_restart_during_load(own_redis: RedisServer, tmp_path: Path) -> No
     app.close()
     assert before > 0
     for status, code, elapsed in outcomes:
-        assert elapsed < timeout_s + 6.0, (status, code, elapsed)  # ends within its timeout
+        # ends within its timeout (plus what a loaded machine adds to a call's return)
+        assert elapsed < timeout_s + 15.0, (status, code, elapsed)
         if status != "success":
             assert status in ("timeout", "failed") and code in ALLOWED_FAILURES, (status, code)
     print(f"\nRedis restart: {len(outcomes)} calls, "
