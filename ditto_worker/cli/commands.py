@@ -333,9 +333,10 @@ def migrate(config: ConfigOpt = None, store: StoreOpt = None) -> None:
 
 app.add_typer(eval_app, name="eval")
 app.command("example")(example)
-app.command("export")(export)
-app.command("import")(import_)
-app.command("reindex")(reindex)
+# short help of their own: Click cuts a long first sentence (with "...") in the list
+app.command("export", short_help="Write a store's memories as JSON Lines.")(export)
+app.command("import", short_help="Write an export file's memories into a store.")(import_)
+app.command("reindex", short_help="Re-embed every memory with a new embedding model.")(reindex)
 app.command("mcp")(mcp)
 
 

@@ -50,6 +50,11 @@ def test_top_level_help_lists_every_command() -> None:
     assert {"worker", "invoke", "demo", "status", "flower", "migrate", "eval"} <= set(top)
     for name in top:
         assert re.search(rf"^\s+{re.escape(name)}\s+\S", listed, re.M), name
+    # each command's line is whole (Click cuts a long one short with "..."), at 80 columns
+    narrow = CliRunner().invoke(app, ["--help"], terminal_width=80).output.split("Commands:")[1]
+    for name in top:
+        line = re.search(rf"^\s+{re.escape(name)}\s+(.*)$", narrow, re.M)
+        assert line and not line.group(1).endswith("..."), (name, line and line.group(1))
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
