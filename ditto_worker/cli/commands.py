@@ -337,7 +337,7 @@ app.command("example")(example)
 app.command("export", short_help="Write a store's memories as JSON Lines.")(export)
 app.command("import", short_help="Write an export file's memories into a store.")(import_)
 app.command("reindex", short_help="Re-embed every memory with a new embedding model.")(reindex)
-app.command("mcp")(mcp)
+app.command("mcp", short_help="Serve the MEMORY nodes as MCP tools for one scope.")(mcp)
 
 
 @app.command()
