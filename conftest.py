@@ -36,14 +36,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from ditto_worker.testing.servers import free_port
+
 # Busy machines (STYLE.md: tests pass with other work running beside them): hypothesis'
 # per-example deadline (200 ms) and its "data generation is slow" check measure the
 # machine, not the code. Every property still runs its examples; a test that sets its own
 # settings keeps them.
 settings.register_profile("ditto", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ditto")
-
-from ditto_worker.testing.servers import free_port
 
 try:
     from sybil import Example, Sybil
