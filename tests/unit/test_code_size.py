@@ -30,9 +30,6 @@ OVER_400 = {
     "ditto_worker/contracts.py": 584,
     "bench/crash_kills.py": 532,
     "bench/soak.py": 497,
-    "ditto_worker/testing/memory_store.py": 449,
-    "ditto_worker/fleet/tasks.py": 444,
-    "ditto_worker/infer/local.py": 423,
     "plugins/milvus/ditto_plugin_milvus/collection.py": 410,
     "bench/gateway.py": 405,
 }
