@@ -25,6 +25,7 @@ MOVES: list[tuple[str, str]] = [
     ("ditto_worker.runtime.definition", "ditto_worker.runtime.node_spec"),
     ("ditto_worker.runtime.graphs", "ditto_worker.runtime.graph_results"),
     ("ditto_worker.fleet.tasks", "ditto_worker.fleet.fleet_runtime"),
+    ("ditto_worker.contracts", "ditto_worker.wire"),
 ]
 
 
