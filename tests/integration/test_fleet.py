@@ -72,6 +72,7 @@ def test_every_node_round_trip_matches_direct_sdk(
             assert remote.status == local.status == "success", (node, remote.error)
             assert remote.node == node
             assert _strip_ids(to_wire(remote)["output"]) == _strip_ids(to_wire(local)["output"])
+            assert _stamps(to_wire(remote)["output"]) == _stamps(to_wire(local)["output"])
         written = client.invoke("MEMORY.QUERY", {"limit": 10}, timeout=10).output
         assert [m.content for m in written.items] == [
             {"language": "zh-CN"},
@@ -88,9 +89,23 @@ def test_every_node_round_trip_matches_direct_sdk(
         assert dele.status == "success" and dele.output.deleted == [first.id]
 
 
+_ASSIGNED = ("id", "score", "createdAt", "updatedAt")
+"""What each store assigns on its own (MEM-DATA-1, MEM-DATA-5): compared by presence only."""
+
+
+def _stamps(value: Any) -> list[bool]:
+    """For every record in ``value``: whether it carries both timestamps (MEM-DATA-5)."""
+    if isinstance(value, dict):
+        here = [("createdAt" in value and "updatedAt" in value)] if "content" in value else []
+        return here + [s for v in value.values() for s in _stamps(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _stamps(v)]
+    return []
+
+
 def _strip_ids(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _strip_ids(v) for k, v in value.items() if k not in ("id", "score")}
+        return {k: _strip_ids(v) for k, v in value.items() if k not in _ASSIGNED}
     if isinstance(value, list):
         return [_strip_ids(v) for v in value]
     return value
