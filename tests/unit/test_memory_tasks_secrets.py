@@ -45,6 +45,8 @@ def _leaks(folder: Path, secret: str) -> list[str]:
         ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NSJ9.c2lnbmF0dXJlMTIz", "jwt"),
         ("-----BEGIN RSA PRIVATE KEY-----\nMIIB\n-----END RSA PRIVATE KEY-----", "private_key"),
     ],
+    # ids without the per-run KEY: every xdist worker must collect the same test ids
+    ids=["api_key", "credential", "card_number", "email_address", "jwt", "private_key"],
 )
 def test_redact_replaces_each_shape_and_stays_secret_shaped(text: str, kind: str) -> None:
     [(start, end, found)] = secret_spans(text)
