@@ -62,6 +62,4 @@ def test_bad_input_gets_langgraph_error_types(runtime: Any) -> None:
         store.search(("a",), filter={"x') OR 1=1 --": 1})
     with pytest.raises(ValueError, match="lone surrogate|surrogate"):
         store.put(("a",), "k", {"text": "\ud800"})
-    with pytest.raises(NotImplementedError):
-        store.put(("a",), "k", {"n": 1}, ttl=5)
-    assert store.list_namespaces() == []
+    assert store.list_namespaces() == []  # nothing of a refused call was written

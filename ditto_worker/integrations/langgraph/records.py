@@ -4,15 +4,25 @@ A LangGraph item ``(namespace, key, value)`` is one record of the host's trusted
 ``memory`` space (MEM-DATA-1), laid out as::
 
     key:      "lg:" + JSON [*namespace, key]        (unique per scope: GET by key)
-    content:  the text LangGraph would embed (IndexConfig fields), or null when the
-              item is not indexed: what our vector search embeds
+    content:  the first text LangGraph would embed (IndexConfig fields), or null when
+              the item is not indexed: what our vector search embeds
     metadata: {"kind": "lg-item", "ns": {"p0": label0, ...}, "sx": {"s0": last label, ...},
-               "nd": depth, "k": key, "ix": indexed?, "v": value}
+               "nd": depth, "k": key, "ix": indexed?, "v": value, "nv": extra vectors,
+               ["ttl": minutes, "ex": expiry in Unix seconds]}
 
-and each namespace in use has one more record, key ``"lgns:" + JSON [*namespace]``,
+Each namespace in use has one more record, key ``"lgns:" + JSON [*namespace]``,
 metadata ``{"kind": "lg-ns", "ns": …, "sx": …, "nd": …}``, so ``list_namespaces`` reads
 namespaces, never items. The namespace tuple is only data inside the scope: no label
 ever reaches the scope or the space (MEM-SCOPE), so no namespace names another tenant.
+
+LangGraph embeds every indexed text of an item on its own and scores the item by its best
+text; so do we: texts 2…n of an item are hidden records of their own, key ``"lgv:" + JSON
+[*namespace, key, "<i>"]``, content the text, metadata ``{"kind": "lg-vec", ns/sx/nd, "k",
+"v", ["ttl", "ex"]}`` (the value rides along for filters). GET, QUERY and list never show them;
+a vector search takes each item's best-scoring record.
+
+An item with a TTL carries ``ttl`` (minutes) and ``ex`` (when it expires); reads skip
+expired items (:func:`live_filter`, :func:`is_live`) and a sweep deletes them.
 
 Filters: LangGraph's ``{"field": value}`` and ``{"field": {"$op": x}}`` on the value
 become ours on ``v.field`` (``$eq $ne $gt $gte $lt $lte``); a nested object compares its
@@ -31,6 +41,10 @@ from typing import Any, Final
 __all__ = [
     "ITEM",
     "NAMESPACE",
+    "VECTOR",
+    "expiry",
+    "is_live",
+    "live_filter",
     "item_key",
     "item_metadata",
     "namespace_key",
@@ -41,10 +55,13 @@ __all__ = [
     "suffix_filter",
     "timestamp",
     "value_filter",
+    "vector_key",
+    "vector_metadata",
 ]
 
 ITEM: Final = "lg-item"
 NAMESPACE: Final = "lg-ns"
+VECTOR: Final = "lg-vec"
 _OPS: Final = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
 _FILTER_KEY: Final = re.compile(r"^[a-zA-Z0-9_.-]+$")
 """Filter keys LangGraph's SQL stores accept (``langgraph.store.sqlite.base``)."""
@@ -58,6 +75,11 @@ def _json(parts: Sequence[str]) -> str:
 def item_key(namespace: Sequence[str], key: str) -> str:
     """Our record key of LangGraph item ``key`` in ``namespace``."""
     return "lg:" + _json([*namespace, key])
+
+
+def vector_key(namespace: Sequence[str], key: str, i: int) -> str:
+    """Our record key of the ``i``-th extra text (1, 2, …) of item ``key``."""
+    return "lgv:" + _json([*namespace, key, str(i)])
 
 
 def namespace_key(namespace: Sequence[str]) -> str:
@@ -74,10 +96,43 @@ def _labels(namespace: Sequence[str]) -> dict[str, Any]:
 
 
 def item_metadata(
-    namespace: Sequence[str], key: str, value: Mapping[str, Any], indexed: bool
+    namespace: Sequence[str],
+    key: str,
+    value: Mapping[str, Any],
+    texts: int,
+    ttl: float | None = None,
+    now: float = 0.0,
 ) -> dict[str, Any]:
-    """The metadata of an item record (module docstring)."""
-    return {"kind": ITEM, **_labels(namespace), "k": key, "ix": indexed, "v": dict(value)}
+    """The metadata of an item record with ``texts`` texts to embed (module docstring);
+    with a ``ttl`` in minutes it expires ``ttl`` minutes after ``now`` (Unix seconds)."""
+    metadata = {"kind": ITEM, **_labels(namespace), "k": key, "ix": texts > 0,
+                "v": dict(value), "nv": max(texts - 1, 0)}  # fmt: skip
+    if ttl is not None:
+        metadata["ttl"] = ttl
+        metadata["ex"] = expiry(ttl, now)
+    return metadata
+
+
+def vector_metadata(item: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata of the extra-text records of an item whose metadata is ``item``."""
+    keep = ("ns", "sx", "nd", "k", "v", "ttl", "ex")
+    return {"kind": VECTOR, **{name: item[name] for name in keep if name in item}}
+
+
+def expiry(ttl: float, now: float) -> float:
+    """When an item with a TTL of ``ttl`` minutes, written or read at ``now``, expires."""
+    return now + float(ttl) * 60.0
+
+
+def live_filter(now: float) -> dict[str, Any]:
+    """Our filter for records not expired at ``now`` (Unix seconds)."""
+    return {"$or": [{"ex": {"$exists": False}}, {"ex": {"$gt": now}}]}
+
+
+def is_live(metadata: Mapping[str, Any], now: float) -> bool:
+    """Whether a record is not expired at ``now`` (as :func:`live_filter`)."""
+    ex = metadata.get("ex")
+    return not isinstance(ex, int | float) or ex > now
 
 
 def namespace_metadata(namespace: Sequence[str]) -> dict[str, Any]:

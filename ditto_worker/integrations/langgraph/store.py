@@ -12,6 +12,9 @@ Source: ``langgraph.store.base`` of langgraph-checkpoint 4.3 (``BaseStore.batch`
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -26,29 +29,28 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
     validate_op_namespace,
 )
 from langgraph.store.base.embed import get_text_at_path
 
 from ditto_worker.contracts import MemoryItem
 from ditto_worker.integrations.langgraph import records as rec
+from ditto_worker.integrations.langgraph.writes import NodeCallError, Nodes
 from ditto_worker.runtime import Runtime
 from ditto_worker.scope import Scope
 
 __all__ = ["AsyncDittoStore", "DittoStore", "NodeCallError"]
 
-_PAGE: Final = 1000
-"""QUERY page size while collecting a listing."""
 _PUT_TRIES: Final = 8
 """Attempts of one put racing other puts and deletes of the same key or namespace."""
+_SEARCH_MAX: Final = 10_000
+"""The largest SEARCH limit (MEM-ERR-1)."""
 
 
-class NodeCallError(RuntimeError):
-    """A failed node call: ``CODE: message`` (never content); ``code`` is the error code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
+def _now() -> float:
+    """The clock of TTLs: Unix seconds."""
+    return time.time()
 
 
 class DittoStore(BaseStore):
@@ -62,17 +64,24 @@ class DittoStore(BaseStore):
         scope: the host's trusted tenant scope (``{"tenant": …, "user": …}``); a
             namespace can never change it.
         index: LangGraph's ``IndexConfig`` (``dims``, ``embed``, ``fields``, default
-            ``["$"]``): ``search(query=…)`` is then our vector SEARCH.
+            ``["$"]``; ``text_fields`` as LangGraph's ``SqliteStore`` names them is read
+            too): ``search(query=…)`` is then our vector SEARCH, one vector per indexed
+            text, an item scored by its best text.
+        ttl: LangGraph's ``TTLConfig`` (``default_ttl`` and ``sweep_interval_minutes`` in
+            minutes, ``refresh_on_read``): expiry is data of the item; expired items are
+            never returned (``omit_expired`` is always on) and :meth:`sweep_ttl` (or the
+            sweeper, :meth:`start_ttl_sweeper`) deletes them. A read restarts an item's
+            TTL as on LangGraph's SQL stores: only with ``refresh_on_read: True`` here,
+            and then unless the call says ``refresh_ttl=False``.
 
     Raises (from its methods):
         InvalidNamespaceError / ValueError: what LangGraph rejects, as LangGraph does;
             a node's ``INVALID_INPUT`` (over-deep JSON, lone surrogates, oversized
             values) as ``ValueError`` with our message.
-        RuntimeError: any other failed node call (``CODE: message``).
-        NotImplementedError: ``ttl=`` on ``put`` (``supports_ttl`` is ``False``).
+        NodeCallError: any other failed node call (``CODE: message``).
     """
 
-    supports_ttl: bool = False
+    supports_ttl: bool = True
 
     def __init__(
         self,
@@ -80,41 +89,16 @@ class DittoStore(BaseStore):
         *,
         scope: Scope | Mapping[str, str] | None = None,
         index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
     ) -> None:
-        self._runtime = runtime
-        self._scope = scope
+        self._nodes = Nodes(runtime, scope)
         self.index_config = index
-        fields = (index or {}).get("fields") or ["$"]
-        self._fields: list[str] = list(fields)
-        self.ttl_config = None
-
-    # --- node calls -----------------------------------------------------------------------
-
-    def _call(self, node: str, input: dict[str, Any]) -> Any:
-        result = self._runtime.invoke(node, input, scope=self._scope)
-        if result.status == "success":
-            return result.output
-        error = result.error
-        code = error.code if error is not None else result.status
-        message = error.message if error is not None else result.status
-        if code == "INVALID_INPUT":
-            raise ValueError(message)
-        raise NodeCallError(code, message)
-
-    def _records(self, flt: dict[str, Any], order: str | None = None) -> Iterable[MemoryItem]:
-        """Every record matching ``flt``, page by page (``order``: newest change first)."""
-        cursor: str | None = None
-        while True:
-            input: dict[str, Any] = {"filter": flt, "limit": _PAGE}
-            if order is not None:
-                input["orderBy"] = [{"field": order, "direction": "desc"}]
-            if cursor is not None:
-                input["cursor"] = cursor
-            page = self._call("MEMORY.QUERY", input)
-            yield from page.items
-            cursor = page.next_cursor
-            if cursor is None:
-                return
+        given: dict[str, Any] = dict(index or {})  # SqliteStore's names them text_fields
+        fields = given.get("fields") or given.get("text_fields") or ["$"]
+        self._fields: list[str] = [fields] if isinstance(fields, str) else list(fields)
+        self.ttl_config = ttl
+        self._refreshes = bool((ttl or {}).get("refresh_on_read", False))
+        self._sweeper: tuple[threading.Event, concurrent.futures.Future[None]] | None = None
 
     # --- BaseStore ------------------------------------------------------------------------
 
@@ -144,94 +128,161 @@ class DittoStore(BaseStore):
         """:meth:`batch` in a worker thread (node calls block)."""
         return await asyncio.to_thread(self.batch, list(ops))
 
+    # --- TTL ------------------------------------------------------------------------------
+
+    def sweep_ttl(self) -> int:
+        """Delete the items expired now (their hidden records and emptied namespaces'
+        markers too); how many items."""
+        return self._nodes.sweep(_now())
+
+    def start_ttl_sweeper(
+        self, sweep_interval_minutes: float | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Sweep every ``sweep_interval_minutes`` (default: the ``TTLConfig``'s, else 5)
+        in a daemon thread until :meth:`stop_ttl_sweeper`; a future done when it stops."""
+        if self._sweeper is not None:
+            return self._sweeper[1]
+        minutes = sweep_interval_minutes or (self.ttl_config or {}).get(
+            "sweep_interval_minutes") or 5  # fmt: skip
+        stop = threading.Event()
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def loop() -> None:
+            try:
+                while not stop.wait(float(minutes) * 60.0):
+                    try:
+                        self.sweep_ttl()
+                    except (NodeCallError, ValueError):  # a failed sweep: the next one retries
+                        continue
+            finally:
+                done.set_result(None)
+
+        threading.Thread(target=loop, name="ditto-lg-ttl-sweeper", daemon=True).start()
+        self._sweeper = (stop, done)
+        return done
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper; whether it stopped within ``timeout`` seconds."""
+        if self._sweeper is None:
+            return True
+        stop, done = self._sweeper
+        stop.set()
+        try:
+            done.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            return False
+        self._sweeper = None
+        return True
+
     # --- operations -----------------------------------------------------------------------
 
     def _get(self, op: GetOp) -> Item | None:
-        found = self._call("MEMORY.GET", {"keys": [rec.item_key(op.namespace, op.key)]})
-        return _item(found[0]) if found else None
-
-    def _text(self, value: Mapping[str, Any], index: Any) -> str | None:
-        """The text our store embeds for ``value`` (``None``: not indexed)."""
-        if self.index_config is None or index is False:
+        now = _now()
+        found = self._nodes.get([rec.item_key(op.namespace, op.key)])
+        if not found:
             return None
+        (record,) = found.values()
+        if not rec.is_live(record.metadata or {}, now):
+            return None
+        if op.refresh_ttl and self._refreshes:
+            self._nodes.refresh([record], now)
+        return _item(record)
+
+    def _texts(self, value: Mapping[str, Any], index: Any) -> list[str]:
+        """The texts LangGraph would embed for ``value``, each its own vector."""
+        if self.index_config is None or index is False:
+            return []
         paths = self._fields if index is None else list(index)
-        texts = [text for path in paths for text in get_text_at_path(value, path)]
-        return "\n".join(texts) if texts else None
+        return [text for path in paths for text in get_text_at_path(value, path)]
 
     def _put(self, op: PutOp) -> None:
         if op.value is None:
-            self._delete(op.namespace, op.key)
+            self._nodes.remove(op.namespace, op.key)
             return
         if not isinstance(op.value, Mapping):
             raise ValueError("value must be a mapping (a JSON object) or None")
+        texts = self._texts(op.value, op.index)
         for attempt in range(_PUT_TRIES):
             try:
-                self._put_once(op)
+                self._nodes.put(op.namespace, op.key, op.value, texts, op.ttl, _now())
                 return
             except NodeCallError as exc:  # another put or delete of the key came first
                 if exc.code not in ("CONFLICT", "NOT_FOUND") or attempt == _PUT_TRIES - 1:
                     raise
 
-    def _put_once(self, op: PutOp) -> None:
-        assert op.value is not None
-        key = rec.item_key(op.namespace, op.key)
-        marker = rec.namespace_key(op.namespace)
-        text = self._text(op.value, op.index)
-        metadata = rec.item_metadata(op.namespace, op.key, op.value, text is not None)
-        held = {i.key: i for i in self._call("MEMORY.GET", {"keys": [key, marker]})}
-        if key in held:
-            entry = {"id": held[key].id, "content": text, "metadata": metadata}
-            self._call("MEMORY.UPDATE", {"memories": [entry]})
-            return
-        drafts: list[dict[str, Any]] = [{"key": key, "content": text, "metadata": metadata}]
-        if marker not in held:
-            drafts.append({"key": marker, "content": None,
-                           "metadata": rec.namespace_metadata(op.namespace)})  # fmt: skip
-        self._call("MEMORY.WRITE", {"memories": drafts})
-
-    def _delete(self, namespace: tuple[str, ...], key: str) -> None:
-        found = self._call("MEMORY.GET", {"keys": [rec.item_key(namespace, key)]})
-        if not found:
-            return
-        self._call("MEMORY.DELETE", {"ids": [found[0].id]})
-        exact = {"kind": rec.ITEM, **rec.prefix_filter(namespace), "nd": len(namespace)}
-        left = self._call("MEMORY.QUERY", {"filter": exact, "limit": 1})
-        if not left.items:  # the namespace is empty now: its marker goes too
-            markers = self._call("MEMORY.GET", {"keys": [rec.namespace_key(namespace)]})
-            if markers:
-                self._call("MEMORY.DELETE", {"ids": [markers[0].id]})
-
     def _search(self, op: SearchOp) -> list[SearchItem]:
+        now = _now()
         ours, rest = rec.value_filter(op.filter)
-        flt = {"kind": rec.ITEM, **rec.prefix_filter(op.namespace_prefix), **ours}
+        flt = {**rec.prefix_filter(op.namespace_prefix), **ours, **rec.live_filter(now)}
         if op.query and self.index_config is not None:
-            return self._vector_search(op, flt, rest)
-        kept: list[SearchItem] = []
-        for record in self._records(flt, order="updatedAt"):
+            found = self._vector_search(op, flt, rest)
+        else:
+            found = self._listed({**flt, "kind": rec.ITEM}, rest, op.offset + op.limit)
+            found = found[op.offset :]
+        if op.refresh_ttl and self._refreshes:
+            self._nodes.refresh([record for record, _ in found], now)
+        return [_search_item(record, score) for record, score in found]
+
+    def _listed(
+        self, flt: dict[str, Any], rest: Sequence[tuple[str, Any]], want: int
+    ) -> list[tuple[MemoryItem, float | None]]:
+        """Up to ``want`` records of ``flt`` passing ``rest``, newest change first."""
+        kept: list[tuple[MemoryItem, float | None]] = []
+        if want <= 0:
+            return kept
+        for record in self._nodes.records(flt, order="updatedAt"):
             if rec.residual_matches(record.metadata or {}, rest):
-                kept.append(_search_item(record, None))
-                if len(kept) >= op.offset + op.limit:
+                kept.append((record, None))
+                if len(kept) >= want:
                     break
-        return kept[op.offset :]
+        return kept
 
     def _vector_search(
         self, op: SearchOp, flt: dict[str, Any], rest: Sequence[tuple[str, Any]]
-    ) -> list[SearchItem]:
+    ) -> list[tuple[MemoryItem, float | None]]:
+        """The best ``op.limit`` items after ``op.offset`` by their best text's score, then
+        items with no vector (``score=None``) as LangGraph fills a page."""
         want = op.offset + op.limit
-        hits = self._call("MEMORY.SEARCH", {"query": op.query, "strategy": "vector",
-                                            "limit": max(want, 1), "filter": flt})  # fmt: skip
-        ranked = [
-            _search_item(h.memory, h.score)
-            for h in hits
-            if rec.residual_matches(h.memory.metadata or {}, rest)
-        ][op.offset : want]
-        if len(ranked) < op.limit:  # LangGraph fills up with items that have no vector
-            for record in self._records({**flt, "ix": False}, order="updatedAt"):
-                if rec.residual_matches(record.metadata or {}, rest):
-                    ranked.append(_search_item(record, None))
-                    if len(ranked) >= op.limit:
-                        break
-        return ranked
+        best = self._best_per_item(op.query or "", {**flt, "kind": {"$in": [rec.ITEM, rec.VECTOR]}},
+                                   rest, want)  # fmt: skip
+        ranked = best[op.offset : want]
+        owners = self._nodes.get([rec.item_key(rec.namespace_of(r.metadata or {}),
+                                               str((r.metadata or {})["k"]))
+                                  for r, _ in ranked if _kind(r) == rec.VECTOR])  # fmt: skip
+        found: list[tuple[MemoryItem, float | None]] = []
+        for record, score in ranked:
+            if _kind(record) == rec.VECTOR:
+                metadata = record.metadata or {}
+                owner = owners.get(rec.item_key(rec.namespace_of(metadata), str(metadata["k"])))
+                if owner is None:  # deleted meanwhile
+                    continue
+                record = owner
+            found.append((record, score))
+        if len(found) < op.limit:  # LangGraph fills up with items that have no vector
+            skip = max(op.offset - len(best), 0)
+            more = self._listed({**flt, "kind": rec.ITEM, "ix": False}, rest,
+                                skip + op.limit - len(found))  # fmt: skip
+            found += more[skip:]
+        return found
+
+    def _best_per_item(
+        self, query: str, flt: dict[str, Any], rest: Sequence[tuple[str, Any]], want: int
+    ) -> list[tuple[MemoryItem, float | None]]:
+        """SEARCH hits, one per item (its best-scoring record), best first, at least
+        ``want`` of them when there are so many."""
+        limit = min(max(want, 1) * 2, _SEARCH_MAX)
+        while True:
+            hits = self._nodes.call("MEMORY.SEARCH", {"query": query, "strategy": "vector",
+                                                      "limit": limit, "filter": flt})  # fmt: skip
+            best: dict[tuple[tuple[str, ...], str], tuple[MemoryItem, float | None]] = {}
+            for hit in hits:
+                metadata = hit.memory.metadata or {}
+                if rec.residual_matches(metadata, rest):
+                    ident = (rec.namespace_of(metadata), str(metadata["k"]))
+                    best.setdefault(ident, (hit.memory, hit.score))
+            if len(best) >= want or len(hits) < limit or limit >= _SEARCH_MAX:
+                return list(best.values())
+            limit = min(limit * 4, _SEARCH_MAX)
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         flt: dict[str, Any] = {"kind": rec.NAMESPACE}
@@ -246,11 +297,15 @@ class DittoStore(BaseStore):
         if depth:
             flt["nd"] = {"$gte": depth}
         found: set[tuple[str, ...]] = set()
-        for record in self._records(flt):
+        for record in self._nodes.records(flt):
             namespace = rec.namespace_of(record.metadata or {})
             found.add(namespace if op.max_depth is None else namespace[: op.max_depth])
         listed = sorted(found)
         return listed[op.offset : op.offset + op.limit]
+
+
+def _kind(record: MemoryItem) -> Any:
+    return (record.metadata or {}).get("kind")
 
 
 def _item(record: MemoryItem) -> Item:
@@ -270,7 +325,10 @@ def _search_item(record: MemoryItem, score: float | None) -> SearchItem:
 class AsyncDittoStore(DittoStore):
     """:class:`DittoStore` for async hosts, as LangGraph's async stores behave: the sync
     methods called on the event loop's own thread raise ``asyncio.InvalidStateError``
-    (they would block the loop); from other threads they work."""
+    (they would block the loop); from other threads they work. ``sweep_ttl`` and the
+    sweeper's start and stop are coroutines, as on LangGraph's ``AsyncSqliteStore``."""
+
+    _task: asyncio.Task[None] | None = None
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`DittoStore.batch`, refused on a running event loop's thread."""
@@ -286,3 +344,37 @@ class AsyncDittoStore(DittoStore):
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`DittoStore.batch` in a worker thread."""
         return await asyncio.to_thread(super().batch, list(ops))
+
+    async def sweep_ttl(self) -> int:  # type: ignore[override]
+        """:meth:`DittoStore.sweep_ttl` in a worker thread."""
+        return await asyncio.to_thread(super().sweep_ttl)
+
+    async def start_ttl_sweeper(  # type: ignore[override]
+        self, sweep_interval_minutes: float | None = None
+    ) -> asyncio.Task[None]:
+        """Sweep every ``sweep_interval_minutes`` (default: the ``TTLConfig``'s, else 5)
+        on this event loop until :meth:`stop_ttl_sweeper`."""
+        if self._task is not None and not self._task.done():
+            return self._task
+        minutes = sweep_interval_minutes or (self.ttl_config or {}).get(
+            "sweep_interval_minutes") or 5  # fmt: skip
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(float(minutes) * 60.0)
+                try:
+                    await self.sweep_ttl()
+                except (NodeCallError, ValueError):  # a failed sweep: the next one retries
+                    continue
+
+        self._task = asyncio.get_running_loop().create_task(loop())
+        return self._task
+
+    async def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:  # type: ignore[override]
+        """Stop the sweeper; whether it stopped within ``timeout`` seconds."""
+        task, self._task = self._task, None
+        if task is None:
+            return True
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=timeout)
+        return bool(done)

@@ -13,7 +13,11 @@ Typed semantics (MEM-PY-5), every predicate ``true``/``false``, never ``NULL``:
 * ``$eq: null`` matches missing or JSON ``null``;
 * ranges apply only to the same JSON type (``jsonb_typeof``): numbers as ``numeric``,
   strings by code point (``COLLATE "C"``); a ``CASE`` guards every cast;
-* ``$ne``/``$nin`` are the exact negations of ``$eq``/``$in``.
+* ``$ne``/``$nin`` are the exact negations of ``$eq``/``$in``;
+* a string operand holding NUL (which no stored string or key can hold: PostgreSQL text
+  cannot, and writes refuse it) equals nothing, and compares as its prefix before the
+  first NUL would: ``> v`` and ``>= v`` are ``> prefix``, ``< v`` and ``<= v`` are ``<=
+  prefix`` (code point order; no stored string lies between them), never a driver error.
 
 Declared fields (``queryFields``, issue 28): the path of a field the store declares is a
 SQL literal (``'{"f"}'::text[]``) instead of a parameter, so its expressions are those of
@@ -127,7 +131,16 @@ def _nested(path: Sequence[str], value: Scalar) -> str:
     return json.dumps(doc, ensure_ascii=False, allow_nan=False)
 
 
+def _without_nul(op: str, value: str) -> tuple[str, str]:
+    """The range ``op value`` without NUL, the same over strings without NUL (module doc)."""
+    if "\x00" not in value:
+        return op, value
+    return ("$gt" if op in ("$gt", "$gte") else "$lte"), value[: value.index("\x00")]
+
+
 def _equals(ref: FieldRef, value: Scalar, declared: Declared = frozenset()) -> Sql:
+    if isinstance(value, str) and "\x00" in value:  # no stored string holds NUL
+        return Sql("false")
     if ref.reserved:
         column = _COLUMNS[ref.name]
         if value is None:
@@ -158,6 +171,8 @@ def _declared_equals(ref: FieldRef, value: Scalar) -> Sql:
 
 
 def _range(ref: FieldRef, op: str, value: Scalar, declared: Declared = frozenset()) -> Sql:
+    if isinstance(value, str):
+        op, value = _without_nul(op, value)
     sql_op = _RANGE[op]
     if ref.reserved:
         if not isinstance(value, str):

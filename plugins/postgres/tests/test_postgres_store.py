@@ -188,6 +188,26 @@ def test_nul_characters_are_invalid_input(pg_store: PostgresMemoryStore) -> None
     assert written.output[0].content == {"text": "nul \x00 inside"}
 
 
+def test_filter_strings_with_nul_compare_and_never_fail(pg_store: PostgresMemoryStore) -> None:
+    """No stored string holds NUL: equal to nothing; ordered as SQLite orders it."""
+    memory = create_memory(pg_store)
+    drafts = [{"key": k, "content": k, "metadata": {"a": a}}
+              for k, a in (("k1", "ab"), ("k2", "ab\x01"), ("k3", "aa"), ("k4", "b"))]  # fmt: skip
+    assert memory.write({"memories": drafts}).status == "success"
+
+    def keys(flt: dict[str, object]) -> list[str]:
+        result = memory.query({"filter": flt})
+        assert result.status == "success" and result.output is not None, result.error
+        return sorted(item.key or "" for item in result.output.items)
+
+    assert keys({"a": "ab\x00' OR '1'='1"}) == [] and keys({"key": "k1\x00"}) == []
+    assert keys({"a": {"$ne": "ab\x00"}}) == ["k1", "k2", "k3", "k4"]
+    assert keys({"a": {"$in": ["ab\x00", "b"]}}) == ["k4"]
+    assert keys({"a": {"$gt": "ab\x00z"}}) == keys({"a": {"$gte": "ab\x00"}}) == ["k2", "k4"]
+    assert keys({"a": {"$lt": "ab\x00"}}) == keys({"a": {"$lte": "ab\x00z"}}) == ["k1", "k3"]
+    assert keys({"key": {"$gt": "k2\x00"}}) == ["k3", "k4"]
+
+
 # --- cancellation and deadlines (MEM-RUN-2) ----------------------------------------------
 
 
