@@ -4,9 +4,11 @@
 modules import them, and writes per test how many times one of ours was built.
 
 Environment: ``DITTO_LG_STORE`` (``sqlite`` default, ``postgres``: needs
-``DITTO_TEST_POSTGRES_URL``; ``fleet``: SQLite behind a Celery worker on
-``DITTO_TEST_REDIS_URL``), ``DITTO_LG_REPORT`` (a JSON-lines file: one line per test,
-``{"nodeid", "outcome", "built"}``). Run by scripts/langgraph_suites/run.py.
+``DITTO_TEST_POSTGRES_URL``; ``fleet``: a fleet client on the broker ``DITTO_LG_BROKER``,
+whose MEMORY worker the caller runs: no embedding function reaches it, so only files
+without ``index=`` fit, e.g. ``tests/test_ttl.py``), ``DITTO_LG_REPORT`` (a JSON-lines
+file: one line per test, ``{"nodeid", "outcome", "built"}``). Run by
+scripts/langgraph_suites/run.py.
 """
 
 from __future__ import annotations
@@ -56,7 +58,10 @@ def _backend(index: Any) -> Any:
 def _build(cls: type[DittoStore], index: Any = None, ttl: Any = None) -> Any:
     """A fresh, empty store of class ``cls``: a new tenant (and, on SQLite, a new file)."""
     _BUILT["count"] += 1
-    runtime = create_ditto([create_memory_worker(_backend(index))], _config())
+    if os.environ.get("DITTO_LG_STORE") == "fleet":  # the MEMORY worker is the fleet's
+        runtime = create_ditto(config=_config())
+    else:
+        runtime = create_ditto([create_memory_worker(_backend(index))], _config())
     _RUNTIMES.append(runtime)
     store = object.__new__(cls)
     scope = {"tenant": f"lg-{uuid.uuid4().hex[:12]}", "user": "suite"}
