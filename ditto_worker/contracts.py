@@ -13,6 +13,7 @@ strict camelCase model, the Unicode and JSON checks, :func:`to_wire`) is
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -66,6 +67,7 @@ __all__ = [
     "RetrievalSearchInput",
     "RetrievalTarget",
     "ValidTextModel",
+    "any_result",
     "check_json",
     "check_text",
     "to_wire",
@@ -363,9 +365,17 @@ class NodeResult(_Wire, Generic[OutputT]):
         cls, execution_id: str, node: str, code: str, message: str, status: NodeStatus = "failed"
     ) -> NodeResult[Any]:
         """Build a non-successful result."""
-        return NodeResult[Any](
+        return any_result()(
             execution_id=execution_id,
             node=node,
             status=status,
             error=ErrorInfo(code=code, message=message),
         )
+
+
+@functools.cache
+def any_result() -> type[NodeResult[Any]]:
+    """``NodeResult[Any]``, made once and held here: pydantic keeps its parametrised classes
+    only weakly, so after a garbage collection ``NodeResult[Any](...)`` rebuilds the class
+    and its schema (about 10 ms, on every collection of a busy worker)."""
+    return NodeResult[Any]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ditto_worker.contracts import NodeResult, NodeStatus
+from ditto_worker.contracts import NodeResult, NodeStatus, any_result
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory import checks
 from ditto_worker.memory.ports import CancelToken, MemoryCallOptions
@@ -94,4 +94,4 @@ def error_result(eid: str, node: str, exc: MemoryError) -> NodeResult[Any]:
 
 def success_result(eid: str, node: str, output: object) -> NodeResult[Any]:
     """A ``success`` NodeResult carrying ``output``."""
-    return NodeResult[Any](execution_id=eid, node=node, status="success", output=output)
+    return any_result()(execution_id=eid, node=node, status="success", output=output)

@@ -293,7 +293,9 @@ def check_vectors(vectors: Sequence[Sequence[float]], count: int, dims: int) -> 
             raise MemoryError(
                 ErrorCode.EMBEDDING_MISMATCH, f"expected vectors of {dims} dims, got {len(vector)}"
             )
-        if not all(math.isfinite(x) for x in vector):
+        # one C-speed sum first: NaN or an infinity anywhere makes it non-finite; only a
+        # non-finite sum (a bad value, or finite values overflowing) is looked at closely
+        if not math.isfinite(sum(vector)) and not all(math.isfinite(x) for x in vector):
             raise MemoryError(
                 ErrorCode.EMBEDDING_MISMATCH, "the embedding contains a non-finite value"
             )

@@ -173,6 +173,10 @@ def index_terms(text: str) -> list[str]:
     Words are stemmed (stopwords kept); segmented runs give their clusters and cluster
     bigrams. ``len(index_terms(text))`` is the text's BM25 length.
     """
+    capped = text[:MAX_INDEXED_CHARS]
+    if capped.isascii():  # every run a word (:func:`_tokens`), stemmed in one call
+        ascii_stems: list[str] = _STEMMER.stemWords(_ASCII_WORDS.findall(capped.lower()))
+        return ascii_stems
     words: list[str] = []
     out: list[str] = []
     spots: list[int] = []

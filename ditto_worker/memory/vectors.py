@@ -55,7 +55,7 @@ def content_vectors(
     check_vectors(vectors, len(wanted), embedder.identity.dims)
     out: list[list[float] | None] = [None] * len(texts)
     for index, vector in zip(wanted, vectors, strict=True):
-        out[index] = [float(x) for x in vector]
+        out[index] = list(map(float, vector))
     return out
 
 

@@ -30,6 +30,7 @@ from ditto_worker.contracts import (
     MemoryUpdateInput,
     MemoryWriteInput,
     NodeResult,
+    any_result,
 )
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
 from ditto_worker.memory.core import DefaultsArg, Memory
@@ -156,7 +157,7 @@ def _as_node_result(handler: NodeHandler, node: str) -> NodeHandler:
         if isinstance(result, NodeResult):
             return result
         try:
-            return NodeResult[Any].model_validate(result)
+            return any_result().model_validate(result)
         except ValidationError:
             return NodeResult.failure(
                 ctx.execution_id, node, ErrorCode.INVALID_BACKEND_OUTPUT,

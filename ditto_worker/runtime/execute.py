@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 
-from ditto_worker.contracts import NodeResult, NodeStatus
+from ditto_worker.contracts import NodeResult, NodeStatus, any_result
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.runtime.cancel import CancelReason
 from ditto_worker.runtime.context import NodeContext
@@ -129,7 +129,7 @@ def _wrap(raw: Any, spec: NodeSpec, ctx: NodeContext) -> NodeResult[Any]:
                 ctx.execution_id, ctx.node, ErrorCode.INVALID_BACKEND_OUTPUT,
                 f"{ctx.node} returned an output that breaks its contract",
             )  # fmt: skip
-    return NodeResult[Any](execution_id=ctx.execution_id, node=ctx.node, status="success",
+    return any_result()(execution_id=ctx.execution_id, node=ctx.node, status="success",
                            output=output)  # fmt: skip
 
 

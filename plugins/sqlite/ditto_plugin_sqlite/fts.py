@@ -63,6 +63,7 @@ __all__ = [
     "KeywordPlan",
     "add_shortest",
     "index_record",
+    "index_records",
     "keyword_plan",
     "postings",
     "rebuild",
@@ -98,23 +99,33 @@ def _scope(conn: Connection, namespace: str, create: bool) -> int | None:
 def index_record(conn: Connection, seq: int, namespace: str, text: str) -> None:
     """Index record ``seq`` of ``namespace`` by ``text`` (in the caller's write
     transaction); a text without terms is not indexed."""
-    terms = index_terms(text)
-    if not terms:
+    index_records(conn, namespace, [(seq, text)])
+
+
+def index_records(conn: Connection, namespace: str, records: Sequence[tuple[int, str]]) -> None:
+    """Index ``(seq, text)`` records of ``namespace`` (in the caller's write transaction):
+    one statement per table for the batch and one update of the scope's statistics, the
+    same as :func:`index_record` one record at a time. A text without terms is not
+    indexed."""
+    termed = [(seq, terms) for seq, text in records if (terms := index_terms(text))]
+    if not termed:
         return
     scope = _scope(conn, namespace, create=True)
-    conn.execute(
+    conn.executemany(
         "INSERT INTO memories_fts (rowid, terms) VALUES (?, ?)",
-        (seq, " ".join(f"{scope}_{term}" for term in terms)),
+        [(seq, " ".join(f"{scope}_{term}" for term in terms)) for seq, terms in termed],
     )
-    conn.execute(
+    lengths = [len(terms) for _, terms in termed]
+    conn.executemany(
         "INSERT INTO memories_fts_docs (seq, scope, terms) VALUES (?, ?, ?)",
-        (seq, scope, len(terms)),
+        [(seq, scope, n) for (seq, _), n in zip(termed, lengths, strict=True)],
     )
+    # as len(termed) single-record updates: kept in step only if it was before
     conn.execute(
-        "UPDATE keyword_scopes SET records = records + 1, terms = terms + ?,"
+        "UPDATE keyword_scopes SET records = records + ?, terms = terms + ?,"
         " shortest = CASE WHEN kept = records THEN min(coalesce(shortest, ?), ?) END,"
-        " kept = CASE WHEN kept = records THEN records + 1 ELSE -1 END WHERE id = ?",
-        (len(terms), len(terms), len(terms), scope),
+        " kept = CASE WHEN kept = records THEN records + ? ELSE -1 END WHERE id = ?",
+        (len(termed), sum(lengths), min(lengths), min(lengths), len(termed), scope),
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any, Self
 from ditto_plugin_sqlite import vectors as vec
 from ditto_plugin_sqlite.db import open_connection, transaction, usable
 from ditto_plugin_sqlite.driver import Connection
-from ditto_plugin_sqlite.fts import index_record
+from ditto_plugin_sqlite.fts import index_record, index_records
 from ditto_plugin_sqlite.fts import rebuild as rebuild_keywords
 from ditto_plugin_sqlite.query_index import QueryIndexes
 from ditto_plugin_sqlite.reembed import reembed
@@ -110,6 +110,16 @@ class Lifecycle:
     ) -> None:  # fmt: skip
         text = keyword_text(content, key, metadata, self._index_fields)
         index_record(conn, seq, ns, text)
+
+    def _index_many(
+        self, conn: Connection, ns: str, records: Sequence[tuple[int, str | None, Any, Any]]
+    ) -> None:
+        """:meth:`_index` of ``(seq, key, content, metadata)`` records, as one batch."""
+        fields = self._index_fields
+        index_records(conn, ns, [
+            (seq, keyword_text(content, key, metadata, fields))
+            for seq, key, content, metadata in records
+        ])  # fmt: skip
 
     def _embedding_text(self, pair: tuple[Any, Any]) -> str:
         """The text a ``(content, metadata)`` record is embedded by (``indexFields``)."""

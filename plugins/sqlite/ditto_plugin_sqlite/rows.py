@@ -11,7 +11,7 @@ from ditto_plugin_sqlite.driver import Connection
 from ditto_worker.contracts import MemoryDraft, MemoryItem
 from ditto_worker.errors import ErrorCode, MemoryError
 
-__all__ = ["CHUNK", "COLUMNS", "WIDTH", "Row", "check_keys", "chunks", "dump", "marks", "row_item"]
+__all__ = ["CHUNK", "COLUMNS", "WIDTH", "Row", "check_keys", "chunks", "dump", "marks", "row_item", "written_item"]
 
 CHUNK: Final = 500
 """Most values bound in one ``IN (...)`` list."""
@@ -28,6 +28,21 @@ Row = tuple[Any, ...]
 def row_item(row: Row) -> MemoryItem:
     """The MemoryItem of a row that starts with :data:`COLUMNS`."""
     return MemoryItem(
+        id=row[1],
+        key=row[2],
+        content=json.loads(row[3]),
+        metadata=None if row[4] is None else json.loads(row[4]),
+        operation_id=row[5],
+        created_at=row[6],
+        updated_at=row[7],
+    )
+
+
+def written_item(row: Row) -> MemoryItem:
+    """:func:`row_item` of a row this process has just written from a validated draft (an
+    id and timestamps the store made, JSON text it dumped): the same item, without
+    validating again what was validated on the way in."""
+    return MemoryItem.model_construct(
         id=row[1],
         key=row[2],
         content=json.loads(row[3]),

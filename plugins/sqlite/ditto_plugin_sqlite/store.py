@@ -27,6 +27,7 @@ from ditto_plugin_sqlite.rows import chunks as _chunks
 from ditto_plugin_sqlite.rows import dump as _dump
 from ditto_plugin_sqlite.rows import marks as _marks
 from ditto_plugin_sqlite.rows import row_item as _item
+from ditto_plugin_sqlite.rows import written_item as _written
 from ditto_plugin_sqlite.search import KEYWORD_CAPABILITIES, SearchMixin
 from ditto_plugin_sqlite.sql import (
     SqliteFilter,
@@ -65,6 +66,12 @@ from ditto_worker.sqlkit import (
 __all__ = ["SqliteMemoryStore"]
 
 _LEDGER: Final = SqliteLedger()
+_NEXT: Final = (
+    "SELECT (SELECT MAX(created_at) FROM memories), 1 + max("
+    "coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memories'), 0),"
+    " coalesce((SELECT MAX(seq) FROM memories), 0))"
+)
+"""The newest ``created_at`` and the next ``seq`` AUTOINCREMENT would give (never reused)."""
 
 
 def _metadata(text: str | None) -> Any:
@@ -225,20 +232,26 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(item) for item in replay]
             _check_keys(conn, drafts, ns)
-            latest = conn.execute("SELECT MAX(created_at) FROM memories").fetchone()[0]
+            latest, first = conn.execute(_NEXT).fetchone()
             now = timestamp_now(latest)
-            seqs: list[int] = []
-            for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True):
-                cur = conn.execute(
-                    "INSERT INTO memories (namespace, id, key, content, metadata, created_at,"
-                    " updated_at, operation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (ns, memory_id, draft.key, content, metadata, now, now, op_id),
-                )
-                seqs.append(int(cur.lastrowid or 0))
-                self._index(conn, seqs[-1], ns, draft.key, draft.content, draft.metadata)
+            # the next seqs, given explicitly: BEGIN IMMEDIATE keeps other writers out until
+            # COMMIT, and AUTOINCREMENT's sqlite_sequence follows the largest one inserted
+            seqs = list(range(int(first), int(first) + len(drafts)))
+            conn.executemany(
+                "INSERT INTO memories (seq, namespace, id, key, content, metadata, created_at,"
+                " updated_at, operation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (seq, ns, memory_id, draft.key, content, metadata, now, now, op_id)
+                    for seq, memory_id, draft, (content, metadata)
+                    in zip(seqs, ids, drafts, encoded, strict=True)
+                ],
+            )  # fmt: skip
+            self._index_many(conn, ns, [
+                (seq, d.key, d.content, d.metadata) for seq, d in zip(seqs, drafts, strict=True)
+            ])  # fmt: skip
             self._store_vectors(conn, seqs, blobs)
             items = [
-                _item((0, memory_id, draft.key, content, metadata, op_id, now, now))
+                _written((0, memory_id, draft.key, content, metadata, op_id, now, now))
                 for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True)
             ]
             output = [to_wire(i) for i in items]

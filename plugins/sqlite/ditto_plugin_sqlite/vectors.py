@@ -114,15 +114,15 @@ def embed_contents(
 def put_vectors(conn: Connection, seqs: Sequence[int], blobs: Sequence[bytes | None]) -> None:
     """Store (or, for ``None``, remove) the vectors of records ``seqs``, and the codes of
     the stored ones (:func:`ditto_plugin_sqlite.ann.put_codes`, one batch)."""
-    stored: list[tuple[int, bytes]] = []
-    for seq, blob in zip(seqs, blobs, strict=True):
-        if blob is None:
-            conn.execute("DELETE FROM memory_vectors WHERE seq = ?", (seq,))
-        else:
-            conn.execute(
-                "INSERT OR REPLACE INTO memory_vectors (seq, embedding) VALUES (?, ?)", (seq, blob)
-            )
-            stored.append((seq, blob))
+    pairs = list(zip(seqs, blobs, strict=True))
+    stored = [(seq, blob) for seq, blob in pairs if blob is not None]
+    removed = [(seq,) for seq, blob in pairs if blob is None]
+    if removed:
+        conn.executemany("DELETE FROM memory_vectors WHERE seq = ?", removed)
+    if stored:  # one prepared statement for the batch
+        conn.executemany(
+            "INSERT OR REPLACE INTO memory_vectors (seq, embedding) VALUES (?, ?)", stored
+        )
     put_codes(conn, [seq for seq, _ in stored], [blob for _, blob in stored])
 
 
