@@ -11,7 +11,18 @@ from ditto_plugin_sqlite.driver import Connection
 from ditto_worker.contracts import MemoryDraft, MemoryItem
 from ditto_worker.errors import ErrorCode, MemoryError
 
-__all__ = ["CHUNK", "COLUMNS", "WIDTH", "Row", "check_keys", "chunks", "dump", "marks", "row_item", "written_item"]
+__all__ = [
+    "CHUNK",
+    "COLUMNS",
+    "WIDTH",
+    "Row",
+    "check_keys",
+    "chunks",
+    "dump",
+    "marks",
+    "row_item",
+    "written_item",
+]
 
 CHUNK: Final = 500
 """Most values bound in one ``IN (...)`` list."""
