@@ -270,7 +270,7 @@ class _Part:
 def _distances(codes: U64, query: U64) -> npt.NDArray[np.uint16]:
     """Hamming distance of each column of word-major ``codes`` to ``query``."""
     n = codes.shape[1]
-    distance = np.bitwise_count(codes[0] ^ query[0]).astype(np.uint16)
+    distance: npt.NDArray[np.uint16] = np.bitwise_count(codes[0] ^ query[0]).astype(np.uint16)
     scratch, counts = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint8)
     for word in range(1, _WORDS):
         np.bitwise_xor(codes[word], query[word], out=scratch)
