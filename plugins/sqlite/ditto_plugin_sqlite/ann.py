@@ -250,42 +250,20 @@ class _Part:
         """The seqs of the ``count`` live codes nearest to ``query`` in Hamming distance
         (ties at the last distance taken in seq order)."""
         n = self.n
-        distance = _distances(self.codes[:, :n], query)
+        distance = np.bitwise_count(self.codes[0, :n] ^ query[0]).astype(np.uint16)
+        scratch, counts = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint8)
+        for word in range(1, _WORDS):
+            np.bitwise_xor(self.codes[word, :n], query[word], out=scratch)
+            distance += np.bitwise_count(scratch, out=counts)
         if self.dead:
             distance[~self.live[:n]] = CODE_BITS + 1
-        picked = _closest(distance, count)
+        # a histogram of the distances finds the cut (cheaper than argpartition)
+        cut = int(np.searchsorted(np.cumsum(np.bincount(distance)), count))
+        below = np.flatnonzero(distance < cut)
+        at = np.flatnonzero(distance == cut)[: max(0, count - len(below))]
+        picked = np.concatenate([below, at])
         result: I64 = self.seqs[picked[self.live[picked]]]
         return result
-
-    def nearest_within(self, query: U64, count: int, seqs: I64) -> I64:
-        """:meth:`nearest` among ``seqs`` (ascending) only: their live codes are gathered
-        first (a filter's passing records), the others never scanned."""
-        pos, found = self.positions(seqs)
-        pos = pos[found]
-        pos = pos[self.live[pos]]
-        result: I64 = self.seqs[pos[_closest(_distances(self.codes[:, pos], query), count)]]
-        return result
-
-
-def _distances(codes: U64, query: U64) -> npt.NDArray[np.uint16]:
-    """Hamming distance of each column of word-major ``codes`` to ``query``."""
-    n = codes.shape[1]
-    distance: npt.NDArray[np.uint16] = np.bitwise_count(codes[0] ^ query[0]).astype(np.uint16)
-    scratch, counts = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint8)
-    for word in range(1, _WORDS):
-        np.bitwise_xor(codes[word], query[word], out=scratch)
-        distance += np.bitwise_count(scratch, out=counts)
-    return distance
-
-
-def _closest(distance: npt.NDArray[np.uint16], count: int) -> I64:
-    """Positions of the ``count`` smallest distances, ties at the cut in position order
-    (a histogram of the distances finds the cut: cheaper than argpartition)."""
-    cut = int(np.searchsorted(np.cumsum(np.bincount(distance)), count))
-    below = np.flatnonzero(distance < cut)
-    at = np.flatnonzero(distance == cut)[: max(0, count - len(below))]
-    picked: I64 = np.concatenate([below, at])
-    return picked
 
 
 class SimHashIndex:
@@ -308,24 +286,14 @@ class SimHashIndex:
         part = self._parts.get(namespace)
         return 0 if part is None else part.n - part.dead
 
-    def nearest(
-        self,
-        namespace: str,
-        vector: Sequence[float],
-        count: int,
-        within: Sequence[int] | None = None,
-    ) -> list[int]:
-        """The seqs of (at most) ``count`` records of ``namespace`` with the nearest codes;
-        only among ``within`` (ascending seqs) when given."""
+    def nearest(self, namespace: str, vector: Sequence[float], count: int) -> list[int]:
+        """The seqs of (at most) ``count`` records of ``namespace`` with the nearest codes."""
         with self._lock:
             part = self._parts.get(namespace)
             if part is None or count <= 0:
                 return []
             query = _word_major(code_bytes([np.asarray(vector, dtype="<f4").tobytes()]))[:, 0]
-            if within is None:
-                return [int(seq) for seq in part.nearest(query, count)]
-            among = np.asarray(within, dtype=np.int64)
-            return [int(seq) for seq in part.nearest_within(query, count, among)]
+            return [int(seq) for seq in part.nearest(query, count)]
 
     def sync(self, conn: Connection) -> None:
         """Bring the index to the state of ``conn``'s read transaction (module doc)."""

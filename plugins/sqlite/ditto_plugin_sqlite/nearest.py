@@ -8,17 +8,11 @@
 3. A filter that drops candidates is estimated by the share that survived (``s`` of
    ``c``): the candidates are taken again, ``c * c / s`` of them, so the filtered top ``k``
    are about as deep in the list as the unfiltered ones were.
-4. A scope whose first candidates would be a quarter of it or more is searched exactly:
+4. Whenever fewer than ``limit`` survive while the scope has more records than were
+   taken, or the candidates would be a quarter of the scope or more, the search is exact:
    the filter is evaluated first and only the matching rows are scored (the plan this
-   store always used).
-5. A filter that keeps too few candidates (none, fewer than ``limit`` after the widened
-   pass, or a widened pass dearer than filtering the whole scope, :data:`FILTER_SHARE`)
-   is evaluated first, on the records alone (no vector read): the nearest codes among
-   the passing records (:meth:`~ditto_plugin_sqlite.ann.SimHashIndex.nearest` ``within``)
-   are rescored exactly, every passing record when they are few. A selective filter thus
-   costs a scan of the scope's records and one candidate set, not two widening passes.
-   So a search returns ``min(limit, matching records with vectors)`` results for any
-   filter (MEM-SEARCH-3); only their order is approximate.
+   store always used). So a search returns ``min(limit, matching records with vectors)``
+   results for any filter (MEM-SEARCH-3); only their order is approximate.
 
 Measured by ``bench/vector_scale.py`` (recall@10 against the exact plan, p50/p95).
 """
@@ -38,11 +32,6 @@ __all__ = ["EXACT_SHARE", "exact_sql", "nearest_rows"]
 
 EXACT_SHARE: Final = 0.25
 """Candidates at or above this share of the scope: the exact scan instead."""
-FILTER_SHARE: Final = 1 / 16
-"""What testing a record against a filter costs beside rescoring a candidate (the
-filter's ``json_extract`` alone vs the vector read and the exact distance: 0.8 vs 15 µs
-per record at 10k records here): a second, wider pass of more candidates than this share
-of the scope costs more than filtering the scope first (step 5 of the module doc)."""
 
 
 def exact_sql(blob: bytes, where: Sql, limit: int) -> tuple[str, list[Any]]:
@@ -111,39 +100,18 @@ def _approximate(
     where: Sql,
     limit: int,
 ) -> list[Row] | None:
-    """Steps 2-4 of the module doc; ``None`` when the exact plan must answer."""
+    """Steps 2-3 of the module doc; ``None`` when the exact plan must answer."""
     size = index.size(namespace)
     count = candidate_count(limit, size)
-    if count >= size * EXACT_SHARE:
-        return None
-    seqs = index.nearest(namespace, vector, count)
-    rows, passed = _rescore(conn, blob, seqs, where, limit)
-    if passed >= limit and passed * 10 >= len(seqs) * 9:
-        return rows  # (almost) every candidate passed
-    wider = -(-count * count // passed) if passed else size
-    if passed and wider < size * min(EXACT_SHARE, FILTER_SHARE):
-        seqs = index.nearest(namespace, vector, wider)
+    for _ in range(2):
+        if count >= size * EXACT_SHARE:
+            return None
+        seqs = index.nearest(namespace, vector, count)
         rows, passed = _rescore(conn, blob, seqs, where, limit)
-        if passed >= limit:
-            return rows
-    return _prefiltered(conn, index, namespace, vector, blob, where, limit)
-
-
-def _prefiltered(
-    conn: Connection,
-    index: SimHashIndex,
-    namespace: str,
-    vector: list[float],
-    blob: bytes,
-    where: Sql,
-    limit: int,
-) -> list[Row]:
-    """Step 5 of the module doc: the records passing ``where`` first, then the nearest
-    codes among them rescored (all of them when they are few)."""
-    sql = f"SELECT m.seq FROM memories AS m WHERE {where.text} ORDER BY m.seq"
-    passing = [int(row[0]) for row in conn.execute(sql, where.params)]
-    count = candidate_count(limit, len(passing))
-    seqs = passing if count >= len(passing) else index.nearest(namespace, vector, count, passing)
-    # they passed in this transaction: only the scope is checked again
-    rows, _ = _rescore(conn, blob, seqs, Sql("+m.namespace = ?", [namespace]), limit)
-    return rows
+        kept_most = passed * 10 >= len(seqs) * 9
+        if passed >= limit and (kept_most or count > candidate_count(limit, size)):
+            return rows  # (almost) every candidate passed, or the second, widened pass
+        if passed == 0 or passed == len(seqs):
+            return None  # nothing passed / too few candidates
+        count = -(-count * count // passed)
+    return None
