@@ -11,7 +11,33 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from ditto_worker.config.sections import Section
 from ditto_worker.errors import ConfigError
 
-__all__ = ["FLEET_ENV", "FleetSettings", "check_fleet_url", "sentinel_parts"]
+__all__ = ["FLEET_ENV", "CoalescingSettings", "FleetSettings", "check_fleet_url", "sentinel_parts"]
+
+
+class CoalescingSettings(Section):
+    """``fleet.coalescing:`` — concurrent calls of one node from one client travel together
+    as one message on that node's queue (:mod:`ditto_worker.fleet.coalescing`)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Coalesce concurrent calls of a node into batch messages (Redis fleet "
+        "only). false: one message per call.",
+    )
+    in_flight: int = Field(
+        default=0,
+        ge=0,
+        description="Messages of one node a client keeps in flight before new calls gather "
+        "into the next batch. 0: the concurrency of the worker group serving the node.",
+    )
+    max_calls: int = Field(
+        default=64, ge=1, le=4096, description="A gathering batch goes out at this many calls."
+    )
+    max_wait_us: int = Field(
+        default=2000,
+        ge=0,
+        description="A gathering batch goes out this many microseconds after its first call "
+        "at the latest, even with in-flight messages still unanswered.",
+    )
 
 
 class FleetSettings(Section):
@@ -74,6 +100,11 @@ class FleetSettings(Section):
         description="Debugging only: show node inputs and NodeResults (memory content, "
         "queries, filter values, model text) in worker logs, Celery events, Flower and "
         "celery inspect. false: ids, node, status, code, sizes and timings only.",
+    )
+
+    coalescing: CoalescingSettings = Field(
+        default_factory=CoalescingSettings,
+        description="Batching of concurrent calls of one node (docs/capacity.md).",
     )
 
     transport: str = Field(

@@ -44,6 +44,7 @@ from typing import Any
 from celery import Celery
 
 from ditto_worker.config import FleetSettings, RuntimeConfig
+from ditto_worker.config.fleet import CoalescingSettings
 from ditto_worker.contracts import NodeResult
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
 from ditto_worker.fleet.celery_app import (
@@ -61,6 +62,12 @@ from ditto_worker.fleet.client_base import (
     log,
 )
 from ditto_worker.fleet.client_paths import ClientPaths
+from ditto_worker.fleet.coalescing import (
+    BATCH_CALLS,
+    DEFAULT_IN_FLIGHT,
+    Coalescer,
+    group_concurrency,
+)
 from ditto_worker.fleet.redaction import args_repr
 from ditto_worker.fleet.redis_urls import server_address
 from ditto_worker.fleet.results import ResultListener
@@ -114,6 +121,8 @@ class DittoClient(ClientPaths):
         log_content: bool = False,
         sentinel_master: str | None = None,
         sentinel_kwargs: dict[str, Any] | None = None,
+        coalescing: CoalescingSettings | None = None,
+        in_flight: Mapping[str, int] | None = None,
     ) -> None:
         try:
             bound = parse_scope(scope)
@@ -144,6 +153,22 @@ class DittoClient(ClientPaths):
         # skipped
         self._revokers = ThreadPoolExecutor(1, thread_name_prefix="ditto-revoke")
         self._pending_revokes = 0
+        self._coalescer = self._coalescer_of(coalescing, in_flight)
+
+    def _coalescer_of(
+        self, settings: CoalescingSettings | None, in_flight: Mapping[str, int] | None
+    ) -> Coalescer | None:
+        """The coalescer of ``fleet.coalescing`` (a Redis fleet only), or ``None``."""
+        if settings is None or not settings.enabled or self._listener is None:
+            return None
+        fixed, groups = settings.in_flight, dict(in_flight or {})
+
+        def limit_of(node: str) -> int:
+            return fixed or groups.get(node, DEFAULT_IN_FLIGHT)
+
+        return Coalescer(self._listener, self._publish, self._publish_batch, self._senders,
+                         limit_of, settings.max_calls, settings.max_wait_us / 1e6,
+                         BATCH_CALLS.observe)  # fmt: skip
 
     @classmethod
     def from_fleet(
@@ -158,6 +183,7 @@ class DittoClient(ClientPaths):
         kwargs.setdefault("sentinel_master", fleet.sentinel_master_name or None)
         sentinels = fleet.result_backend_transport_options.get("sentinel_kwargs")
         kwargs.setdefault("sentinel_kwargs", sentinels)
+        kwargs.setdefault("coalescing", fleet.coalescing)
         return cls(app, result_backend=backend, nodes=table, **kwargs)
 
     @property
@@ -215,4 +241,5 @@ def connect(config: RuntimeConfig, nodes: NodeTable, scope: Scope | None = None)
     """The ``celery`` entry point of ``ditto_worker.transports``: a :class:`DittoClient` of
     the broker fleet ``config.fleet`` names, knowing ``nodes``, bound to ``scope``
     (how ``create_ditto`` reaches the fleet without naming it)."""
-    return DittoClient.from_fleet(config.fleet, nodes=nodes, scope=scope)
+    return DittoClient.from_fleet(config.fleet, nodes=nodes, scope=scope,
+                                  in_flight=group_concurrency(config, nodes))  # fmt: skip

@@ -23,13 +23,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from celery import Celery
-from kombu.exceptions import EncodeError
+from kombu.exceptions import EncodeError, OperationalError
 from pydantic import ValidationError
 
 from ditto_worker.config import RuntimeConfig, load_runtime_config
 from ditto_worker.contracts import NodeResult
 from ditto_worker.errors import ErrorCode
+from ditto_worker.fleet.batch import ID, INPUT, batch_task
 from ditto_worker.fleet.celery_app import DEADLINE_HEADER, SENT_HEADER, queue_for
+from ditto_worker.fleet.coalescing import UNSENT, Coalescer, Pending
 from ditto_worker.fleet.failures import LOST_CONNECTION, lost_connection, node_result_of
 from ditto_worker.fleet.redis_urls import is_redis_url
 from ditto_worker.fleet.results import ResultListener
@@ -154,6 +156,7 @@ class ClientBase(CallPath):
     _senders: ThreadPoolExecutor
     _revokers: ThreadPoolExecutor
     _pending_revokes: int
+    _coalescer: Coalescer | None
 
     def _codes_of(self, node: str) -> KindCodes | None:
         known = self._nodes.get(node)
@@ -167,6 +170,14 @@ class ClientBase(CallPath):
         return listener.new_id() if listener is not None else new_id()
 
     def _send(self, call: Call) -> None:
+        """Send ``call``: through the coalescer when coalescing is on (at once, or in the
+        node's next batch, :mod:`ditto_worker.fleet.coalescing`), else as its own message."""
+        if self._coalescer is not None:
+            self._coalescer.send(call)
+        else:
+            self._publish(call)
+
+    def _publish(self, call: Call) -> None:
         """Publish ``call`` as its node's Celery message: ``expires`` and the
         ``ditto_deadline`` header (MEM-PY-3), the trusted scope, the operation id, the trace
         ids (also the task's ``argsrepr``)."""
@@ -187,6 +198,37 @@ class ClientBase(CallPath):
             queue=queue_for(call.node),
             expires=datetime.fromtimestamp(deadline, UTC),
             headers=headers,
+            **reprs,
+        )
+        self._outages.ok(self._broker_at)
+
+    def _publish_batch(self, node: str, batch_id: str, batch: list[Pending]) -> None:
+        """Publish ``batch`` as one message of ``node``'s batch task on its own queue
+        (:mod:`ditto_worker.fleet.batch`): each call's id, input, deadline, scope,
+        operation id, send time and trace in its item; the latest deadline on the message."""
+        deadline = max(p.call.deadline for p in batch)
+        items = []
+        for pending in batch:
+            call = pending.call
+            item: dict[str, Any] = {
+                ID: call.execution_id, INPUT: call.payload,
+                DEADLINE_HEADER: call.deadline, SENT_HEADER: pending.sent,
+            }  # fmt: skip
+            if call.scope is not None:
+                item[SCOPE_HEADER] = call.scope.to_header()
+            if call.operation_id is not None:
+                item[OPERATION_HEADER] = call.operation_id
+            if call.trace:
+                item.update(trace_headers(call.trace))
+            items.append(item)
+        reprs = self._reprs and {**self._reprs, "argsrepr": f"({len(items)} calls)"}
+        self.app.send_task(
+            batch_task(node),
+            kwargs={"calls": items},
+            task_id=batch_id,
+            queue=queue_for(node),
+            expires=datetime.fromtimestamp(deadline, UTC),
+            headers={DEADLINE_HEADER: deadline, SENT_HEADER: time.time()},
             **reprs,
         )
         self._outages.ok(self._broker_at)
@@ -213,6 +255,9 @@ class ClientBase(CallPath):
     def _from_meta(self, meta: dict[str, Any], call: Call, cancelled: bool) -> NodeResult[Any]:
         """The NodeResult of a task's result-backend record."""
         status = meta.get("status")
+        if status == UNSENT:  # its batch was not published (fleet.coalescing)
+            cause = EncodeError() if meta.get("result") == "encode" else OperationalError()
+            return self._sendfailure(cause, call)
         if status == "SUCCESS":
             return self._parse(meta.get("result"), call)
         failed = node_result_of(meta.get("result")) if status == "FAILURE" else None

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from celery import Celery, Task
@@ -47,11 +47,6 @@ the transport handed over no raw body (then the input is measured; never counted
 def _header(request: Any, name: str) -> Any:
     headers = request.headers or {}
     return headers.get(name, getattr(request, name, None))
-
-
-def _trace(request: Any) -> dict[str, str]:
-    """The call's trace (run id, Graph, Graph node) from its message headers."""
-    return trace_from_headers({name: _header(request, name) for name in TRACE_HEADERS.values()})
 
 
 class FleetRuntime:
@@ -145,7 +140,10 @@ class FleetRuntime:
         if self.config.fleet.in_process and self._app is not None:
             return DittoClient(self._app, nodes=self.table,
                                log_content=self.config.fleet.log_content)  # fmt: skip
-        return DittoClient.from_fleet(self.config.fleet, nodes=self.table)
+        from ditto_worker.fleet.coalescing import group_concurrency
+
+        in_flight = group_concurrency(self.config, self.table)
+        return DittoClient.from_fleet(self.config.fleet, nodes=self.table, in_flight=in_flight)
 
     def _make_watcher(self) -> RedisCancelWatcher | None:
         app = self._app
@@ -177,9 +175,8 @@ class FleetRuntime:
             found = self._kind_defaults[kind] = self.config.defaults_for(kind)
         return found
 
-    def _refusal(self, task: Task, node: str, eid: str, input: Any) -> NodeResult[Any] | None:
-        size = getattr(task.request, INPUT_BYTES, None)
-        if not isinstance(size, int):  # no body size known (not 0): measure the input itself
+    def _refusal(self, node: str, eid: str, input: Any, size: int | None) -> NodeResult[Any] | None:
+        if size is None:  # no body size known (not 0): measure the input itself
             size = len(json.dumps(input, separators=(",", ":"), default=str).encode())
         cap = self.config.fleet.max_input_bytes
         if size > cap:
@@ -196,27 +193,37 @@ class FleetRuntime:
         is answered ``cancelled`` without running.
         """
         request = task.request
-        eid = str(request.id)
+        size = getattr(request, INPUT_BYTES, None)
+        return self.run_call(node, str(request.id), input, lambda name: _header(request, name),
+                             size if isinstance(size, int) else None)  # fmt: skip
+
+    def run_call(
+        self, node: str, eid: str, input: Any, header: Callable[[str], Any], size: int | None
+    ) -> NodeResult[Any]:
+        """Run one call of ``node`` (a task's, or one of a batch's,
+        :mod:`ditto_worker.fleet.batch`): ``header(name)`` reads its deadline, trusted
+        scope, operation id, send time and trace; ``size`` is its input's bytes, ``None``
+        to measure them (against ``fleet.maxInputBytes``)."""
         definition, spec = self._current()[node]
-        raw_deadline = _header(request, DEADLINE_HEADER)
+        raw_deadline = header(DEADLINE_HEADER)
         deadline = float(raw_deadline) if isinstance(raw_deadline, int | float) else None
         try:
-            scope = parse_scope(_header(request, SCOPE_HEADER))
-            operation_id = check_operation_id(_header(request, OPERATION_HEADER))
+            scope = parse_scope(header(SCOPE_HEADER))
+            operation_id = check_operation_id(header(OPERATION_HEADER))
         except NodeError as exc:
             return NodeResult.failure(eid, node, exc.code, exc.safe_message)
-        refused = self._refusal(task, node, eid, input)
+        refused = self._refusal(node, eid, input, size)
         if refused is not None:
             return refused
         watcher = self._watcher.get()
         with local_registry().running(eid, deadline) as token:
             # a call with effects always reads its flag; one without may rely on the
             # watcher's announcements when they are known complete (watcher.covers)
-            sent = _header(request, SENT_HEADER)
+            sent = header(SENT_HEADER)
             vouched = not spec.mutation and watcher is not None and watcher.covers(sent)
             if watcher is not None and not vouched and watcher.is_flagged(eid):
                 token.cancel()
-            trace = _trace(request)
+            trace = trace_from_headers({n: header(n) for n in TRACE_HEADERS.values()})
             ctx = NodeContext(
                 eid, node, token, deadline, scope,
                 invoke=sub_invoker(self._client.get, deadline, token, scope, trace),

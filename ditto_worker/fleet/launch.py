@@ -21,6 +21,8 @@ from celery.worker import state
 from ditto_worker.config import RuntimeConfig
 from ditto_worker.fleet.celery_app import create_celery_app, queue_for
 from ditto_worker.fleet.client import DittoClient
+from ditto_worker.fleet.client_base import installed_nodes
+from ditto_worker.fleet.coalescing import group_concurrency
 from ditto_worker.fleet.tasks import FleetRuntime, register_tasks
 from ditto_worker.runtime.definition import WorkerSource
 from ditto_worker.scope import Scope
@@ -88,7 +90,8 @@ def open_fleet(
     """
     timeout_s = config.fleet.call_timeout_s
     if not config.fleet.in_process:
-        client = DittoClient.from_fleet(config.fleet, scope=scope)
+        in_flight = group_concurrency(config, installed_nodes(config))
+        client = DittoClient.from_fleet(config.fleet, scope=scope, in_flight=in_flight)
         try:
             yield client
         finally:

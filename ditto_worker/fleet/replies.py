@@ -28,6 +28,7 @@ from kombu.serialization import registry
 from kombu.utils import json as kombu_json
 from pydantic_core import PydanticSerializationError, to_json
 
+from ditto_worker.fleet.batch import BatchReply
 from ditto_worker.fleet.redaction import Reply
 
 __all__ = ["encode_result_meta", "install_reply_encoder"]
@@ -51,6 +52,8 @@ def _reply_payload(value: Any) -> Any:
     written by the fast path."""
     if isinstance(value, Reply):
         return value.result
+    if isinstance(value, BatchReply):  # a batch's NodeResults, in call order
+        return value.results
     raise TypeError(f"{type(value).__name__} is not written by the reply encoder")
 
 
@@ -67,7 +70,7 @@ def encode_result_meta(data: Any) -> Any:
         TypeError / ValueError: whatever the replaced encoder raises for data that is not
             JSON (kombu turns it into ``EncodeError``).
     """
-    if type(data) is dict and isinstance(data.get("result"), Reply):
+    if type(data) is dict and isinstance(data.get("result"), Reply | BatchReply):
         if all(_plain(v) for k, v in data.items() if k != "result"):
             try:
                 return to_json(data, by_alias=True, fallback=_reply_payload).decode()

@@ -27,6 +27,7 @@ no awaitable form (celery#6603). :class:`ResultListener` replaces both:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -165,14 +166,36 @@ class ResultListener:
         return result, self.submit(self._setup(channel))
 
     def forget(self, task_id: str) -> None:
-        """The call ended: stop waiting (and unsubscribe its own channel in the background)."""
+        """The call ended: stop waiting (its future, if still unresolved, is cancelled) and
+        unsubscribe its own channel in the background."""
         channel = RESULT_KEY_PREFIX + task_id
         with self._guard:
-            self._waiting.pop(channel, None)
+            future = self._waiting.pop(channel, None)
             explicit = channel in self._explicit
             self._explicit.discard(channel)
+        if future is not None:
+            future.cancel()  # a no-op once resolved; tells a batch its call has ended
         if explicit:
             self.loop.call_soon_threadsafe(self._spawn, self._unsubscribe(channel))
+
+    def waiting(self, task_id: str) -> ThreadFuture[Meta] | None:
+        """The future of a call awaiting ``task_id``'s result, or ``None``."""
+        with self._guard:
+            return self._waiting.get(RESULT_KEY_PREFIX + task_id)
+
+    def deliver(self, task_id: str, meta: Meta) -> None:
+        """Resolve the call awaiting ``task_id`` with ``meta`` (a result that reached the
+        client another way: one of a batch's, :mod:`ditto_worker.fleet.coalescing`)."""
+        future = self.waiting(task_id)
+        if future is not None and not future.done():
+            with contextlib.suppress(Exception):  # resolved or cancelled concurrently
+                future.set_result(meta)
+
+    @property
+    def ready(self) -> bool:
+        """True once the pattern subscription is confirmed (ids of :meth:`new_id` need no
+        subscription of their own)."""
+        return self._pattern_ready
 
     # --- on the loop ----------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from celery import Celery, Task, bootsteps, signals
 from celery.worker.request import Request
 
 from ditto_worker.contracts import to_wire
+from ditto_worker.fleet.batch import BatchReply, batch_task, run_batch
 from ditto_worker.fleet.celery_app import DEADLINE_HEADER
 from ditto_worker.fleet.failures import NodeFailed
 from ditto_worker.fleet.fleet_runtime import INPUT_BYTES, FleetRuntime
@@ -110,17 +111,24 @@ def _make_task(
             raise NodeFailed(to_wire(result))
         return Reply(result, show)
 
+    def run_batch_task(self: Task, calls: Any = None) -> BatchReply:
+        size = getattr(self.request, INPUT_BYTES, None)
+        failed = runtime.table[node][0].kind_codes.failed
+        return BatchReply(node, run_batch(runtime, node, calls, size, failed), show)
+
     run_node_task.__doc__ = f"Celery task for {node}: NodeResult JSON for the given input."
-    app.task(
-        name=node,
-        bind=True,
-        shared=False,
-        ignore_result=False,
-        acks_late=spec.mutation,
-        reject_on_worker_lost=spec.mutation,
-        throws=(NodeFailed,),  # logged on one line, no traceback
-        Request=request,
-    )(run_node_task)
+    run_batch_task.__doc__ = f"Celery task for a batch of {node} calls: their NodeResults."
+    for name, run in ((node, run_node_task), (batch_task(node), run_batch_task)):
+        app.task(
+            name=name,
+            bind=True,
+            shared=False,
+            ignore_result=False,
+            acks_late=spec.mutation,
+            reject_on_worker_lost=spec.mutation,
+            throws=(NodeFailed,),  # logged on one line, no traceback
+            Request=request,
+        )(run)
 
 
 def _open_quietly(runtime: FleetRuntime, nodes: Iterable[str] | None) -> None:
