@@ -63,7 +63,6 @@ from ditto_worker.fleet.client_base import (
 )
 from ditto_worker.fleet.client_paths import ClientPaths
 from ditto_worker.fleet.coalescing import (
-    BATCH_CALLS,
     DEFAULT_IN_FLIGHT,
     Coalescer,
     group_concurrency,
@@ -71,6 +70,7 @@ from ditto_worker.fleet.coalescing import (
 from ditto_worker.fleet.redaction import args_repr
 from ditto_worker.fleet.redis_urls import server_address
 from ditto_worker.fleet.results import ResultListener
+from ditto_worker.runtime.batch_sizes import BATCH_SIZES
 from ditto_worker.runtime.calls import Call
 from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.scope import Scope, parse_scope
@@ -168,7 +168,7 @@ class DittoClient(ClientPaths):
 
         return Coalescer(self._listener, self._publish, self._publish_batch, self._senders,
                          limit_of, settings.max_calls, settings.max_wait_us / 1e6,
-                         BATCH_CALLS.observe)  # fmt: skip
+                         BATCH_SIZES.observe)  # fmt: skip
 
     @classmethod
     def from_fleet(

@@ -37,14 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kombu.exceptions import EncodeError
-from prometheus_client import Histogram
 
 from ditto_worker.config import RuntimeConfig
 from ditto_worker.errors import ConfigError
 from ditto_worker.runtime.calls import Call
 
 __all__ = [
-    "BATCH_CALLS",
     "DEFAULT_IN_FLIGHT",
     "UNSENT",
     "Coalescer",
@@ -63,14 +61,6 @@ Meta = dict[str, Any]
 
 DEFAULT_IN_FLIGHT = 4
 """``K`` of a node whose worker group is not known (the MEMORY worker's default pool)."""
-
-BATCH_CALLS = Histogram(
-    "ditto_client_batch_calls",
-    "Calls per message a fleet client sent with coalescing on (1: a one-call message).",
-    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096),
-)
-"""The batch-size histogram, in the process's default Prometheus registry (the gateway's
-``/metrics`` exports it)."""
 
 
 def group_concurrency(config: RuntimeConfig, nodes: Mapping[str, Any]) -> dict[str, int]:

@@ -5,7 +5,8 @@ Flower counts Celery events per task name (``flower_events_total``) and times th
 exports no queue length. ``ditto-worker flower`` adds, on the same authenticated
 ``/metrics``:
 
-* ``ditto_node_calls_total{node, status, code}`` — calls that ended, by node id, NodeResult
+* ``ditto_node_calls_total{node, status, code}`` — calls that ended (each call of a batch
+  message counts, under its node id: :func:`outcomes_of`), by node id, NodeResult
   status (``success`` | ``failed`` | ``cancelled`` | ``timeout``; ``revoked`` for a message
   that expired unrun, ``rejected`` for one refused) and error code (``""`` on success; a
   NodeResult code such as ``INVALID_INPUT``; the exception's class for a task that ended
@@ -35,11 +36,14 @@ from prometheus_client import REGISTRY, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ditto_worker.fleet.batch import BATCH_SUFFIX
+
 __all__ = [
     "NODE_CALLS",
     "QueueCollector",
     "install_flower_metrics",
     "outcome_of",
+    "outcomes_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -50,6 +54,8 @@ _FAILED = re.compile(rf"NodeFailed\(\S+ {_STATUS}(?: ([A-Za-z0-9_.-]+))?\)")
 _WIRE_STATUS = re.compile(rf"'status': '{_STATUS}'")
 _WIRE_CODE = re.compile(r"'code': '([A-Za-z0-9_.-]+)'")
 _EXCEPTION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\(")
+_BATCH = re.compile(r"<NodeResults \S+ ([^>]*)>")
+_BATCH_CALL = re.compile(rf"^{_STATUS}(?: ([A-Za-z0-9_.-]+))?$")
 
 NODE_CALLS = Counter(
     "ditto_node_calls",
@@ -89,6 +95,19 @@ def outcome_of(event: Mapping[str, Any]) -> tuple[str, str] | None:
     if kind == "task-rejected":
         return "rejected", "REJECTED"
     return None
+
+
+def outcomes_of(event: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(status, code)`` of every call a task event ends: one per call of a batch task's
+    ``task-succeeded`` (its result repr ``<NodeResults NODE success; failed CODE>``,
+    :class:`~ditto_worker.fleet.batch.BatchReply`), else :func:`outcome_of`'s, if any."""
+    if event.get("type") == "task-succeeded":
+        batch = _BATCH.search(str(event.get("result") or ""))
+        if batch is not None:
+            calls = [_BATCH_CALL.match(part.strip()) for part in batch.group(1).split(";")]
+            return [(m.group(1), m.group(2) or "") for m in calls if m is not None]
+    outcome = outcome_of(event)
+    return [] if outcome is None else [outcome]
 
 
 class QueueCollector(Collector):
@@ -167,12 +186,14 @@ def install_flower_metrics(app: Any) -> None:
     def event(self: Any, event: dict[str, Any]) -> None:
         original(self, event)
         try:
-            outcome = outcome_of(event)
-            if outcome is None:
+            outcomes = outcomes_of(event)
+            if not outcomes:
                 return
             task = self.tasks.get(event.get("uuid"))
-            node = getattr(task, "name", None) or event.get("name") or "unknown"
-            NODE_CALLS.labels(str(node), *outcome).inc()
+            node = str(getattr(task, "name", None) or event.get("name") or "unknown")
+            node = node.removesuffix(BATCH_SUFFIX)  # a batch counts its calls, by node
+            for outcome in outcomes:
+                NODE_CALLS.labels(node, *outcome).inc()
         except Exception:  # a metric must never stop Flower's event loop
             log.warning("metrics: an event could not be counted", exc_info=True)
 

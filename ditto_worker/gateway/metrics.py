@@ -5,12 +5,16 @@
   reached count with status ``refused`` and their code (``UNAUTHENTICATED`` …).
 * ``ditto_gateway_disconnects_total{node}`` — calls whose client went away (cancelled).
 * ``ditto_gateway_in_flight`` — calls running now.
+* ``ditto_client_batch_calls`` — calls per message the process's fleet clients sent with
+  ``fleet.coalescing`` on (a histogram; :mod:`ditto_worker.runtime.batch_sizes`).
 
 Labels carry ids and codes only, never tokens, bodies or content. Each app has its own
 registry, so several apps in one process (tests) never share series.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 from fastapi.responses import Response
 from prometheus_client import (
@@ -20,8 +24,25 @@ from prometheus_client import (
     Gauge,
     generate_latest,
 )
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from ditto_worker.runtime.batch_sizes import BATCH_SIZES
 
 __all__ = ["GatewayMetrics"]
+
+
+class _BatchSizes(Collector):
+    """``ditto_client_batch_calls``: :data:`~ditto_worker.runtime.batch_sizes.BATCH_SIZES`."""
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        buckets, total = BATCH_SIZES.snapshot()
+        family = HistogramMetricFamily(
+            "ditto_client_batch_calls",
+            "Calls per message this process's fleet clients sent with coalescing on.",
+        )
+        family.add_metric([], buckets, float(total))
+        yield family
 
 
 class GatewayMetrics:
@@ -44,6 +65,7 @@ class GatewayMetrics:
         self.in_flight = Gauge(
             "ditto_gateway_in_flight", "Calls running now.", registry=self.registry
         )
+        self.registry.register(_BatchSizes())  # the fleet client's calls per message
 
     def answered(self, node: str, status: str, code: str | None) -> None:
         """Count one call that reached its node."""

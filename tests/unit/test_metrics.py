@@ -35,3 +35,25 @@ from ditto_worker.fleet.redaction import Reply
 )  # fmt: skip
 def test_outcome_of_events(event: dict[str, Any], outcome: tuple[str, str] | None) -> None:
     assert outcome_of(event) == outcome
+
+
+def test_a_batch_counts_each_of_its_calls() -> None:  # issue 36 item 5: calls, not messages
+    from ditto_worker.contracts import NodeResult
+    from ditto_worker.fleet.batch import BatchReply
+    from ditto_worker.fleet.metrics import outcomes_of
+
+    results = [
+        NodeResult.failure("a", "MEMORY.GET", "INVALID_INPUT", "secret-text"),
+        NodeResult.failure("b", "MEMORY.GET", "MEMORY_TIMEOUT", "m", "timeout"),
+        NodeResult.failure("c", "MEMORY.GET", "MEMORY_CANCELLED", "m", "cancelled"),
+    ]
+    shown = repr(BatchReply("MEMORY.GET", results))
+    assert "secret" not in shown  # no message, no content
+    event = {"type": "task-succeeded", "result": shown}
+    assert outcomes_of(event) == [
+        ("failed", "INVALID_INPUT"), ("timeout", "MEMORY_TIMEOUT"),
+        ("cancelled", "MEMORY_CANCELLED"),
+    ]  # fmt: skip
+    one = {"type": "task-failed", "exception": "NodeFailed(MEMORY.WRITE failed CONFLICT)"}
+    assert outcomes_of(one) == [("failed", "CONFLICT")]
+    assert outcomes_of({"type": "task-started"}) == []
