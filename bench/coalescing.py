@@ -200,9 +200,10 @@ def measure(url: str, args: argparse.Namespace) -> None:
     table = client_table(db_path)
     on = CoalescingSettings(enabled=True, in_flight=4, max_calls=args.max_calls,
                             max_wait_us=args.max_wait_us)  # fmt: skip
+    off = CoalescingSettings(enabled=False)
     clients = {
         "on": DittoClient.from_fleet(FleetSettings(broker_url=url, coalescing=on), nodes=table),
-        "off": DittoClient.from_fleet(FleetSettings(broker_url=url), nodes=table),
+        "off": DittoClient.from_fleet(FleetSettings(broker_url=url, coalescing=off), nodes=table),
     }
     try:
         raw_app.send_task(RAW, queue=RAW.lower()).get(timeout=60)  # the worker is up
