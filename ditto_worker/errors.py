@@ -59,6 +59,10 @@ class ErrorCode(StrEnum):
     """The store does not offer a requested optional feature (an operation id on a store
     without ``capabilities.operation_ids``, an ``ifMetadata`` condition on one without
     ``capabilities.conditional_update``); nothing was applied."""
+    OPERATION_EXPIRED = "OPERATION_EXPIRED"
+    """A mutation's operation id was claimed longer ago than the store's operation
+    retention (``operationRetentionS``, 30 days by default): the store can no longer
+    answer its replay; nothing was applied (:mod:`ditto_worker.memory.retention`)."""
     # Retrieval and embeddings (MEM-RET)
     UNKNOWN_TARGET = "UNKNOWN_TARGET"
     """RETRIEVAL.SEARCH names a target the retrieval worker does not serve."""

@@ -35,6 +35,7 @@ from ditto_worker.cli.options import (
     load_config,
     scope_or_exit,
 )
+from ditto_worker.cli.prune_command import prune
 from ditto_worker.cli.reindex_command import reindex
 from ditto_worker.cli.transfer_command import export, import_
 from ditto_worker.cli.worker_command import NodeSelection, resolve_nodes, worker
@@ -337,6 +338,7 @@ app.command("example")(example)
 app.command("export", short_help="Write a store's memories as JSON Lines.")(export)
 app.command("import", short_help="Write an export file's memories into a store.")(import_)
 app.command("reindex", short_help="Re-embed every memory with a new embedding model.")(reindex)
+app.command("prune", short_help="Delete a store's expired operation and execution ids.")(prune)
 app.command("mcp", short_help="Serve the MEMORY nodes as MCP tools for one scope.")(mcp)
 
 

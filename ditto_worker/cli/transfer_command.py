@@ -172,6 +172,11 @@ def import_(
     notes = []
     if summary.skipped:
         notes.append(f"{summary.skipped:,} already there (same key and content)")
+    if summary.expired:
+        notes.append(
+            f"{summary.expired:,} imported by a run older than the store's operationRetentionS "
+            "(not written again)"
+        )
     if summary.dropped_operation_ids:
         notes.append(
             f"{summary.dropped_operation_ids:,} operation ids not kept (the store keeps none)"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ditto_worker.cli.transfer import Record, TransferError, bad_line, read_records
+from ditto_worker.errors import ErrorCode
 from ditto_worker.memory.operations import json_equal
 from ditto_worker.scope import Scope
 
@@ -33,6 +34,8 @@ class ImportSummary:
         dropped_operation_ids: records whose operation id the target could not keep.
         not_idempotent: keyless records written to a target without operation ids: a
             re-run would write them again.
+        expired: records of WRITEs the target answered ``OPERATION_EXPIRED``: imported
+            by a run older than its ``operationRetentionS``; nothing written again.
     """
 
     records: int = 0
@@ -40,6 +43,7 @@ class ImportSummary:
     skipped: int = 0
     dropped_operation_ids: int = 0
     not_idempotent: int = 0
+    expired: int = 0
 
 
 def _digest(*parts: Any) -> bytes:
@@ -161,6 +165,9 @@ class _Importer:
         drafts = [r.draft for r in records]
         result = self.memory.write({"memories": drafts}, scope=scope, operation_id=operation_id)
         self.summary.writes += 1
+        if result.error is not None and result.error.code == ErrorCode.OPERATION_EXPIRED:
+            self.summary.expired += len(records)  # an old run wrote them: not again
+            return
         self.check(result, records)
 
     def check(self, result: Any, records: list[Record]) -> None:

@@ -16,7 +16,7 @@ code                                                   HTTP   notes
 ``UNAUTHENTICATED``                                    401    ``WWW-Authenticate: Bearer``
 ``PERMISSION_DENIED``                                  403
 ``UNKNOWN_NODE`` ``NOT_FOUND``                          404    closest node ids named
-``CONFLICT``                                           409
+``CONFLICT`` ``OPERATION_EXPIRED``                     409
 ``PAYLOAD_TOO_LARGE``                                  413
 ``OVERLOADED``                                         429    ``Retry-After: 1``
 ``*_CANCELLED`` (a cancelled call)                     499    nginx's "client closed"
@@ -56,6 +56,7 @@ STATUS_OF_CODE: dict[str, int] = {
     ErrorCode.UNKNOWN_NODE: 404,
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.CONFLICT: 409,
+    ErrorCode.OPERATION_EXPIRED: 409,
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
     ErrorCode.OVERLOADED: 429,
     ErrorCode.INVALID_BACKEND_OUTPUT: 502,

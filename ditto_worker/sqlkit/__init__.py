@@ -39,6 +39,7 @@ from ditto_worker.sqlkit.ledger import (
     claim_call,
     claim_execution,
     claim_operation,
+    prune_ledgers,
     record_call,
 )
 from ditto_worker.sqlkit.paging import (
@@ -77,6 +78,7 @@ __all__ = [
     "page_output",
     "page_query",
     "page_request",
+    "prune_ledgers",
     "record_call",
     "search_settings",
     "server_values",

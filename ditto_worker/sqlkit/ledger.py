@@ -17,17 +17,32 @@ COMMIT (:func:`record_call`): effect and record commit together or not at all.
   node: ``CONFLICT``, nothing applied.
 
 The database's side is a :class:`LedgerDialect`: how to claim, read and store a row of
-each ledger (tables, keys, JSON text, pruning of expired execution ids).
+each ledger (tables, keys, JSON text, pruning of expired rows).
+
+Retention (:mod:`ditto_worker.memory.retention`): an operation row older than the
+dialect's :attr:`LedgerDialect.retention` window answers ``OPERATION_EXPIRED``;
+:func:`record_call` prunes a bounded batch of forgotten rows at most once a minute, and
+:func:`prune_ledgers` prunes them all in short transactions (``ditto-worker prune``).
 """
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.operations import Operation, check_replay
+from ditto_worker.memory.retention import (
+    BACKGROUND_BATCH,
+    PRUNE_BATCH,
+    LedgerRetention,
+    PruneReport,
+    operation_expired,
+)
 
 __all__ = [
     "DEFAULT_RETENTION_S",
@@ -36,6 +51,7 @@ __all__ = [
     "claim_call",
     "claim_execution",
     "claim_operation",
+    "prune_ledgers",
     "record_call",
 ]
 
@@ -49,12 +65,14 @@ _CLAIM_ATTEMPTS: Final = 3
 @dataclass(frozen=True)
 class LedgerRow:
     """A ledger row as read: the node that claimed it, the input digest (operations
-    only, else ``None``) and the committed output as JSON data (``None`` only while
-    the claiming transaction is uncommitted)."""
+    only, else ``None``), the committed output as JSON data (``None`` only while
+    the claiming transaction is uncommitted) and when it was claimed (epoch seconds;
+    ``None`` when unknown)."""
 
     node: str
     digest: str | None
     output: Any | None
+    claimed_at: float | None = None
 
 
 class LedgerDialect(ABC):
@@ -64,6 +82,15 @@ class LedgerDialect(ABC):
 
     store: str = "the SQL memory store"
     """The store's name in error messages (``the PostgreSQL memory store``)."""
+
+    def __init__(self, retention: LedgerRetention | None = None) -> None:
+        self.retention = retention or LedgerRetention()
+        """The store's retention; its ``clock`` stamps operation rows."""
+
+    @abstractmethod
+    def prune(self, conn: Any, table: str, before: float, limit: int) -> int:
+        """Delete at most ``limit`` committed rows of ``table`` (``operations`` |
+        ``executions``) made before ``before`` (epoch s), oldest first; the count."""
 
     @abstractmethod
     def claim_operation(self, conn: Any, op: Operation, namespace: str) -> bool:
@@ -123,6 +150,8 @@ def claim_operation(
         row = ledger.find_operation(conn, op.id, namespace)
         if row is None:  # deleted in between: claim again
             continue
+        if ledger.retention.expired(row.claimed_at):
+            raise operation_expired(ledger.retention.operation_s)
         check_replay(op, row.node, str(row.digest))
         if row.output is not None:
             return row.output
@@ -205,3 +234,34 @@ def record_call(
         ledger.store_execution(conn, execution_id, node, namespace, output, retention_s)
     if op is not None:
         ledger.store_operation(conn, op, namespace, output)
+    if ledger.retention.due():  # the background prune: one bounded batch
+        ledger.prune(conn, "operations", ledger.retention.forget_before(), BACKGROUND_BATCH)
+
+
+def prune_ledgers(
+    ledger: LedgerDialect,
+    transaction: Callable[[], AbstractContextManager[Any]],
+    batch: int = PRUNE_BATCH,
+) -> PruneReport:
+    """Delete every forgotten operation row and expired execution row, at most ``batch``
+    rows per ``transaction()`` (a context manager yielding a connection in a write
+    transaction), so a writer waits on one batch at most.
+
+    Returns:
+        The rows deleted from each ledger, the transactions and the longest one (s).
+    """
+    counts = {"operations": 0, "executions": 0}
+    batches, longest = 0, 0.0
+    for table, before in (
+        ("operations", ledger.retention.forget_before()),
+        ("executions", ledger.retention.executions_before()),
+    ):
+        while True:
+            started = time.perf_counter()
+            with transaction() as conn:
+                deleted = ledger.prune(conn, table, before, batch)
+            batches, longest = batches + 1, max(longest, time.perf_counter() - started)
+            counts[table] += deleted
+            if deleted < batch:
+                break
+    return PruneReport(counts["operations"], counts["executions"], batches, longest)

@@ -40,12 +40,14 @@ SERVER_DEFAULTS: Final[Mapping[str, Any]] = {
     "embedding": "none",
     "hybrid": None,
     "executionRetentionS": 86400.0,
+    "operationRetentionS": 30 * 86400.0,
     "indexFields": None,
     "queryFields": None,
 }
 """The settings of a server store and their defaults: pool size (connections per
 process), timeouts (s), ``autoMigrate``, ``embedding`` (``local`` | ``http`` | ``none``),
-``hybrid`` (``RetrievalConfig``), ``executionRetentionS`` (s), ``indexFields``,
+``hybrid`` (``RetrievalConfig``), ``executionRetentionS`` (s), ``operationRetentionS``
+(s, :mod:`ditto_worker.memory.retention`), ``indexFields``,
 ``queryFields``; a plugin adds its own (``schema``, ``database`` …)."""
 
 
@@ -127,7 +129,7 @@ def common_arguments(
     ``values`` (:data:`SERVER_DEFAULTS`): ``connect_timeout_s``, ``pool_timeout_s``
     (at least 0.1 s), ``auto_migrate``, ``embedder`` (``env[env_embedding]`` overrides
     ``embedding``), ``hybrid``, ``execution_retention_s`` (at least 0),
-    ``index_fields``, ``query_fields``.
+    ``operation_retention_s`` (at least 1), ``index_fields``, ``query_fields``.
 
     Raises:
         ConfigError: an invalid value, named ``plugins.<plugin>.<key>``.
@@ -143,6 +145,7 @@ def common_arguments(
         "embedder": embedder,
         "hybrid": hybrid,
         "execution_retention_s": number_setting(values, plugin, "executionRetentionS", 0),
+        "operation_retention_s": number_setting(values, plugin, "operationRetentionS", 1),
         "index_fields": parse_fields(values["indexFields"]),
         "query_fields": parse_query_fields(values["queryFields"]),
     }

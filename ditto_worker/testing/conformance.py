@@ -105,6 +105,12 @@ from ditto_worker.testing._conformance_query import (
     test_undeclared_order_by_fails,
     test_updated_sort_key_may_move,
 )
+from ditto_worker.testing._conformance_retention import (
+    test_execution_replay_applies_nothing,
+    test_operation_replay_after_the_window_is_expired,
+    test_operation_replay_inside_the_window_applies_nothing,
+    test_prune_forgets_only_old_operations,
+)
 from ditto_worker.testing._conformance_scale import (
     test_delete_more_than_a_thousand_matches,
     test_ten_thousand_record_write,
@@ -150,6 +156,7 @@ __all__ = [
     "test_capabilities_are_declared",
     "test_conditional_update_applies_only_when_metadata_holds",
     "test_conditional_updates_racing_lose_nothing",
+    "test_execution_replay_applies_nothing",
     "test_content_kinds_round_trip",
     "test_cursor_is_bound_to_its_namespace",
     "test_cursor_is_bound_to_its_query",
@@ -184,10 +191,13 @@ __all__ = [
     "test_operation_id_applies_update_and_delete_once",
     "test_operation_id_applies_write_once",
     "test_operation_id_with_another_input_is_conflict",
+    "test_operation_replay_after_the_window_is_expired",
+    "test_operation_replay_inside_the_window_applies_nothing",
     "test_page_size_and_last_page",
     "test_records_carry_store_timestamps",
     "test_paging_across_inserts_and_deletes",
     "test_paging_matches_one_page",
+    "test_prune_forgets_only_old_operations",
     "test_scope_confines_all_six_operations",
     "test_search_in_a_task_space_is_refused_before_the_store",
     "test_search_results_carry_full_records",

@@ -27,6 +27,7 @@ def test_reference_ditto_yaml_loads_with_defaults() -> None:
         "embedding": "none",  # MEM-SEARCH-6: no embedding unless configured
         "hybrid": {},
         "executionRetentionS": 86400,
+        "operationRetentionS": 2592000,
         "indexFields": [],
         "queryFields": [],
     }  # MEM-PY-8

@@ -179,7 +179,7 @@ class MilvusCollection(NativeSearch):
         self.collection_per_scope = collection_per_scope
         self._index_fields = tuple(index_fields)
         self._opened: dict[str, _Opened] = {}
-        self._ledgers: dict[str, int] = {}  # operation ledgers opened, by connection generation
+        self._ledgers: dict[str, tuple[int, bool]] = {}  # ledgers opened: (generation, has at)
         self._ready_lock = threading.Lock()
         self._clock = _Clock()
         exact = embedder is not None and vector_index == "FLAT"

@@ -8,7 +8,18 @@ text in parts of at most :data:`PART_CHARS` characters (a VARCHAR holds 65,535 b
 Part ``i`` is the row ``uuid5(namespace, operation id, i)``; part 0 holds the state and
 the number of parts and is written last, so an entry is read whole or as it was. Milvus
 needs a vector field in every collection: each row carries a constant 2-dimensional
-``v``. Entries are kept for as long as the collection (no expiry).
+``v``. Each row carries ``at``, the retention's clock when it was written (epoch s): a
+replay of an entry older than ``operationRetentionS`` is ``OPERATION_EXPIRED``, entries
+older than twice that are pruned (:mod:`ditto_worker.memory.retention`,
+:mod:`ditto_plugin_milvus.retention`). A ledger made before ``at`` existed keeps its
+entries without expiry.
+
+**The execution ledger.** A mutation without an operation id is keyed by its execution
+id (:class:`Execution`: the Celery task id on the fleet) the same way, in
+``<name>_exec``: a redelivered call finds its entry and applies nothing (a ``pending``
+one is completed: a WRITE's records take their ids from the execution id,
+:func:`record_id`), and entries are pruned after ``executionRetentionS``. Its records
+carry no operation id, so a completed UPDATE re-applies its values (the same values).
 
 **A mutation with an operation id** (:class:`MilvusOperations`):
 
@@ -50,22 +61,31 @@ from pymilvus import DataType, MilvusClient
 from ditto_plugin_milvus.collection import IDS_PER_REQUEST, MilvusCollection, Row
 from ditto_plugin_milvus.expressions import quote
 from ditto_plugin_milvus.rows import MAX_KEY_BYTES, chunks
+from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.operations import Operation, check_replay
 from ditto_worker.memory.ports import MemoryCallOptions
+from ditto_worker.memory.retention import LedgerRetention, operation_expired
 
 __all__ = [
+    "EXECUTION_SUFFIX",
+    "Execution",
     "LEDGER_SUFFIX",
     "PART_CHARS",
     "Entry",
     "MilvusOperations",
     "entry_of",
     "ledger_name",
+    "execution_of",
     "ledger_rows",
     "memory_id",
+    "part_id",
+    "record_id",
 ]
 
 LEDGER_SUFFIX: Final = "_ops"
 """The ledger of collection ``c`` is ``c + LEDGER_SUFFIX``."""
+EXECUTION_SUFFIX: Final = "_exec"
+"""The execution ledger of collection ``c`` is ``c + EXECUTION_SUFFIX``."""
 PART_CHARS: Final = 60_000
 """Most characters of output JSON (ASCII) in one ledger row."""
 _ID_NAMESPACE: Final = uuid.UUID("5b0f3c9e-7d1a-5e2b-8c4f-2a6d9e1b7c30")
@@ -73,9 +93,21 @@ _FIELDS: Final = ["id", "node", "digest", "state", "part", "parts", "out"]
 _VECTOR: Final = [1.0, 0.0]
 
 
-def ledger_name(collection: str) -> str:
-    """The ledger collection of memory collection ``collection``."""
-    return collection + LEDGER_SUFFIX
+@dataclass(frozen=True)
+class Execution(Operation):
+    """The ledger key of a mutation without an operation id: its execution id (``id``),
+    its node; ``digest`` is empty (a redelivered call is the same call)."""
+
+
+def execution_of(options: MemoryCallOptions | None, node: str) -> Execution | None:
+    """The :class:`Execution` of a call's execution id, or ``None`` without one."""
+    eid = getattr(options, "execution_id", None)
+    return Execution(str(eid), node, "") if eid else None
+
+
+def ledger_name(collection: str, key: Operation | None = None) -> str:
+    """The ledger collection of memory collection ``collection`` for ``key``'s kind."""
+    return collection + (EXECUTION_SUFFIX if isinstance(key, Execution) else LEDGER_SUFFIX)
 
 
 def memory_id(namespace: str, operation_id: str, index: int) -> str:
@@ -83,7 +115,17 @@ def memory_id(namespace: str, operation_id: str, index: int) -> str:
     return str(uuid.uuid5(_ID_NAMESPACE, f"memory\x00{namespace}\x00{operation_id}\x00{index}"))
 
 
-def _part_id(namespace: str, operation_id: str, part: int) -> str:
+def record_id(namespace: str, key: Operation, index: int) -> str:
+    """The id of the ``index``-th record written under ``key`` (an operation's:
+    :func:`memory_id`; an execution's: its own, never one of an operation)."""
+    if isinstance(key, Execution):
+        name = f"execution-memory\x00{namespace}\x00{key.id}\x00{index}"
+        return str(uuid.uuid5(_ID_NAMESPACE, name))
+    return memory_id(namespace, key.id, index)
+
+
+def part_id(namespace: str, operation_id: str, part: int) -> str:
+    """The ledger row of part ``part`` of ``operation_id``'s entry in ``namespace``."""
     return str(uuid.uuid5(_ID_NAMESPACE, f"ledger\x00{namespace}\x00{operation_id}\x00{part}"))
 
 
@@ -99,13 +141,16 @@ class Entry:
     output: Any
 
 
-def ledger_rows(namespace: str, op: Operation, output: Any, pending: bool) -> list[Row]:
-    """The rows of ``op``'s entry, part 0 (state and count) last."""
+def ledger_rows(
+    namespace: str, op: Operation, output: Any, pending: bool, at: float | None = None
+) -> list[Row]:
+    """The rows of ``op``'s entry, part 0 (state and count) last; each with ``at``
+    (epoch s) unless ``None`` (a ledger without the field)."""
     text = json.dumps(output, separators=(",", ":"), ensure_ascii=True)
     pieces = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)] or [""]
     rows = [
         {
-            "id": _part_id(namespace, op.id, part),
+            "id": part_id(namespace, op.id, part),
             "ns": namespace,
             "op": op.id,
             "node": op.node,
@@ -115,6 +160,7 @@ def ledger_rows(namespace: str, op: Operation, output: Any, pending: bool) -> li
             "parts": len(pieces),
             "out": piece,
             "v": _VECTOR,
+            **({} if at is None else {"at": at}),
         }
         for part, piece in enumerate(pieces)
     ]
@@ -146,10 +192,12 @@ def _schema() -> Any:
     s.add_field("parts", DataType.INT64)
     s.add_field("out", DataType.VARCHAR, max_length=MAX_KEY_BYTES)
     s.add_field("v", DataType.FLOAT_VECTOR, dim=len(_VECTOR))
+    s.add_field("at", DataType.DOUBLE)
     return s
 
 
-def _setup(client: MilvusClient, name: str, timeout: float) -> None:
+def _setup(client: MilvusClient, name: str, timeout: float) -> bool:
+    """Create (if missing) and load ledger ``name``; True when its rows carry ``at``."""
     if not client.has_collection(name, timeout=timeout):
         try:
             client.create_collection(
@@ -162,33 +210,56 @@ def _setup(client: MilvusClient, name: str, timeout: float) -> None:
             if not client.has_collection(name, timeout=timeout):
                 raise
     client.load_collection(name, timeout=timeout)
+    fields = client.describe_collection(name, timeout=timeout).get("fields", [])
+    return any(field.get("name") == "at" for field in fields)
 
 
 class MilvusOperations(MilvusCollection):
     """The ledger side of :class:`~ditto_plugin_milvus.store.MilvusMemoryStore` (module
     docstring)."""
 
-    def _ledger(self, ns: str, options: MemoryCallOptions | None) -> str:
-        """The ledger of namespace ``ns``'s collection, created and loaded once per
-        connection generation."""
-        name = ledger_name(self.name_of(ns))
-        if self._ledgers.get(name) == self._conn.generation:
-            return name
+    @property
+    def retention(self) -> LedgerRetention:
+        """The ledgers' retention (:mod:`ditto_worker.memory.retention`; set by
+        ``create_store`` from ``operationRetentionS`` and ``executionRetentionS``)."""
+        found: LedgerRetention | None = self.__dict__.get("_retention")
+        if found is None:
+            found = self.__dict__.setdefault("_retention", LedgerRetention())
+        return found
+
+    @retention.setter
+    def retention(self, value: LedgerRetention) -> None:
+        self.__dict__["_retention"] = value
+
+    def _ledger(
+        self, ns: str, options: MemoryCallOptions | None, key: Operation | None = None
+    ) -> tuple[str, bool]:
+        """The ledger of namespace ``ns``'s collection for ``key``'s kind and whether it
+        keeps ``at``, created and loaded once per connection generation."""
+        name = ledger_name(self.name_of(ns), key)
+        known = self._ledgers.get(name)
+        if known is not None and known[0] == self._conn.generation:
+            return name, known[1]
         with self._ready_lock:
             generation = self._conn.generation
-            if self._ledgers.get(name) != generation:
-                self._conn.call(options, lambda client, timeout: _setup(client, name, timeout))
-                self._ledgers[name] = generation
-        return name
+            known = self._ledgers.get(name)
+            if known is None or known[0] != generation:
+                timed = self._conn.call(
+                    options, lambda client, timeout: _setup(client, name, timeout)
+                )
+                known = self._ledgers[name] = (generation, bool(timed))
+        return name, known[1]
 
     def _ledger_query(
-        self, name: str, ids: Sequence[str], options: MemoryCallOptions | None
-    ) -> list[Row]:
+        self, name: str, ids: Sequence[str], options: MemoryCallOptions | None,
+        timed: bool = False,
+    ) -> list[Row]:  # fmt: skip
         out: list[Row] = []
+        fields = [*_FIELDS, "at"] if timed else _FIELDS
         for start in range(0, len(ids), IDS_PER_REQUEST):
             part = ", ".join(quote(i) for i in ids[start : start + IDS_PER_REQUEST])
             rows = self._conn.call(
-                options, MilvusClient.query, name, filter=f"id in [{part}]", output_fields=_FIELDS
+                options, MilvusClient.query, name, filter=f"id in [{part}]", output_fields=fields
             )
             out += [dict(row) for row in rows]
         return out
@@ -196,20 +267,29 @@ class MilvusOperations(MilvusCollection):
     def _operation_entry(
         self, ns: str, op: Operation | None, options: MemoryCallOptions | None
     ) -> Entry | None:
-        """``op``'s entry in the ledger, or ``None`` (no operation id, or not run yet).
+        """``op``'s entry in its ledger, or ``None`` (no key, or not run yet).
 
         Raises:
-            MemoryError: ``CONFLICT`` when the id was used by another node or input.
+            MemoryError: ``CONFLICT`` when the id was used by another node or input;
+                ``OPERATION_EXPIRED`` when an operation's entry is past the window.
         """
         if op is None:
             return None
-        name = self._ledger(ns, options)
-        found = self._ledger_query(name, [_part_id(ns, op.id, 0)], options)
+        name, timed = self._ledger(ns, options, op)
+        found = self._ledger_query(name, [part_id(ns, op.id, 0)], options, timed)
         if not found:
             return None
         first = found[0]
+        if isinstance(op, Execution):
+            if first["node"] != op.node:
+                raise MemoryError(
+                    ErrorCode.CONFLICT,
+                    f"this execution id was already used by {first['node']}; nothing was applied",
+                )
+        elif self.retention.expired(first.get("at")):
+            raise operation_expired(self.retention.operation_s)
         check_replay(op, str(first["node"]), str(first["digest"]))
-        others = [_part_id(ns, op.id, p) for p in range(1, int(first["parts"]))]
+        others = [part_id(ns, op.id, p) for p in range(1, int(first["parts"]))]
         return entry_of(first, self._ledger_query(name, others, options) if others else [])
 
     def _record_operation(
@@ -223,8 +303,8 @@ class MilvusOperations(MilvusCollection):
         """Write ``op``'s entry (parts first, part 0 last; a no-op without ``op``)."""
         if op is None:
             return
-        name = self._ledger(ns, options)
-        rows = ledger_rows(ns, op, output, pending)
+        name, timed = self._ledger(ns, options, op)
+        rows = ledger_rows(ns, op, output, pending, self.retention.clock() if timed else None)
         for chunk in chunks(rows[:-1], self.max_message_bytes):
             self._conn.call(options, MilvusClient.upsert, name, chunk, check_cancel=False)
         self._conn.call(options, MilvusClient.upsert, name, rows[-1:], check_cancel=False)
@@ -236,6 +316,6 @@ class MilvusOperations(MilvusCollection):
         be used again)."""
         if op is None:
             return
-        name = self._ledger(ns, options)
-        expression = f"id in [{quote(_part_id(ns, op.id, 0))}]"
+        name, _ = self._ledger(ns, options, op)
+        expression = f"id in [{quote(part_id(ns, op.id, 0))}]"
         self._conn.call(options, MilvusClient.delete, name, filter=expression, check_cancel=False)

@@ -17,6 +17,7 @@ from ditto_worker.config.plugin_settings import (
 )
 from ditto_worker.errors import ConfigError
 from ditto_worker.memory.indexing import parse_fields
+from ditto_worker.memory.retention import DEFAULT_OPERATION_RETENTION_S, LedgerRetention
 
 __all__ = ["DEFAULT_URI", "create_store"]
 
@@ -36,6 +37,8 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "maxMessageBytes": DEFAULT_MESSAGE_BYTES,
     "collectionPerScope": False,
     "indexFields": None,
+    "executionRetentionS": 86400.0,
+    "operationRetentionS": DEFAULT_OPERATION_RETENTION_S,
 }
 
 
@@ -72,7 +75,10 @@ def create_store(
             ``HNSW``), ``maxMessageBytes`` (4 MiB: largest insert request),
             ``collectionPerScope`` (false: one collection for every scope; true: one per
             scope, keyword statistics the scope's own), ``indexFields`` (metadata fields
-            indexed with the content, e.g. ``[speaker]``). A ``token`` or
+            indexed with the content, e.g. ``[speaker]``), ``executionRetentionS`` (86400:
+            how long a redelivered call finds its execution entry) and
+            ``operationRetentionS`` (2592000, 30 days; :mod:`ditto_worker.memory.retention`).
+            A ``token`` or
             ``password`` key, or any other unknown key, is rejected.
         env: the environment (default ``os.environ``): ``DITTO_WORKER_MEMORY_MILVUS_URI``,
             ``_DB_NAME``, ``_COLLECTION``, ``_EMBEDDING``, ``_EMBED_KINDS``
@@ -103,7 +109,11 @@ def create_store(
     kind = env.get(f"{_ENV}EMBEDDING") or values["embedding"] or "none"
     embedder = build_embedder(str(kind), None, env)
     kinds = env.get(f"{_ENV}EMBED_KINDS") or values["embedKinds"]
-    return MilvusMemoryStore(
+    retention = LedgerRetention(
+        number_setting(values, "milvus", "operationRetentionS", 1),
+        number_setting(values, "milvus", "executionRetentionS", 0),
+    )
+    store = MilvusMemoryStore(
         uri=uri,
         token=env.get(f"{_ENV}TOKEN") or None,
         db_name=str(env.get(f"{_ENV}DB_NAME") or values["dbName"] or ""),
@@ -117,3 +127,5 @@ def create_store(
         collection_per_scope=flag_setting(values, "milvus", "collectionPerScope"),
         index_fields=parse_fields(values["indexFields"]),
     )
+    store.retention = retention
+    return store

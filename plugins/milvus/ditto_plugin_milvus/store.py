@@ -29,7 +29,8 @@ Behaviour (declared in ``capabilities``):
   is an upsert of whole rows: one racing with a DELETE of the same id can bring it back.
 * Operation ids (MEM-RUN-7): a ledger beside the collection, a WRITE's ids taken from
   the operation, the id carried by the records, a ``pending`` entry a replay completes;
-  the race Milvus leaves is in :mod:`ditto_plugin_milvus.operations`. Conditional UPDATE
+  the race Milvus leaves is in :mod:`ditto_plugin_milvus.operations`. A call without
+  one is keyed by its execution id the same way (a redelivered call writes once). Conditional UPDATE
   (``ifMetadata``) is ``UNSUPPORTED``: Milvus has no compare-and-set.
 * Cancel: a cancel seen before the first mutation request commits nothing; once started,
   a mutation is completed. Reads check the token before each request.
@@ -52,9 +53,10 @@ from typing import Any
 from ditto_plugin_milvus.collection import Row
 from ditto_plugin_milvus.expressions import CREATED, UPDATED, iso
 from ditto_plugin_milvus.keywords import document_terms
-from ditto_plugin_milvus.operations import MilvusOperations, memory_id
+from ditto_plugin_milvus.operations import execution_of, record_id
 from ditto_plugin_milvus.reads import MilvusReads
 from ditto_plugin_milvus.reembed import MilvusReembed
+from ditto_plugin_milvus.retention import MilvusRetention
 from ditto_plugin_milvus.rows import OUTPUT, item, memory_row, row_operation
 from ditto_worker.contracts import (
     MemoryDeleteInput,
@@ -78,7 +80,7 @@ def _conflict(index: int, where: str) -> MemoryError:
     return MemoryError(ErrorCode.CONFLICT, f"memories[{index}].key {where}")
 
 
-class MilvusMemoryStore(MilvusReads, MilvusOperations, MilvusReembed):
+class MilvusMemoryStore(MilvusReads, MilvusRetention, MilvusReembed):
     """MemoryStore and native MemorySearchProvider on one Milvus collection.
 
     Args:
@@ -186,7 +188,8 @@ class MilvusMemoryStore(MilvusReads, MilvusOperations, MilvusReembed):
         ns = self._begin(options, write=True)
         op = operation_of(options, "MEMORY.WRITE", input)
         op_id = None if op is None else op.id
-        ids = [str(uuid.uuid4()) if op_id is None else memory_id(ns, op_id, i)
+        key = op or execution_of(options, "MEMORY.WRITE")  # the ledger's: op, else execution
+        ids = [str(uuid.uuid4()) if key is None else record_id(ns, key, i)
                for i in range(len(drafts))]  # fmt: skip
         rows = [
             self._row(
@@ -194,19 +197,20 @@ class MilvusMemoryStore(MilvusReads, MilvusOperations, MilvusReembed):
             )  # fmt: skip
             for i, d in enumerate(drafts)
         ]  # sizes checked before any I/O
-        entry = self._operation_entry(ns, op, options)
+        entry = self._operation_entry(ns, key, options)
         if entry is not None and not entry.pending:  # done: the same result, nothing applied
             return [MemoryItem.model_validate(i) for i in entry.output]
         self._check_keys(ns, seen, set(ids), options)
-        # records an earlier run of this operation already wrote are kept as they are
-        earlier = {} if op is None else {r["id"]: r for r in self._rows_by(
+        # records an earlier run of this call (its pending entry) wrote are kept as they
+        # are; without an entry, a record of these ids is a forgotten run's: written over
+        earlier = {} if entry is None else {r["id"]: r for r in self._rows_by(
             ns, "id", ids, options, ["id", CREATED, UPDATED])}  # fmt: skip
         written = set(earlier)
         todo = [i for i in range(len(drafts)) if ids[i] not in written]
         dense = self._dense([(drafts[i].content, drafts[i].metadata) for i in todo],
                             [self._embedded(drafts[i].metadata) for i in todo])  # fmt: skip
         self._start_mutation(options)
-        self._record_operation(ns, op, None, options, pending=True)
+        self._record_operation(ns, key, None, options, pending=True)
         start = self._clock.take(len(todo))
         stamps = {k: (int(r[CREATED]), int(r[UPDATED])) for k, r in earlier.items()}
         for n, i in enumerate(todo):
@@ -216,14 +220,14 @@ class MilvusMemoryStore(MilvusReads, MilvusOperations, MilvusReembed):
                 rows[i]["dense"], rows[i]["dv"] = dense[n], True
         self._insert(ns, [rows[i] for i in todo], options)
         if seen:
-            self._recheck_keys(ns, seen, ids, op, options)
+            self._recheck_keys(ns, seen, ids, key, options)
         items = [
             MemoryItem(id=memory_id_, key=d.key, content=d.content, metadata=d.metadata,
                        operation_id=op_id, created_at=iso(stamps[memory_id_][0]),
                        updated_at=iso(stamps[memory_id_][1]))
             for memory_id_, d in zip(ids, drafts, strict=True)
         ]  # fmt: skip
-        self._record_operation(ns, op, [to_wire(i) for i in items], options)
+        self._record_operation(ns, key, [to_wire(i) for i in items], options)
         return items
 
     def _check_keys(
@@ -274,7 +278,8 @@ class MilvusMemoryStore(MilvusReads, MilvusOperations, MilvusReembed):
                 )
         ns = self._begin(options, write=any(e.has_content for e in entries))
         op = operation_of(options, "MEMORY.UPDATE", input)
-        entry_ = self._operation_entry(ns, op, options)
+        key = op or execution_of(options, "MEMORY.UPDATE")
+        entry_ = self._operation_entry(ns, key, options)
         if entry_ is not None and not entry_.pending:  # done: no second update, same result
             return [MemoryItem.model_validate(i) for i in entry_.output]
         fields = [*OUTPUT, "dense", "dv"] if self._dims is not None else OUTPUT
@@ -298,7 +303,7 @@ class MilvusMemoryStore(MilvusReads, MilvusOperations, MilvusReembed):
         ]
         dense = self._dense([(m.content, m.metadata) for m in items], refresh)
         self._start_mutation(options)
-        self._record_operation(ns, op, None, options, pending=True)
+        self._record_operation(ns, key, None, options, pending=True)
         now = self._clock.take(len(entries))
         rows: list[Row] = []
         for i, (memory, e) in enumerate(zip(items, entries, strict=True)):
@@ -311,7 +316,7 @@ class MilvusMemoryStore(MilvusReads, MilvusOperations, MilvusReembed):
                                   op_id))  # fmt: skip
             items[i] = memory.model_copy(update={"updated_at": iso(now + i)})
         self._insert(ns, rows, options)
-        self._record_operation(ns, op, [to_wire(i) for i in items], options)
+        self._record_operation(ns, key, [to_wire(i) for i in items], options)
         return items
 
     def _merged(self, entry: MemoryUpdateEntry, row: Row, op_id: str | None) -> MemoryItem:
@@ -344,7 +349,7 @@ class MilvusMemoryStore(MilvusReads, MilvusOperations, MilvusReembed):
         replay deletes nothing more and answers the ids the operation deleted."""
         ids = list(dict.fromkeys(input.ids))
         ns = self._begin(options)
-        op = operation_of(options, "MEMORY.DELETE", input)
+        op = operation_of(options, "MEMORY.DELETE", input) or execution_of(options, "MEMORY.DELETE")
         entry = self._operation_entry(ns, op, options)
         if entry is not None and not entry.pending:
             return MemoryDeleteOutput.model_validate(entry.output)

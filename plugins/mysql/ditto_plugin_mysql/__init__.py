@@ -51,7 +51,8 @@ def create_store(
             ``http`` | ``none``, default ``none``:
             :func:`ditto_worker.runtime.registry.build_embedder`), ``hybrid``
             (``RetrievalConfig`` settings of the ``hybrid`` strategy),
-            ``executionRetentionS`` (86400), ``indexFields`` (metadata fields indexed
+            ``executionRetentionS`` (86400), ``operationRetentionS`` (2592000, 30 days:
+            :mod:`ditto_worker.memory.retention`), ``indexFields`` (metadata fields indexed
             with the content), ``queryFields`` (metadata fields QUERY filters on, given
             indexed generated columns: :mod:`ditto_plugin_mysql.query_index`). A ``url``
             key, or any other key, is rejected (MEM-CONF-5).

@@ -27,6 +27,7 @@ from ditto_plugin_mysql.db import (
     transaction,
 )
 from ditto_plugin_mysql.executions import DEFAULT_RETENTION_S
+from ditto_plugin_mysql.ledger import MysqlLedger
 from ditto_plugin_mysql.migrations import (
     MigrationReport,
     check_database_name,
@@ -52,7 +53,14 @@ from ditto_worker.memory.ports import (
     MemoryCallOptions,
     reembed_provider,
 )
+from ditto_worker.memory.retention import (
+    DEFAULT_OPERATION_RETENTION_S,
+    PRUNE_BATCH,
+    LedgerRetention,
+    PruneReport,
+)
 from ditto_worker.memory.text import embedding_text, keyword_text
+from ditto_worker.sqlkit import prune_ledgers
 
 __all__ = ["Lifecycle"]
 
@@ -74,6 +82,7 @@ class Lifecycle:
         embedder: EmbeddingProvider | None = None,
         hybrid: Any = None,
         execution_retention_s: float = DEFAULT_RETENTION_S,
+        operation_retention_s: float = DEFAULT_OPERATION_RETENTION_S,
         index_fields: Sequence[str] = (),
         query_fields: Sequence[str] | None = None,
     ) -> None:
@@ -85,6 +94,9 @@ class Lifecycle:
         self._embedder = embedder
         self._hybrid_settings = hybrid
         self._retention_s = execution_retention_s
+        self.retention = LedgerRetention(operation_retention_s, execution_retention_s)
+        """The ledgers' retention (:mod:`ditto_worker.memory.retention`)."""
+        self._ledger = MysqlLedger(self.retention)
         self._index_fields = tuple(index_fields)
         self._query_fields = tuple(query_fields or ())
         self._query_declared = query_fields is not None  # else: columns left alone
@@ -186,6 +198,11 @@ class Lifecycle:
         pool = self._get_pool()
         self._check_identity()
         return transaction(pool, self._address, options, write=True)
+
+    def prune_ledgers(self, batch: int = PRUNE_BATCH) -> PruneReport:
+        """Delete the forgotten operation ids and expired execution ids, ``batch`` rows
+        per transaction (:func:`ditto_worker.sqlkit.prune_ledgers`)."""
+        return prune_ledgers(self._ledger, lambda: self._write(None), batch)
 
     def _scope_id(self, conn: Conn, namespace: str, create: bool) -> int | None:
         """The id of ``namespace`` (cached: ids never change), created when ``create``."""

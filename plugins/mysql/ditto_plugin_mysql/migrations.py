@@ -20,6 +20,9 @@ Version 1 (InnoDB, ``utf8mb4``; ids, keys and namespaces ``utf8mb4_bin``)::
     memory_vectors(scope, seq, embedding)       -- PK (scope, seq): float32 BLOBs
     executions(ref PK, namespace, execution_id, node, output, created_at)
 
+Version 3 (``operation retention``, issue 37): the index ``operations_created_at`` the
+ledger's prune reads (:mod:`ditto_worker.memory.retention`).
+
 Version 2 (``operation ids``, :mod:`ditto_plugin_mysql.operations`)::
 
     memories.operation_id                -- added column, NULL for older records
@@ -56,6 +59,7 @@ __all__ = [
     "LATEST_VERSION",
     "MIGRATIONS",
     "AddColumn",
+    "AddIndex",
     "MigrationReport",
     "check_schema",
     "check_database_name",
@@ -77,8 +81,19 @@ class AddColumn:
     definition: str
 
 
-Step = str | AddColumn
-"""A migration step: a statement written to be re-run safely, or an :class:`AddColumn`."""
+@dataclass(frozen=True)
+class AddIndex:
+    """A migration step adding index ``name`` on ``columns`` (SQL) of ``table`` unless
+    it has it."""
+
+    table: str
+    name: str
+    columns: str
+
+
+Step = str | AddColumn | AddIndex
+"""A migration step: a statement written to be re-run safely, an :class:`AddColumn` or
+an :class:`AddIndex`."""
 
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[Step, ...]], ...]] = (
     (
@@ -130,6 +145,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[Step, ...]], ...]] = (
         "operation ids",
         (AddColumn("memories", "operation_id", _OPERATION_COLUMN), _OPERATIONS),
     ),
+    (3, "operation retention", (AddIndex("operations", "operations_created_at", "created_at"),)),
 )
 """``(version, name, statements)`` in order, run in the store's database."""
 
@@ -224,6 +240,15 @@ def _apply(cur: pymysql.cursors.Cursor) -> tuple[int, ...]:
 def _run(cur: pymysql.cursors.Cursor, step: Step) -> None:
     if isinstance(step, str):
         cur.execute(step)
+        return
+    if isinstance(step, AddIndex):
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = "
+            "DATABASE() AND table_name = %s AND index_name = %s",
+            [step.table, step.name],
+        )
+        if not (cur.fetchone() or (0,))[0]:
+            cur.execute(f"CREATE INDEX `{step.name}` ON `{step.table}` ({step.columns})")
         return
     cur.execute(
         "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() "

@@ -8,8 +8,10 @@ primary key ``ref`` is SHA-256 of ``namespace NUL operation id`` (a namespace is
 ``LONGTEXT``: too long for a key of its own).
 
 A mutation with an operation id claims it first, like the execution id
-(:mod:`ditto_worker.sqlkit.ledger`, :class:`.ledger.MysqlLedger`). Rows are kept (no
-expiry): a task may resume days later.
+(:mod:`ditto_worker.sqlkit.ledger`, :class:`.ledger.MysqlLedger`). Rows are claimed at
+the retention's clock, expire after ``operationRetentionS`` (30 days: a task may resume
+days later) and are pruned after twice that (:mod:`ditto_worker.memory.retention`;
+migration 3 indexes ``created_at`` for the prune).
 """
 
 from __future__ import annotations

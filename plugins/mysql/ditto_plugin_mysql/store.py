@@ -16,12 +16,11 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 from ditto_plugin_mysql import keywords
 from ditto_plugin_mysql import vectors as vec
 from ditto_plugin_mysql.db import Conn
-from ditto_plugin_mysql.ledger import MysqlLedger
 from ditto_plugin_mysql.lifecycle import Lifecycle
 from ditto_plugin_mysql.rows import (
     COLUMNS,
@@ -67,8 +66,6 @@ from ditto_worker.sqlkit import (
 )
 
 __all__ = ["MysqlMemoryStore"]
-
-_LEDGER: Final = MysqlLedger()
 
 
 def _sort_values(row: Row) -> tuple[SortValue, ...]:
@@ -218,7 +215,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         op = operation_of(options, "MEMORY.WRITE", input)
         op_id = None if op is None else op.id
         with self._write(options) as conn:
-            replay = claim_call(_LEDGER, conn, "MEMORY.WRITE", op, eid, ns)
+            replay = claim_call(self._ledger, conn, "MEMORY.WRITE", op, eid, ns)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(i) for i in replay]
             last = lock_sequence(conn)
@@ -250,7 +247,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
                 for i, k, c, m in zip(ids, keys, contents, metas, strict=True)
             ]  # fmt: skip
             record_call(
-                _LEDGER,
+                self._ledger,
                 conn,
                 "MEMORY.WRITE",
                 op,
@@ -301,7 +298,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         op = operation_of(options, "MEMORY.UPDATE", input)
         self._check_identity()
         with self._write(options) as conn:
-            replay = claim_call(_LEDGER, conn, "MEMORY.UPDATE", op, eid, ns)
+            replay = claim_call(self._ledger, conn, "MEMORY.UPDATE", op, eid, ns)
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(i) for i in replay]
             scope = self._scope_id(conn, ns, create=False)
@@ -314,7 +311,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
                 self._apply(conn, scope or 0, found, entry, now, op_id) for entry in input.memories
             ]
             record_call(
-                _LEDGER,
+                self._ledger,
                 conn,
                 "MEMORY.UPDATE",
                 op,
@@ -366,7 +363,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         ns = namespace_of(options)
         op = operation_of(options, "MEMORY.DELETE", input)
         with self._write(options) as conn:
-            replay = claim_call(_LEDGER, conn, "MEMORY.DELETE", op, eid, ns)
+            replay = claim_call(self._ledger, conn, "MEMORY.DELETE", op, eid, ns)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             scope = self._scope_id(conn, ns, create=False)
@@ -382,6 +379,6 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
                 keywords.adjust(conn, scope, [(int(row[WIDTH]), 0) for row in found.values()])
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])
             record_call(
-                _LEDGER, conn, "MEMORY.DELETE", op, eid, to_wire(output), self._retention_s, ns
+                self._ledger, conn, "MEMORY.DELETE", op, eid, to_wire(output), self._retention_s, ns
             )
         return output

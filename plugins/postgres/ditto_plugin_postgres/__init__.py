@@ -51,7 +51,9 @@ def create_store(
             strategies, :func:`ditto_worker.runtime.registry.build_embedder`) and
             ``hybrid`` (``RetrievalConfig`` settings of the ``hybrid`` strategy),
             ``executionRetentionS`` (86400: how long a committed mutation's execution id
-            is remembered, :mod:`ditto_plugin_postgres.executions`), ``indexFields``,
+            is remembered, :mod:`ditto_plugin_postgres.executions`),
+            ``operationRetentionS`` (2592000, 30 days: how long an operation id answers
+            its replay, :mod:`ditto_worker.memory.retention`), ``indexFields``,
             ``queryFields`` (metadata fields QUERY filters and sorts on, indexed;
             :mod:`ditto_plugin_postgres.query_index`). A
             ``url`` key, or any other key, is rejected (MEM-CONF-5).

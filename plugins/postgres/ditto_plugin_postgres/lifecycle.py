@@ -45,9 +45,16 @@ from ditto_worker.memory.ports import (
     MemoryCallOptions,
     reembed_provider,
 )
+from ditto_worker.memory.retention import (
+    DEFAULT_OPERATION_RETENTION_S,
+    PRUNE_BATCH,
+    LedgerRetention,
+    PruneReport,
+)
 from ditto_worker.memory.text import embedding_text
 from ditto_worker.sqlkit import (
     DEFAULT_RETENTION_S,
+    prune_ledgers,
 )
 
 __all__ = ["Lifecycle"]
@@ -72,6 +79,7 @@ class Lifecycle:
         embedder: EmbeddingProvider | None = None,
         hybrid: Any = None,
         execution_retention_s: float = DEFAULT_RETENTION_S,
+        operation_retention_s: float = DEFAULT_OPERATION_RETENTION_S,
         index_fields: Sequence[str] = (),
         query_fields: Sequence[str] | None = None,
     ) -> None:
@@ -81,7 +89,9 @@ class Lifecycle:
         self._index_mismatch: str | None = None
         self._quoted = quote_schema(schema)
         self._retention_s = execution_retention_s
-        self._ledger = PostgresLedger(self._quoted)
+        self.retention = LedgerRetention(operation_retention_s, execution_retention_s)
+        """The ledgers' retention (:mod:`ditto_worker.memory.retention`)."""
+        self._ledger = PostgresLedger(self._quoted, self.retention)
         self._table = f"{self._quoted}.memories"
         self._url = url
         self.schema = schema
@@ -296,6 +306,11 @@ class Lifecycle:
         pool = self._get_pool()
         self._check_identity()
         return transaction(pool, options)
+
+    def prune_ledgers(self, batch: int = PRUNE_BATCH) -> PruneReport:
+        """Delete the forgotten operation ids and expired execution ids, ``batch`` rows
+        per transaction (:func:`ditto_worker.sqlkit.prune_ledgers`)."""
+        return prune_ledgers(self._ledger, lambda: self._tx(None), batch)
 
     def _cursor_secret(self) -> str:
         """The schema's cursor secret (``store_settings.cursor_secret``, made by the first

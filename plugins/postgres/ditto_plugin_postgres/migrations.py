@@ -35,7 +35,8 @@ their outputs (exactly-once WRITE/UPDATE/DELETE, :mod:`ditto_plugin_postgres.exe
 
 Version 6 (``operation ids``, issue 25): ``memories.operation_id`` and the ledger
 ``operations(namespace, operation_id, node, digest, output, created_at)``
-(:mod:`ditto_plugin_postgres.operations`).
+(:mod:`ditto_plugin_postgres.operations`). Version 7 (``operation retention``, issue 37):
+the index ``operations_created_at`` the ledger's prune reads.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from ditto_plugin_postgres.executions import MIGRATION as _EXECUTIONS
 from ditto_plugin_postgres.keywords import MIGRATION as _KEYWORDS
 from ditto_plugin_postgres.keywords import rebuild as rebuild_keywords
 from ditto_plugin_postgres.operations import MIGRATION as _OPERATIONS
+from ditto_plugin_postgres.operations import RETENTION as _RETENTION
 from ditto_worker.errors import ErrorCode, MemoryError
 
 __all__ = [
@@ -113,6 +115,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[Step, ...]], ...]] = (
     ),
     (5, "keyword terms", (*_KEYWORDS, rebuild_keywords)),
     (6, "operation ids", _OPERATIONS),
+    (7, "operation retention", _RETENTION),
 )
 """``(version, name, statements)`` in order; ``{s}`` is the quoted schema name."""
 

@@ -5,15 +5,17 @@ record's current state) and the ledger ``<schema>.operations(namespace, operatio
 node, digest, output json, created_at)``, primary key ``(namespace, operation_id)``.
 
 A mutation with an operation id claims it first, like the execution id
-(:mod:`ditto_worker.sqlkit.ledger`, :class:`.ledger.PostgresLedger`). Rows are kept (no
-expiry).
+(:mod:`ditto_worker.sqlkit.ledger`, :class:`.ledger.PostgresLedger`). Rows are claimed at
+the retention's clock, expire after ``operationRetentionS`` and are pruned after twice
+that (:mod:`ditto_worker.memory.retention`); migration 7 (:data:`RETENTION`) indexes them
+by ``created_at`` for the prune.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["MIGRATION"]
+__all__ = ["MIGRATION", "RETENTION"]
 
 MIGRATION: Final = (
     'ALTER TABLE {s}.memories ADD COLUMN operation_id text COLLATE "C"',
@@ -28,3 +30,6 @@ MIGRATION: Final = (
     )""",
 )
 """Statements of migration 6 (``operation ids``); ``{s}`` is the quoted schema name."""
+
+RETENTION: Final = ("CREATE INDEX operations_created_at ON {s}.operations (created_at)",)
+"""Statements of migration 7 (``operation retention``)."""

@@ -23,6 +23,7 @@ from ditto_worker.config.plugin_settings import (
     plugin_values,
 )
 from ditto_worker.errors import ConfigError
+from ditto_worker.memory.retention import DEFAULT_OPERATION_RETENTION_S
 
 __all__ = ["DEFAULT_COLLECTION", "DEFAULT_PATH", "QdrantMemoryStore", "create_store"]
 
@@ -38,6 +39,7 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "embedKinds": None,
     "hybrid": None,
     "executionRetentionS": 86400.0,
+    "operationRetentionS": DEFAULT_OPERATION_RETENTION_S,
     "exactSearch": False,
     "localDurability": "process",
     "payloadIndexes": ["kind"],
@@ -58,6 +60,7 @@ def create_store(
             (``null``: every record with text gets a vector; a list such as
             ``[preference]``: only records whose ``metadata.kind`` is listed),
             ``hybrid`` (``RetrievalConfig`` settings), ``executionRetentionS`` (86400),
+            ``operationRetentionS`` (2592000, 30 days; :mod:`ditto_worker.memory.retention`),
             ``exactSearch`` (false: HNSW on a server; local mode is always exact),
             ``localDurability`` (``process`` | ``power``), ``payloadIndexes`` (metadata
             paths indexed on a server, default ``[kind]``). An ``apiKey`` key, or any
@@ -105,6 +108,7 @@ def create_store(
         embed_kinds=kinds,
         hybrid=hybrid,
         execution_retention_s=number_setting(values, "qdrant", "executionRetentionS", 0),
+        operation_retention_s=number_setting(values, "qdrant", "operationRetentionS", 1),
         exact_search=flag_setting(values, "qdrant", "exactSearch"),
         durability=durability,
         payload_indexes=indexes,

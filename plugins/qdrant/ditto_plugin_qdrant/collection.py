@@ -23,6 +23,7 @@ from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.cursors import new_cursor_secret
 from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider, MemoryCallOptions
+from ditto_worker.memory.retention import LedgerRetention
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.vectors import mismatch_message
 
@@ -52,7 +53,8 @@ class QdrantCollection:
     _refuse_writes: bool
     _ready_lock: threading.Lock
     _ready: bool
-    _pruned_at: float
+    retention: LedgerRetention
+    """The ledgers' retention (:mod:`ditto_worker.memory.retention`)."""
     _cursor_secret: str
     _clock: Clock
     _mutation_lock: AbstractContextManager[Any]

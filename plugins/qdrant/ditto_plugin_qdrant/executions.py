@@ -28,9 +28,12 @@ object); an id replayed after that is treated as new. The same id used by anothe
 Operation ids (SPEC.md MEM-RUN-7, :mod:`ditto_worker.memory.operations`) use the same
 two things: a WRITE with an operation id takes its point ids from it
 (:func:`operation_point_id`), and an **operation record** (``rec: "operation"``, id
-:func:`operation_record_id`, the node, the input digest and the output; never pruned)
-is written last (a DELETE's first, pending). A replay with the same input returns the
-output; another node or input is ``CONFLICT``. Memory points carry the id in ``op``.
+:func:`operation_record_id`, the node, the input digest, the output and ``at``, the
+retention's clock) is written last (a DELETE's first, pending). A replay with the same
+input returns the output; another node or input is ``CONFLICT``; a replay after
+``operationRetentionS`` is ``OPERATION_EXPIRED``, and records older than twice that are
+pruned (:mod:`ditto_worker.memory.retention`, :mod:`ditto_plugin_qdrant.retention`).
+Memory points carry the id in ``op``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from qdrant_client import models
 from ditto_plugin_qdrant.payload import EXECUTION, execution_namespace
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.operations import Operation, check_replay
+from ditto_worker.memory.retention import LedgerRetention, operation_expired
 
 __all__ = [
     "DEFAULT_RETENTION_S",
@@ -82,7 +86,7 @@ def record_point_id(namespace: str, execution_id: str) -> str:
 
 
 OPERATION: Final = "operation"
-"""``rec`` of an operation record (kept, never pruned)."""
+"""``rec`` of an operation record (pruned after twice ``operationRetentionS``)."""
 
 
 def operation_point_id(namespace: str, operation_id: str, index: int) -> str:
@@ -139,36 +143,44 @@ def record_point(
     )
 
 
-def expired_filter(retention_s: float) -> models.Filter:
-    """Execution records older than ``retention_s``."""
+def expired_filter(
+    retention_s: float, rec: str = EXECUTION, now: float | None = None
+) -> models.Filter:
+    """Records of kind ``rec`` made more than ``retention_s`` before ``now`` (epoch s;
+    default: the time now)."""
+    before = (time.time() if now is None else now) - retention_s
     return models.Filter(
         must=[
-            models.FieldCondition(key="rec", match=models.MatchValue(value=EXECUTION)),
-            models.FieldCondition(key="at", range=models.Range(lt=time.time() - retention_s)),
+            models.FieldCondition(key="rec", match=models.MatchValue(value=rec)),
+            models.FieldCondition(key="at", range=models.Range(lt=before)),
         ]
     )
 
 
 def operation_replay(
-    payload: dict[str, Any] | None, namespace: str, op: Operation
-) -> Replay | None:
+    payload: dict[str, Any] | None, namespace: str, op: Operation,
+    retention: LedgerRetention | None = None,
+) -> Replay | None:  # fmt: skip
     """The earlier run of ``op`` recorded in ``payload`` (an operation record's), or ``None``.
 
     Raises:
-        MemoryError: ``CONFLICT`` when the id was used by another node or input.
+        MemoryError: ``CONFLICT`` when the id was used by another node or input;
+            ``OPERATION_EXPIRED`` when the record is older than ``retention``'s window.
     """
     if payload is None or payload.get("rec") != OPERATION:
         return None
     if payload.get("ns") != execution_namespace(namespace):
         return None
+    if retention is not None and retention.expired(payload.get("at")):
+        raise operation_expired(retention.operation_s)
     check_replay(op, str(payload.get("node")), str(payload.get("digest")))
     return Replay(json.loads(payload["output"]), payload.get("state") == "pending")
 
 
 def operation_record(
-    namespace: str, op: Operation, output: Any, pending: bool = False
+    namespace: str, op: Operation, output: Any, pending: bool = False, at: float | None = None
 ) -> models.PointStruct:
-    """The operation record of a run (no vectors; kept for as long as the collection)."""
+    """The operation record of a run (no vectors), made at ``at`` (epoch s; default now)."""
     return models.PointStruct(
         id=operation_record_id(namespace, op.id),
         vector={},
@@ -180,6 +192,6 @@ def operation_record(
             "digest": op.digest,
             "state": "pending" if pending else "done",
             "output": json.dumps(output, separators=(",", ":")),
-            "at": time.time(),
+            "at": time.time() if at is None else at,
         },
     )

@@ -56,6 +56,7 @@ from ditto_plugin_qdrant.reembed import QdrantReembed
 from ditto_worker.memory.capabilities import ALL_FILTER_OPERATORS, StoreCapabilities
 from ditto_worker.memory.native import VECTOR_OPTIONS
 from ditto_worker.memory.ports import EmbeddingProvider
+from ditto_worker.memory.retention import DEFAULT_OPERATION_RETENTION_S, LedgerRetention
 
 __all__ = ["CHUNK", "DEFAULT_COLLECTION", "QdrantMemoryStore", "capabilities_for"]
 
@@ -108,6 +109,9 @@ class QdrantMemoryStore(QdrantReembed):
             these get a vector (``None``: every record with text).
         hybrid: ``hybrid`` pipeline settings (a ``RetrievalConfig`` or its mapping).
         execution_retention_s: how long execution records are kept, seconds.
+        operation_retention_s: how long an operation id answers its replay, seconds
+            (then ``OPERATION_EXPIRED``; pruned after twice that:
+            :mod:`ditto_worker.memory.retention`).
         exact_search: server only: exact (full scan) vector search instead of HNSW;
             local mode is always exact.
         durability: local mode's storage sync, ``"process"`` or ``"power"``
@@ -132,6 +136,7 @@ class QdrantMemoryStore(QdrantReembed):
         embed_kinds: Sequence[str] | None = None,
         hybrid: Any = None,
         execution_retention_s: float = ex.DEFAULT_RETENTION_S,
+        operation_retention_s: float = DEFAULT_OPERATION_RETENTION_S,
         exact_search: bool = False,
         durability: str = "process",
         payload_indexes: Sequence[str] = ("kind",),
@@ -144,6 +149,7 @@ class QdrantMemoryStore(QdrantReembed):
         self._embed_kinds = None if embed_kinds is None else sorted(set(embed_kinds))
         self._hybrid_settings = hybrid
         self._retention_s = execution_retention_s
+        self.retention = LedgerRetention(operation_retention_s, execution_retention_s)
         self._exact = exact_search or self._conn.local
         self._indexes = tuple(payload_indexes)
         self._dense = None if embedder is None else dense_name(embedder.identity)
@@ -151,7 +157,6 @@ class QdrantMemoryStore(QdrantReembed):
         self._refuse_writes = False
         self._ready_lock = threading.Lock()
         self._ready = False
-        self._pruned_at = 0.0
         self._cursor_secret = ""
         self._clock = Clock()
         self._mutation_lock = threading.RLock()

@@ -12,7 +12,6 @@ on a server they are not (no compare-and-set), and the store does not declare
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -24,7 +23,7 @@ from ditto_plugin_qdrant import executions as ex
 from ditto_plugin_qdrant.keywords import SPARSE_VECTOR, document_vector
 from ditto_plugin_qdrant.payload import CREATED, MEMORY, memory_payload
 from ditto_plugin_qdrant.points import Point, UpdatePlan, check_json, chunks, item_of
-from ditto_plugin_qdrant.reads import QdrantReads
+from ditto_plugin_qdrant.retention import QdrantRetention
 from ditto_worker.contracts import (
     MemoryDeleteInput,
     MemoryDeleteOutput,
@@ -56,7 +55,7 @@ def _new_point_id(ns: str, eid: str | None, op: Operation | None, index: int) ->
     return ex.memory_point_id(ns, eid, index) if eid else str(uuid.uuid4())
 
 
-class QdrantWrites(QdrantReads):
+class QdrantWrites(QdrantRetention):
     """WRITE, UPDATE, DELETE and ``reindex_embeddings`` over the collection."""
 
     def _embedded(self, metadata: Any) -> bool:
@@ -91,7 +90,8 @@ class QdrantWrites(QdrantReads):
         if op is not None:
             record_id = ex.operation_record_id(ns, op.id)
             points = self._conn.call(options, QdrantClient.retrieve, self.collection, [record_id])
-            found = ex.operation_replay(points[0].payload if points else None, ns, op)
+            payload = points[0].payload if points else None
+            found = ex.operation_replay(payload, ns, op, self.retention)
             if found is not None:
                 return found
         if not eid:
@@ -117,17 +117,12 @@ class QdrantWrites(QdrantReads):
         options: MemoryCallOptions | None, pending: bool = False, op: Operation | None = None,
     ) -> None:  # fmt: skip
         if op is not None:
-            self._upsert([ex.operation_record(ns, op, output, pending)], options)
-        if not eid:
-            return
-        self._upsert([ex.record_point(ns, eid, node, output, pending)], options)
-        if not pending and time.monotonic() - self._pruned_at > ex.PRUNE_INTERVAL_S:
-            self._pruned_at = time.monotonic()
-            expired = models.FilterSelector(filter=ex.expired_filter(self._retention_s))
-            self._conn.call(
-                options, QdrantClient.delete, self.collection, expired, wait=True,
-                check_cancel=False,
-            )  # fmt: skip
+            at = self.retention.clock()
+            self._upsert([ex.operation_record(ns, op, output, pending, at)], options)
+        if eid:
+            self._upsert([ex.record_point(ns, eid, node, output, pending)], options)
+        if not pending and self.retention.due():
+            self._prune_batch(options)
 
     def _mutating(self) -> AbstractContextManager[Any]:
         """Local mode: this store's mutations one at a time (module docstring)."""

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from ditto_plugin_sqlite.store import SqliteMemoryStore
+from ditto_worker.config.plugin_settings import number_setting
 from ditto_worker.errors import ConfigError
 from ditto_worker.memory.indexing import parse_fields, parse_query_fields
+from ditto_worker.memory.retention import DEFAULT_OPERATION_RETENTION_S
 from ditto_worker.sqlkit.settings import search_settings
 
 __all__ = ["DEFAULT_PATH", "SqliteMemoryStore", "create_store"]
@@ -31,6 +33,7 @@ _SETTINGS: Final = frozenset(
         "embedding",
         "hybrid",
         "executionRetentionS",
+        "operationRetentionS",
         "indexFields",
         "queryFields",
     }
@@ -63,6 +66,8 @@ def create_store(
             registry.build_embedder`) and ``hybrid`` (``RetrievalConfig`` settings of
             the ``hybrid`` strategy), ``executionRetentionS`` (how long a committed
             execution id is remembered for exactly-once replays, s; default 86400),
+            ``operationRetentionS`` (how long an operation id answers its replay, s;
+            default 2592000, 30 days; :mod:`ditto_worker.memory.retention`),
             ``indexFields`` (metadata fields indexed with the content for keyword and
             vector search, default ``[]``; :mod:`ditto_worker.memory.indexing`),
             ``queryFields`` (metadata fields QUERY filters and sorts on, given indexes,
@@ -119,6 +124,12 @@ def create_store(
         embedder=embedder,
         hybrid=hybrid,
         execution_retention_s=retention_s,
+        operation_retention_s=number_setting(
+            {"operationRetentionS": DEFAULT_OPERATION_RETENTION_S, **settings},
+            "sqlite",
+            "operationRetentionS",
+            1,
+        ),
         index_fields=parse_fields(settings.get("indexFields")),
         query_fields=parse_query_fields(settings.get("queryFields")),
     )

@@ -70,11 +70,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 """4: tenant namespaces; 5: the keyword index of Python terms with per-scope statistics
 (rebuilt in place from the stored records on first open, :func:`_rebuild_keywords`);
 6: operation ids (``memories.operation_id`` and the ``operations`` ledger); 7: each keyword
-scope's fewest terms of a record (``keyword_scopes.shortest``, :func:`.fts.add_shortest`)."""
+scope's fewest terms of a record (``keyword_scopes.shortest``, :func:`.fts.add_shortest`);
+8: the ``operations`` ledger indexed by ``created_at`` (its retention, issue 37)."""
 _MEMORIES: Final = """CREATE TABLE IF NOT EXISTS memories (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
         namespace TEXT NOT NULL DEFAULT '',

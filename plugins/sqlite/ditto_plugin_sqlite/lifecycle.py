@@ -18,6 +18,7 @@ from ditto_plugin_sqlite.db import open_connection, transaction, usable
 from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.fts import index_record, index_records
 from ditto_plugin_sqlite.fts import rebuild as rebuild_keywords
+from ditto_plugin_sqlite.ledger import SqliteLedger
 from ditto_plugin_sqlite.query_index import QueryIndexes
 from ditto_plugin_sqlite.reembed import reembed
 from ditto_plugin_sqlite.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES
@@ -32,9 +33,16 @@ from ditto_worker.memory.indexing import (
     fields_mismatch,
 )
 from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions, reembed_provider
+from ditto_worker.memory.retention import (
+    DEFAULT_OPERATION_RETENTION_S,
+    PRUNE_BATCH,
+    LedgerRetention,
+    PruneReport,
+)
 from ditto_worker.memory.text import embedding_text, keyword_text
 from ditto_worker.sqlkit import (
     DEFAULT_RETENTION_S,
+    prune_ledgers,
 )
 
 __all__ = ["Lifecycle"]
@@ -58,6 +66,7 @@ class Lifecycle:
         embedder: EmbeddingProvider | None = None,
         hybrid: Any = None,
         execution_retention_s: float = DEFAULT_RETENTION_S,
+        operation_retention_s: float = DEFAULT_OPERATION_RETENTION_S,
         index_fields: Sequence[str] = (),
         query_fields: Sequence[str] | None = None,
     ) -> None:
@@ -65,6 +74,9 @@ class Lifecycle:
         self._index_fields = tuple(index_fields)
         self._index_mismatch: str | None = None
         self._retention_s = execution_retention_s
+        self.retention = LedgerRetention(operation_retention_s, execution_retention_s)
+        """The ledgers' retention (:mod:`ditto_worker.memory.retention`)."""
+        self._ledger = SqliteLedger(self.retention)
         Path(self._path).parent.mkdir(parents=True, exist_ok=True)
         self._busy_timeout_ms = busy_timeout_ms
         self._lock = threading.Lock()
@@ -258,6 +270,11 @@ class Lifecycle:
     ) -> AbstractContextManager[Connection]:
         self._check_identity()
         return transaction(self._conn(), options, write, snapshot)
+
+    def prune_ledgers(self, batch: int = PRUNE_BATCH) -> PruneReport:
+        """Delete the forgotten operation ids and expired execution ids, ``batch`` rows
+        per write transaction (:func:`ditto_worker.sqlkit.prune_ledgers`)."""
+        return prune_ledgers(self._ledger, lambda: self._tx(None, write=True), batch)
 
     def _cursor_secret(self) -> str:
         """The database's cursor secret (``store_settings``), made by the first process

@@ -16,7 +16,6 @@ import uuid
 from typing import Any, ClassVar, Final
 
 from ditto_plugin_sqlite.fts import unindex_records
-from ditto_plugin_sqlite.ledger import SqliteLedger
 from ditto_plugin_sqlite.lifecycle import Lifecycle
 from ditto_plugin_sqlite.rows import CHUNK as _CHUNK
 from ditto_plugin_sqlite.rows import COLUMNS as _COLUMNS
@@ -65,7 +64,6 @@ from ditto_worker.sqlkit import (
 
 __all__ = ["SqliteMemoryStore"]
 
-_LEDGER: Final = SqliteLedger()
 _NEXT: Final = (
     "SELECT (SELECT MAX(created_at) FROM memories), 1 + max("
     "coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memories'), 0),"
@@ -228,7 +226,7 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
         op = operation_of(options, "MEMORY.WRITE", input)
         op_id = None if op is None else op.id
         with self._tx(options, write=True) as conn:
-            replay = claim_call(_LEDGER, conn, "MEMORY.WRITE", op, eid, ns)
+            replay = claim_call(self._ledger, conn, "MEMORY.WRITE", op, eid, ns)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(item) for item in replay]
             _check_keys(conn, drafts, ns)
@@ -255,7 +253,7 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
                 for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True)
             ]
             output = [to_wire(i) for i in items]
-            record_call(_LEDGER, conn, "MEMORY.WRITE", op, eid, output, self._retention_s, ns)
+            record_call(self._ledger, conn, "MEMORY.WRITE", op, eid, output, self._retention_s, ns)
         if seqs and self._query.stale(seqs[-1]):  # the planner's statistics, after a doubling
             with self._tx(None, write=True) as conn:
                 self._query.analyze(conn)
@@ -290,7 +288,7 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
         eid = options.execution_id if options is not None else None
         ns = namespace_of(options)
         with self._tx(options, write=True) as conn:
-            replay = claim_call(_LEDGER, conn, "MEMORY.UPDATE", op, eid, ns)
+            replay = claim_call(self._ledger, conn, "MEMORY.UPDATE", op, eid, ns)
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(item) for item in replay]
             now = timestamp_now()
@@ -321,7 +319,7 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
                     self._store_vectors(conn, [seq_row[0]], blob)
             items = [_item(row) for row in rows]
             output = [to_wire(i) for i in items]
-            record_call(_LEDGER, conn, "MEMORY.UPDATE", op, eid, output, self._retention_s, ns)
+            record_call(self._ledger, conn, "MEMORY.UPDATE", op, eid, output, self._retention_s, ns)
         return items
 
     def delete(
@@ -335,7 +333,7 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
         ns = namespace_of(options)
         op = operation_of(options, "MEMORY.DELETE", input)
         with self._tx(options, write=True) as conn:
-            replay = claim_call(_LEDGER, conn, "MEMORY.DELETE", op, eid, ns)
+            replay = claim_call(self._ledger, conn, "MEMORY.DELETE", op, eid, ns)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             for chunk in _chunks(ids):
@@ -349,6 +347,6 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
                 conn.execute(f"DELETE FROM memories WHERE seq IN ({_marks(chunk)})", chunk)
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])
             record_call(
-                _LEDGER, conn, "MEMORY.DELETE", op, eid, to_wire(output), self._retention_s, ns
+                self._ledger, conn, "MEMORY.DELETE", op, eid, to_wire(output), self._retention_s, ns
             )
         return output

@@ -70,7 +70,7 @@ def test_a_version_4_file_gets_the_new_index_in_place(tmp_path: Path) -> None:
         assert written == memory.write(note, scope=ALICE, operation_id="op-1").output
         assert written[0].operation_id == "op-1"
     conn = driver.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
     stats = conn.execute("SELECT namespace, records FROM keyword_scopes ORDER BY id").fetchall()
     assert stats == [("", 2), (ALICE.namespace, 3)]
     assert _shortest(conn) == _fewest(conn)
