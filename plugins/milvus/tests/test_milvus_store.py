@@ -91,7 +91,8 @@ def test_batches_are_chunked_under_max_message_bytes(tmp_path: Path) -> None:
     real_insert = MilvusClient.upsert
 
     def counting(client: MilvusClient, name: str, rows: Any, **kwargs: Any) -> Any:
-        calls.append(len(rows))
+        if not name.endswith(("_ops", "_exec")):  # the memory rows, not the ledgers' entries
+            calls.append(len(rows))
         return real_insert(client, name, rows, **kwargs)
 
     MilvusClient.upsert = counting  # type: ignore[method-assign]

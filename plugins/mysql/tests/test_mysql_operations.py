@@ -41,7 +41,7 @@ def test_a_version_1_database_gains_operation_ids(
          f"UPDATE {d}.store_settings SET value = '1' WHERE name = 'sequence'")  # fmt: skip
     store = MysqlMemoryStore(mysql_url, database=mysql_database)
     try:
-        assert store.migrate().applied == (2,)
+        assert store.migrate().applied == (2, 3)
         memory = create_memory(store)
         [old_record] = memory.get({"ids": ["id-1"]}, scope=ALICE).output
         assert (old_record.content, old_record.operation_id) == ("walks daily", None)
