@@ -85,7 +85,19 @@ class LedgerDialect(ABC):
 
     def __init__(self, retention: LedgerRetention | None = None) -> None:
         self.retention = retention or LedgerRetention()
-        """The store's retention; its ``clock`` stamps operation rows."""
+
+    @property
+    def retention(self) -> LedgerRetention:
+        """The store's retention; its ``clock`` stamps operation rows (the defaults for
+        a dialect made without one)."""
+        found: LedgerRetention | None = self.__dict__.get("_retention")
+        if found is None:
+            found = self.__dict__.setdefault("_retention", LedgerRetention())
+        return found
+
+    @retention.setter
+    def retention(self, value: LedgerRetention) -> None:
+        self.__dict__["_retention"] = value
 
     @abstractmethod
     def prune(self, conn: Any, table: str, before: float, limit: int) -> int:

@@ -82,9 +82,9 @@ class Lifecycle:
         embedder: EmbeddingProvider | None = None,
         hybrid: Any = None,
         execution_retention_s: float = DEFAULT_RETENTION_S,
-        operation_retention_s: float = DEFAULT_OPERATION_RETENTION_S,
         index_fields: Sequence[str] = (),
         query_fields: Sequence[str] | None = None,
+        operation_retention_s: float = DEFAULT_OPERATION_RETENTION_S,
     ) -> None:
         self._address = parse_url(url)
         self.database = check_database_name(database or self._address.database or "ditto")
