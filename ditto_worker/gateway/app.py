@@ -17,7 +17,8 @@ The answer is the NodeResult with the status of :func:`~ditto_worker.gateway.err
 Routes: ``POST /v1/nodes/{node}`` (one per node, so ``/openapi.json`` carries each node's
 request and response schema), ``GET /v1/nodes``, ``GET /healthz`` (the process is up),
 ``GET /readyz`` (the broker and result backend answer, or the embedded runtime is open),
-``GET /metrics`` (Prometheus).
+``GET /metrics`` (Prometheus), ``/mcp`` (:mod:`.mcp_mount`), LangGraph Server's ``/store/*``
+and ``GET /ok`` (:mod:`.store_routes`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from ditto_worker.gateway.metrics import GatewayMetrics
 from ditto_worker.gateway.openapi import merge_components, node_openapi
 from ditto_worker.gateway.protocol import SETTINGS_STATE_KEY
 from ditto_worker.gateway.settings import GatewaySettings
+from ditto_worker.gateway.store_routes import mount_store
 from ditto_worker.memory.checks import describe
 from ditto_worker.runtime import CancelToken, NodeSpec, Runtime
 
@@ -64,6 +66,7 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 """Request header: the call's operation id (MEM-RUN-7), namespaced per tenant."""
 
 ReadyCheck = Callable[[], Awaitable[bool]]
+_CORS_HEADERS = ["Authorization", "X-Api-Key", "Content-Type"]  # X-Api-Key: /store/* clients
 
 
 def create_app(
@@ -127,14 +130,8 @@ def create_app(
         app.add_middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST"],
-            allow_headers=[
-                "Authorization",
-                "Content-Type",
-                TIMEOUT_HEADER,
-                SPACE_HEADER,
-                IDEMPOTENCY_HEADER,
-            ],  # fmt: skip
+            allow_methods=["GET", "POST", "PUT", "DELETE"],  # PUT, DELETE: /store/items
+            allow_headers=[*_CORS_HEADERS, TIMEOUT_HEADER, SPACE_HEADER, IDEMPOTENCY_HEADER],
         )
     # node calls are served by one plain Starlette route registered ahead of the per-node
     # routes below, which describe each node in /openapi.json: its handler takes the raw
@@ -157,6 +154,7 @@ def create_app(
     app.add_api_route("/metrics", metrics.endpoint, methods=["GET"], name="metrics",
                       include_in_schema=False)  # fmt: skip
     app.state.mcp_run = mount_mcp(app, settings, auth, metrics, specs, gate.call_as)
+    mount_store(app, gate.identify, gate.call_as, settings.max_json_depth)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -222,7 +220,7 @@ class _Gate:
 
     async def unknown(self, node: str, request: Request) -> Response:
         try:
-            self._identify(request)
+            self.identify(request)
         except GatewayError as exc:
             return _refusal(node, exc)
         close = difflib.get_close_matches(node.upper(), list(self.specs), n=3, cutoff=0.5)
@@ -231,7 +229,7 @@ class _Gate:
 
     async def list_nodes(self, request: Request) -> Response:
         try:
-            identity = self._identify(request)
+            identity = self.identify(request)
         except GatewayError as exc:
             return _refusal("", exc)
         nodes = [n for n in sorted(self.specs) if identity.grants.allows_node(n)]
@@ -246,7 +244,7 @@ class _Gate:
             self.metrics.refused(node, exc.code)
             return _refusal(node, exc)
 
-    def _identify(self, request: Request) -> Identity:
+    def identify(self, request: Request) -> Identity:
         """The identity the guard verified, else the ``Authorization`` header's (401)."""
         identity = request.scope.get(IDENTITY_SCOPE_KEY)
         if isinstance(identity, Identity):
@@ -254,7 +252,7 @@ class _Gate:
         return self.auth.identify(request.headers.get("authorization"))
 
     def _admit(self, node: str, request: Request) -> tuple[Identity, str]:
-        identity = self._identify(request)
+        identity = self.identify(request)
         space = request.headers.get(SPACE_HEADER, "memory")
         identity.check(node, space)
         return identity, space
