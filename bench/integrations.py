@@ -9,7 +9,11 @@ MCP rows (:func:`mcp_rows`): one MEMORY.GET of one record, called in alternating
       official ``mcp`` client (streamable HTTP, stateless, JSON responses; its own httpx2
       keep-alive client, the bearer header);
   (mcp-stdio) ``tools/call memory_get`` to ``ditto-worker mcp --scope …`` over stdio
-      (the official client launched it; embedded runtime on the same SQLite file).
+      (the official client launched it; embedded runtime on the same SQLite file);
+  (mcp-raw) the same ``tools/call`` as one JSON-RPC POST to ``/mcp`` by the plain httpx
+      client of v1-nodes (no MCP client: what the server side and the transport cost);
+  (v1-jwt, mcp-jwt) v1-nodes and mcp-http with a JWT (HS256) instead of the static token
+      (the JWT is verified once per request, by the gateway's guard).
 
 It prints p50 and p99 latency (ms) per path and each path's p50 over the v1-nodes p50.
 One caller at a time (an MCP host calls its tools one by one). The load average is
@@ -37,6 +41,7 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "bench-integrations-token"
+JWT_KEY = "bench-integrations-hmac-key-of-32-bytes!"
 SCOPE = "tenant=bench,user=alice"
 
 Call = Callable[[], Awaitable[None]]
@@ -47,7 +52,8 @@ def _config(folder: Path) -> None:
     (folder / "ditto.yaml").write_text(
         f"workers:\n  infer: {{local: {{autoStart: false}}}}\n"
         f"plugins:\n  sqlite: {{path: '{folder / 'memory.sqlite'}'}}\n"
-        f"gateway:\n  tokens:\n    - {{sha256: {digest}, tenant: bench, user: alice}}\n",
+        f"gateway:\n  tokens:\n    - {{sha256: {digest}, tenant: bench, user: alice}}\n"
+        f"  jwt: {{keyEnv: BENCH_JWT_KEY, algorithms: [HS256]}}\n",
         encoding="utf-8",
     )
 
@@ -75,12 +81,16 @@ async def _rounds(paths: dict[str, Call], rounds: int, calls: int) -> dict[str, 
 
 
 async def _mcp_measure(folder: Path, url: str, rounds: int, calls: int) -> dict[str, list[float]]:
+    import jwt
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
     headers = {"Authorization": f"Bearer {TOKEN}"}
+    claims = {"tenant": "bench", "sub": "alice", "exp": int(time.time()) + 3600}
+    jwt_headers = {"Authorization": f"Bearer {jwt.encode(claims, JWT_KEY, 'HS256')}"}
+    rpc_headers = {**headers, "Accept": "application/json, text/event-stream"}
     stdio = StdioServerParameters(
         command=sys.executable,
         args=["-m", "ditto_worker", "mcp", "--scope", SCOPE],
@@ -95,6 +105,9 @@ async def _mcp_measure(folder: Path, url: str, rounds: int, calls: int) -> dict[
         httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as plain,
         create_mcp_http_client(headers=headers) as http,
         Client(streamable_http_client(f"{url}/mcp", http_client=http)) as over_http,
+        httpx.AsyncClient(base_url=url, headers=jwt_headers, timeout=60) as plain_jwt,
+        create_mcp_http_client(headers=jwt_headers) as http_jwt,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http_jwt)) as over_jwt,
         Client(stdio) as over_stdio,
     ):
         wrote = await over_http.call_tool(
@@ -103,9 +116,19 @@ async def _mcp_measure(folder: Path, url: str, rounds: int, calls: int) -> dict[
         assert wrote.structured_content and wrote.structured_content["status"] == "success"
         args = {"keys": ["k"]}
 
-        async def v1() -> None:
-            answer = await plain.post("/v1/nodes/MEMORY.GET", json=args)
-            assert answer.status_code == 200 and answer.json()["output"], answer.text
+        def v1(client: httpx.AsyncClient) -> Call:
+            async def call() -> None:
+                answer = await client.post("/v1/nodes/MEMORY.GET", json=args)
+                assert answer.status_code == 200 and answer.json()["output"], answer.text
+
+            return call
+
+        rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "memory_get", "arguments": args}}  # fmt: skip
+
+        async def raw() -> None:
+            answer = await plain.post("/mcp", json=rpc, headers=rpc_headers)
+            assert answer.json()["result"]["structuredContent"]["output"], answer.text
 
         def tool(client: Any) -> Call:
             async def call() -> None:
@@ -114,18 +137,20 @@ async def _mcp_measure(folder: Path, url: str, rounds: int, calls: int) -> dict[
 
             return call
 
-        paths = {"v1-nodes": v1, "mcp-http": tool(over_http), "mcp-stdio": tool(over_stdio)}
+        paths = {"v1-nodes": v1(plain), "mcp-http": tool(over_http),
+                 "mcp-stdio": tool(over_stdio), "mcp-raw": raw, "v1-jwt": v1(plain_jwt),
+                 "mcp-jwt": tool(over_jwt)}  # fmt: skip
         return await _rounds(paths, rounds, calls)
 
 
 def mcp_rows(rounds: int, calls: int) -> list[tuple[str, float, float, float]]:
-    """``(path, p50 ms, p99 ms, p50 / v1-nodes p50)`` for the three MCP-related paths."""
+    """``(path, p50 ms, p99 ms, p50 / v1-nodes p50)`` for the MCP-related paths."""
     from ditto_worker.testing.gateway import GatewayServer
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         _config(folder)
-        env = {"DITTO_BROKER_URL": "", "DITTO_RESULT_BACKEND": ""}
+        env = {"DITTO_BROKER_URL": "", "DITTO_RESULT_BACKEND": "", "BENCH_JWT_KEY": JWT_KEY}
         with GatewayServer(folder, env=env) as server:
             times = asyncio.run(_mcp_measure(folder, server.url, rounds, calls))
     base = statistics.median(times["v1-nodes"])

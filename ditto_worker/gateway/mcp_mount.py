@@ -6,7 +6,9 @@ responses, so any process of ``serve --workers N`` answers any request; DNS-rebi
 protection on, loopback names plus ``gateway.mcp.allowedHosts``; bodies over
 ``gateway.maxBodyBytes`` refused), behind its bearer-token middleware with a
 ``TokenVerifier`` over the gateway's :class:`~ditto_worker.gateway.auth.Authenticator` —
-the static tokens and the JWT of ``gateway.tokens`` / ``gateway.jwt``, nothing else. A
+the static tokens and the JWT of ``gateway.tokens`` / ``gateway.jwt``, nothing else (the
+identity the gateway's guard already verified for the request is taken as it is, so a JWT
+is decoded once; an ``X-Api-Key`` is one of the tokens, as on every route). A
 missing or bad token is 401 with ``WWW-Authenticate: Bearer`` (counted in ``/metrics`` as
 node ``MCP``, code ``UNAUTHENTICATED``); each tool call is admitted by the gateway like a
 ``POST /v1/nodes`` call (node and space grants, in-flight bound, input model, metrics)
@@ -31,6 +33,7 @@ from ditto_worker.contracts import NodeResult
 from ditto_worker.errors import ErrorCode
 from ditto_worker.gateway.auth import Authenticator, Identity
 from ditto_worker.gateway.errors import GatewayError
+from ditto_worker.gateway.guard import IDENTITY_SCOPE_KEY
 from ditto_worker.gateway.metrics import GatewayMetrics
 from ditto_worker.gateway.settings import GatewaySettings
 from ditto_worker.runtime import NodeSpec
@@ -106,6 +109,10 @@ def _verifier(auth: Authenticator, metrics: GatewayMetrics) -> Any:
             except GatewayError:
                 metrics.refused("MCP", ErrorCode.UNAUTHENTICATED)
                 return None
+            return self.token_of(identity)
+
+        def token_of(self, identity: Identity) -> AccessToken:
+            """The access token of a verified identity."""
             return _Verified(
                 token="",  # never kept: the identity is all a call needs
                 client_id=f"{identity.tenant}/{identity.user}",
@@ -117,10 +124,29 @@ def _verifier(auth: Authenticator, metrics: GatewayMetrics) -> Any:
     return GatewayTokenVerifier()
 
 
+def _backend(verifier: Any) -> Any:
+    """The SDK's bearer backend over ``verifier``, taking first the identity the guard
+    verified for this request (its ``Authorization``, or an ``X-Api-Key`` equal to it or
+    alone), so a JWT is decoded once per request, not twice."""
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend
+    from starlette.authentication import AuthCredentials
+    from starlette.requests import HTTPConnection
+
+    class GuardFirstBackend(BearerAuthBackend):
+        async def authenticate(self, conn: HTTPConnection) -> Any:
+            identity = conn.scope.get(IDENTITY_SCOPE_KEY)
+            if isinstance(identity, Identity):
+                token = verifier.token_of(identity)
+                return AuthCredentials(token.scopes), AuthenticatedUser(token)
+            return await super().authenticate(conn)
+
+    return GuardFirstBackend(verifier)
+
+
 def _endpoint(server: Any, settings: GatewaySettings, verifier: Any) -> tuple[Any, Any]:
     """The session manager and the authenticated ASGI endpoint of ``/mcp``."""
     from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
-    from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
+    from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
     from mcp.server.streamable_http_manager import (
         StreamableHTTPASGIApp,
         StreamableHTTPSessionManager,
@@ -143,9 +169,7 @@ def _endpoint(server: Any, settings: GatewaySettings, verifier: Any) -> tuple[An
 
         metadata_url = build_resource_metadata_url(auth.resource_server_url)
     guarded = RequireAuthMiddleware(StreamableHTTPASGIApp(manager), [], metadata_url)
-    endpoint = AuthenticationMiddleware(
-        AuthContextMiddleware(guarded), backend=BearerAuthBackend(verifier)
-    )
+    endpoint = AuthenticationMiddleware(AuthContextMiddleware(guarded), backend=_backend(verifier))
     return manager, endpoint
 
 

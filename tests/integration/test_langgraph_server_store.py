@@ -50,7 +50,8 @@ gateway:
 """,
         encoding="utf-8",
     )
-    with GatewayServer(folder, env={"DITTO_BROKER_URL": "", "DITTO_RESULT_BACKEND": ""}) as server:
+    env = {"DITTO_BROKER_URL": "", "DITTO_RESULT_BACKEND": ""}
+    with GatewayServer(folder, env=env, ready_s=180) as server:
         yield server
 
 
