@@ -8,7 +8,7 @@ serve``:
 route                        body / query                                    answer
 ===========================  ==============================================  ================
 ``PUT /store/items``         ``{namespace, key, value, index?, ttl?}``        204
-``GET /store/items``         ``?namespace=a.b&key=k[&refresh_ttl=…]``         the item or null
+``GET /store/items``         ``?namespace=a.b&key=k[&refresh_ttl=true]``      the item or null
 ``DELETE /store/items``      ``{namespace, key}``                            204
 ``POST /store/items/search``  ``{namespace_prefix, filter?, limit?, offset?,   ``{"items": […]}``
                              query?, refresh_ttl?}``
@@ -31,8 +31,10 @@ passes the guard (admission, body cap, JSON limits).
 
 **Errors** are NodeResult-shaped (``node`` is ``STORE``): a missing or bad credential 401;
 a body or query the routes refuse, or a namespace, key, value or filter LangGraph refuses,
-422 ``INVALID_INPUT`` naming the field; ``ttl`` 422 ``UNSUPPORTED`` (``supports_ttl`` is
-false); a failed node call its code's status (403 for a node the token may not call).
+422 ``INVALID_INPUT`` naming the field; a failed node call its code's status (403 for a
+node the token may not call). ``ttl`` (minutes) and ``refresh_ttl`` are the store's
+(:class:`~ditto_worker.integrations.langgraph.DittoStore`: an expired item is never
+returned; the gateway's stores have no ``TTLConfig``, so a read refreshes nothing).
 Source: ``langgraph_sdk/_async/store.py`` and ``schema.py`` of langgraph-sdk 0.4.14.
 """
 
@@ -85,7 +87,7 @@ class PutBody(_Body):
     key: Annotated[str, Field(min_length=1, max_length=1024)]
     value: dict[str, Any]
     index: Literal[False] | list[str] | None = None
-    ttl: float | None = None
+    ttl: Annotated[float, Field(gt=0)] | None = None
 
 
 class DeleteBody(_Body):
@@ -191,14 +193,13 @@ class _StoreRoutes:
         if request.method == "GET":
             query = _valid(GetQuery, dict(request.query_params))
             namespace = tuple(query.namespace.split(".")) if query.namespace else ()
-            item = await _run(store.get, namespace, query.key)
+            refresh = None if query.refresh_ttl is None else query.refresh_ttl.lower() == "true"
+            item = await _run(lambda: store.get(namespace, query.key, refresh_ttl=refresh))
             return None if item is None else item.dict()
         if request.method == "PUT":
             put = _valid(PutBody, await self._json(request))
-            if put.ttl is not None:
-                raise GatewayError(ErrorCode.UNSUPPORTED, "ttl: this store does not expire "
-                                   "items (supports_ttl is false)")  # fmt: skip
-            await _run(store.put, tuple(put.namespace), put.key, put.value, put.index)
+            await _run(lambda: store.put(tuple(put.namespace), put.key, put.value, put.index,
+                                         ttl=put.ttl))  # fmt: skip
             return _NO_CONTENT
         gone = _valid(DeleteBody, await self._json(request))
         await _run(store.delete, tuple(gone.namespace), gone.key)
@@ -208,7 +209,7 @@ class _StoreRoutes:
         body = _valid(SearchBody, await self._json(request))
         found = await _run(lambda: store.search(
             tuple(body.namespace_prefix), query=body.query, filter=body.filter,
-            limit=body.limit, offset=body.offset,
+            limit=body.limit, offset=body.offset, refresh_ttl=body.refresh_ttl,
         ))  # fmt: skip
         return {"items": [hit.dict() for hit in found]}
 

@@ -10,6 +10,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -192,10 +193,16 @@ def test_bad_input_is_a_node_result_naming_the_field(
     assert "Traceback" not in answer.text
 
 
-def test_ttl_unsupported_and_get_without_key(gateway: GatewayServer) -> None:
-    ttl = _http(gateway, "PUT", "/store/items",
-                json={"namespace": ["a"], "key": "k", "value": {}, "ttl": 5})  # fmt: skip
-    assert ttl.status_code == 422 and ttl.json()["error"]["code"] == "UNSUPPORTED", ttl.text
+def test_ttl_expires_and_get_without_key(gateway: GatewayServer) -> None:
+    put = {"namespace": ["ttl"], "key": "k", "value": {"v": 1}, "ttl": 0.01}  # 0.6 s
+    assert _http(gateway, "PUT", "/store/items", json=put).status_code == 204
+    query = {"namespace": "ttl", "key": "k", "refresh_ttl": "false"}
+    deadline = time.monotonic() + 120
+    while _http(gateway, "GET", "/store/items", params=query).json() is not None:
+        assert time.monotonic() < deadline, "the item did not expire"
+        time.sleep(0.2)
+    bad = _http(gateway, "PUT", "/store/items", json={**put, "ttl": -1})
+    assert bad.status_code == 422 and "ttl" in bad.json()["error"]["message"], bad.text
     keyless = _http(gateway, "GET", "/store/items", params={"namespace": "a"})
     assert keyless.status_code == 422 and "key" in keyless.json()["error"]["message"]
     deep = _http(gateway, "PUT", "/store/items", content=b'{"namespace": ["a"], "key": "k", '
