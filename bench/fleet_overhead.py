@@ -30,6 +30,10 @@ same worker, so the same transport (kombu's Redis transport, :mod:`ditto_worker.
 
     python bench/fleet_overhead.py                         # throwaway redis-server
     python bench/fleet_overhead.py --rounds 9 --calls 300 --pools threads:8,solo:1,prefork:2
+    python bench/fleet_overhead.py --pools prefork:4 --events on,off,on,off   # task events' cost
+
+``--events``: ``fleet.taskEvents`` of the worker and the client, one table each, in turn
+(``on,off,on,off`` alternates them, for a noisy host).
 """
 
 from __future__ import annotations
@@ -71,14 +75,16 @@ def definitions(db_path: str) -> list[Any]:
     return [lambda: create_memory_worker(SqliteMemoryStore(db_path)), bench_kind]
 
 
-def worker_app(redis_url: str, db_path: str) -> Any:
-    """The fleet's worker app (MEMORY + BENCH) with the raw task on its own queue."""
+def worker_app(redis_url: str, db_path: str, events: bool = True) -> Any:
+    """The fleet's worker app (MEMORY + BENCH) with the raw task on its own queue;
+    ``events``: ``fleet.taskEvents``."""
     from kombu.entity import Exchange, Queue
 
     from ditto_worker.config import load_runtime_config
     from ditto_worker.fleet.launch import create_worker_app
 
-    config = load_runtime_config({"fleet": {"brokerUrl": redis_url}}, env={})
+    fleet = {"brokerUrl": redis_url, "taskEvents": events}
+    config = load_runtime_config({"fleet": fleet}, env={})
     app = create_worker_app(config, definitions(db_path))
     app.task(name=RAW, bind=True, shared=False)(raw_noop)
     queue = RAW.lower()
@@ -87,12 +93,13 @@ def worker_app(redis_url: str, db_path: str) -> Any:
     return app
 
 
-def serve(redis_url: str, db_path: str, pool: str, concurrency: int) -> None:
-    """Run the benchmark's one worker process."""
-    app = worker_app(redis_url, db_path)
+def serve(redis_url: str, db_path: str, pool: str, concurrency: int, events: bool) -> None:
+    """Run the benchmark's one worker process (``-E`` with task events, as
+    ``ditto-worker worker`` does)."""
+    app = worker_app(redis_url, db_path, events)
     queues = [q.name for q in app.conf.task_queues]
     app.worker_main([
-        "worker", "-P", pool, "-c", str(concurrency), "-l", "WARNING", "-E",
+        "worker", "-P", pool, "-c", str(concurrency), "-l", "WARNING", *(["-E"] if events else []),
         "-Q", ",".join(queues), "-n", f"bench-{os.getpid()}@%h",
     ])  # fmt: skip
 
@@ -155,11 +162,16 @@ def run(redis_url: str, args: argparse.Namespace) -> None:
         pool, _, concurrency = spec.partition(":")
         if pool not in ("solo", "threads", "prefork"):
             raise SystemExit(f"unknown pool {pool!r} in --pools (solo, threads, prefork)")
-        measure(redis_url, args, pool, int(concurrency or 1))
-        print()
+        for events in args.events.split(","):
+            if events not in ("on", "off"):
+                raise SystemExit(f"unknown --events {events!r} (on, off)")
+            measure(redis_url, args, pool, int(concurrency or 1), events == "on")
+            print()
 
 
-def measure(redis_url: str, args: argparse.Namespace, pool: str, concurrency: int) -> None:
+def measure(
+    redis_url: str, args: argparse.Namespace, pool: str, concurrency: int, events: bool = True
+) -> None:
     from ditto_plugin_sqlite import SqliteMemoryStore
     from ditto_worker import create_memory
     from ditto_worker.config import FleetSettings
@@ -171,9 +183,9 @@ def measure(redis_url: str, args: argparse.Namespace, pool: str, concurrency: in
     record = direct.write({"memories": [{"key": "pref", "content": {"lang": "en"}}]}).output[0]
     get_input = {"ids": [record.id]}
     worker = subprocess.Popen([sys.executable, __file__, "--serve", redis_url, db_path,
-                               pool, str(concurrency)])  # fmt: skip
-    raw_app = worker_app(redis_url, db_path)
-    client = DittoClient.from_fleet(FleetSettings(broker_url=redis_url),
+                               pool, str(concurrency), "on" if events else "off"])  # fmt: skip
+    raw_app = worker_app(redis_url, db_path, events)
+    client = DittoClient.from_fleet(FleetSettings(broker_url=redis_url, task_events=events),
                                     nodes=client_table(db_path))  # fmt: skip
     paths: dict[str, Callable[[], Any]] = {
         "a": lambda: raw_app.send_task(RAW, kwargs={"input": get_input}, queue=RAW.lower()).get(
@@ -194,7 +206,7 @@ def measure(redis_url: str, args: argparse.Namespace, pool: str, concurrency: in
             for key, fn in paths.items():
                 rounds[key].append(p50_ms(fn, args.calls))
         ratio = [b / a for a, b in zip(rounds["a"], rounds["b"], strict=True)]
-        setup = f"pool={pool} -c {concurrency}, task events on"
+        setup = f"pool={pool} -c {concurrency}, task events {'on' if events else 'off'}"
         print(f"fleet overhead: one worker process, {setup}; {args.rounds} interleaved rounds "
               f"of {args.calls} calls per path")  # fmt: skip
         print(f"{'path (p50 per round; median of rounds)':<44}{'median':>10} {'':<7}"
@@ -237,14 +249,19 @@ def measure(redis_url: str, args: argparse.Namespace, pool: str, concurrency: in
 
 
 def main() -> None:
-    if len(sys.argv) == 6 and sys.argv[1] == "--serve":
-        serve(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    if len(sys.argv) == 7 and sys.argv[1] == "--serve":
+        serve(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6] == "on")
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--redis", help="Redis URL (default: start a throwaway redis-server)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (>= 5)")
     parser.add_argument("--calls", type=int, default=300, help="sequential calls per path/round")
     parser.add_argument("--per-caller", type=int, default=10, help="calls per concurrent caller")
+    parser.add_argument(
+        "--events",
+        default="on",
+        help="fleet.taskEvents per table: on, off or on,off (both, in turn)",
+    )
     parser.add_argument("--pools", default="prefork:4,threads:8",
                         help="pool:concurrency list, each measured on its own worker")  # fmt: skip
     args = parser.parse_args()

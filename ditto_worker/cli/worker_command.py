@@ -212,7 +212,7 @@ def worker(
         "-P", selection.pool,
         "-l", loglevel,
         "-n", name,
-        "-E",
+        *(["-E"] if cfg.fleet.task_events else []),
         *(["--autoscale", autoscale] if autoscale else []),
         *(["--statedb", state_db] if state_db else []),
         *extra,

@@ -95,6 +95,13 @@ class FleetSettings(Section):
         description="A warning or error repeating one logged less than this many seconds "
         "ago is dropped (counted in the next one logged); 0 keeps all.",
     )
+    task_events: bool = Field(
+        default=True,
+        description="Celery task events: task-sent from clients, task-received, -started and "
+        "-succeeded/-failed from workers, which Flower and celery events read. false: none "
+        "are sent (one Redis publish fewer per call from the client and three from the "
+        "worker; the figures are in docs/fleet.md); Flower then shows no tasks.",
+    )
     log_content: bool = Field(
         default=False,
         description="Debugging only: show node inputs and NodeResults (memory content, "

@@ -141,8 +141,8 @@ def create_celery_app(
             node: {"queue": queue_of(node), "routing_key": queue_of(node)} for node in nodes
         },
         "task_create_missing_queues": False,
-        "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        "worker_send_task_events": fleet.task_events,  # fleet.taskEvents (docs/fleet.md)
+        "task_send_sent_event": fleet.task_events,
         "worker_prefetch_multiplier": 1,
         "result_expires": 3600,
         "broker_connection_retry_on_startup": True,

@@ -41,6 +41,15 @@ def test_json_only_and_events_on() -> None:
     assert app.conf.result_backend == "redis://127.0.0.1:1/0"
 
 
+def test_task_events_can_be_turned_off() -> None:
+    # fleet.taskEvents: false sends neither the client's task-sent nor the worker's events
+    fleet = FleetSettings(broker_url="redis://127.0.0.1:1/0", task_events=False)
+    app = create_celery_app(fleet)
+    assert app.conf.worker_send_task_events is False
+    assert app.conf.task_send_sent_event is False
+    assert FleetSettings().task_events is True
+
+
 def test_in_process_mode_uses_memory_transport_with_fast_polling() -> None:  # MEM-PY-7
     app = create_celery_app(FleetSettings())
     assert app.conf.broker_url.startswith("memory://")
