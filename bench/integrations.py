@@ -21,6 +21,10 @@ printed at the start and the end (a 2-core machine shared with others).
 
     python bench/integrations.py mcp                      # 5 rounds of 200 calls
     python bench/integrations.py mcp --rounds 7 --calls 300
+
+LangGraph rows (``python bench/integrations.py langgraph [--n 10000]``): put / get /
+search through our ``DittoStore`` beside our SDK and LangGraph's ``SqliteStore``
+(bench/integrations_langgraph.py says how).
 """
 
 from __future__ import annotations
@@ -160,11 +164,19 @@ def mcp_rows(rounds: int, calls: int) -> list[tuple[str, float, float, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["mcp"], help="which rows to measure")
+    parser.add_argument("what", choices=["mcp", "langgraph"], help="which rows to measure")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200, help="calls per path per round")
+    parser.add_argument("--n", type=int, default=10_000, help="langgraph: items loaded first")
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
+    if args.what == "langgraph":  # bench/integrations_langgraph.py
+        from integrations_langgraph import langgraph_rows, print_langgraph
+
+        print(f"{args.n} items per side, 1 caller, {args.rounds} x {args.calls} calls per op")
+        print_langgraph(langgraph_rows(args.n, args.rounds, args.calls))
+        print(f"load average at end: {os.getloadavg()[0]:.1f}")
+        return
     rows = mcp_rows(args.rounds, args.calls)
     print(f"MEMORY.GET of one record, 1 caller, {args.rounds} x {args.calls} calls per path")
     print(f"{'path':<10} {'p50 ms':>8} {'p99 ms':>8} {'p50 / v1-nodes':>15}")

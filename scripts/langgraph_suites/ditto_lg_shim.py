@@ -13,6 +13,7 @@ scripts/langgraph_suites/run.py.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -75,6 +76,10 @@ def _config() -> Any:
     return load_runtime_config(None, env={})
 
 
+def _warm(store: DittoStore) -> None:
+    DittoStore.list_namespaces(store, limit=1)
+
+
 class ShimStore(DittoStore):
     """Stands in for InMemoryStore / SqliteStore: same constructor and factory shapes."""
 
@@ -91,7 +96,10 @@ class ShimStore(DittoStore):
         yield _build(cls, index, ttl)
 
     def setup(self) -> None:
-        """Our stores migrate themselves."""
+        """Where LangGraph's store migrates, ours opens: our stores migrate themselves on
+        first use, so one read here (the suites' TTLs are 1 s: their first put must not
+        be the slow first call)."""
+        _warm(self)
 
 
 class AsyncShimStore(AsyncDittoStore):
@@ -110,7 +118,8 @@ class AsyncShimStore(AsyncDittoStore):
         yield _build(cls, index, ttl)
 
     async def setup(self) -> None:
-        """Our stores migrate themselves."""
+        """As :meth:`ShimStore.setup`."""
+        await asyncio.to_thread(_warm, self)
 
 
 def _rebind() -> None:

@@ -108,7 +108,7 @@ def run_file(python: Path, root: Path, path: str, store: str, cache: Path) -> di
         "never_touched_ours": sum(x["outcome"] == "passed" and x["built"] == 0 for x in lines),
         "failed_tests": failed,
         "seconds": round(time.monotonic() - started, 1),
-        "tail": out.stdout[-3000:] if not lines else "",
+        "tail": out.stdout[-3000:] if failed or not lines else "",
     }
 
 

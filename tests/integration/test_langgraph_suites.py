@@ -63,6 +63,7 @@ def _check(result: dict[str, Any], file: str) -> None:
     failed = {t.split("[")[0] for t in result["failed_tests"]}
     expected = set(EXPECTED_FAIL) if file == SQLITE_STORE else set()
     assert failed == expected, result  # no other failure; the expected ones still fail
+    # (result["tail"]: the end of pytest's output when a test failed)
     passed, expected_fail, untouched = COUNTS[file]
     assert (result["passed"], result["failed"], result["never_touched_ours"]) == (
         passed,

@@ -12,7 +12,8 @@ A LangGraph item ``(namespace, key, value)`` is one record of the host's trusted
 
 Each namespace in use has one more record, key ``"lgns:" + JSON [*namespace]``,
 metadata ``{"kind": "lg-ns", "ns": …, "sx": …, "nd": …}``, so ``list_namespaces`` reads
-namespaces, never items. The namespace tuple is only data inside the scope: no label
+namespaces, never items: a range of marker keys (:func:`marker_range`), which every
+store's key index serves. The namespace tuple is only data inside the scope: no label
 ever reaches the scope or the space (MEM-SCOPE), so no namespace names another tenant.
 
 LangGraph embeds every indexed text of an item on its own and scores the item by its best
@@ -45,14 +46,15 @@ __all__ = [
     "expiry",
     "is_live",
     "live_filter",
+    "marker_range",
     "item_key",
     "item_metadata",
     "namespace_key",
     "namespace_metadata",
     "namespace_of",
+    "namespace_of_marker",
     "prefix_filter",
     "residual_matches",
-    "suffix_filter",
     "timestamp",
     "value_filter",
     "vector_key",
@@ -85,6 +87,19 @@ def vector_key(namespace: Sequence[str], key: str, i: int) -> str:
 def namespace_key(namespace: Sequence[str]) -> str:
     """Our record key of the namespace marker of ``namespace``."""
     return "lgns:" + _json(namespace)
+
+
+def marker_range(prefix: Sequence[str]) -> dict[str, str]:
+    """Our filter on ``key`` for the markers of the namespaces starting with ``prefix``:
+    their keys share the text ``"lgns:" + JSON prefix`` less its ``]`` (a key range in
+    code point order, which the stores' key index serves: no item is read)."""
+    low = "lgns:" + _json(prefix)[:-1]
+    return {"$gte": low, "$lt": low + "\U0010ffff"}
+
+
+def namespace_of_marker(key: str) -> tuple[str, ...]:
+    """The namespace tuple of a marker's key."""
+    return tuple(str(label) for label in json.loads(key[len("lgns:") :]))
 
 
 def _labels(namespace: Sequence[str]) -> dict[str, Any]:
@@ -146,22 +161,11 @@ def namespace_of(metadata: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(labels[f"p{i}"]) for i in range(int(metadata["nd"])))
 
 
-def prefix_filter(prefix: Sequence[str], wildcards: bool = False) -> dict[str, Any]:
-    """Our filter for namespaces starting with ``prefix`` (``"*"`` any label when
-    ``wildcards``)."""
-    flt: dict[str, Any] = {f"ns.p{i}": label for i, label in enumerate(prefix)
-                           if not (wildcards and label == "*")}  # fmt: skip
+def prefix_filter(prefix: Sequence[str]) -> dict[str, Any]:
+    """Our filter for namespaces starting with ``prefix``."""
+    flt: dict[str, Any] = {f"ns.p{i}": label for i, label in enumerate(prefix)}
     if prefix:
         flt["nd"] = {"$gte": len(prefix)}
-    return flt
-
-
-def suffix_filter(suffix: Sequence[str]) -> dict[str, Any]:
-    """Our filter for namespaces ending with ``suffix`` (``"*"`` any label)."""
-    flt: dict[str, Any] = {f"sx.s{i}": label for i, label in enumerate(reversed(suffix))
-                           if label != "*"}  # fmt: skip
-    if suffix:
-        flt["nd"] = {"$gte": len(suffix)}
     return flt
 
 
