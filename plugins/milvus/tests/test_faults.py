@@ -116,6 +116,8 @@ def test_a_batch_cut_by_a_crash_leaves_the_requests_applied_before_it(
     sent: list[int] = []
 
     def crash_after_three(client: MilvusClient, name: str, rows: Any, **kwargs: Any) -> Any:
+        if name.endswith(("_ops", "_exec")):  # a ledger's entry, not a batch's request
+            return real(client, name, rows, **kwargs)
         if len(sent) == 3:
             server.kill()  # the server dies between the 3rd and the 4th request
         result = real(client, name, rows, **kwargs)
