@@ -91,6 +91,12 @@ def app_from_env() -> FastAPI:
     return build_app(default_config(Path(path) if path else None), path)
 
 
+# uvicorn's supervisor restarts a --workers process that does not answer its ping within
+# this many seconds: uvicorn's own default, 5 s, killed healthy workers that were still
+# importing on a busy machine (a restart loop); a hung process is still replaced, later
+WORKER_HEALTHCHECK_S = 60
+
+
 def serve(
     config: RuntimeConfig,
     config_path: str | Path | None,
@@ -123,7 +129,8 @@ def serve(
             os.environ[CONFIG_ENV] = str(config_path)
         uvicorn.run("ditto_worker.gateway.serve:app_from_env", factory=True, host=host,
                     port=port, workers=workers, http=http, ws=ws, access_log=access_log,
-                    timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=grace_s)  # fmt: skip
+                    timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=grace_s,
+                    timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)  # fmt: skip
         return
     uvicorn.run(build_app(config, config_path), host=host, port=port, http=http, ws=ws,
                 access_log=access_log, timeout_keep_alive=keep_alive_s,
