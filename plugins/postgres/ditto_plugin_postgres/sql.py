@@ -177,7 +177,8 @@ def _range(ref: FieldRef, op: str, value: Scalar, declared: Declared = frozenset
     if ref.reserved:
         if not isinstance(value, str):
             return Sql("false")
-        return Sql(f"COALESCE({_COLUMNS[ref.name]} {sql_op} %s, false)", [value])
+        column = _COLUMNS[ref.name]  # not COALESCE(...): the column's index serves the range
+        return Sql(f"({column} IS NOT NULL AND {column} {sql_op} %s)", [value])
     if ref.name in declared:
         rank, number, text = sort_expressions(value_expression(ref.path))
         if isinstance(value, str):
