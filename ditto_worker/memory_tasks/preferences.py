@@ -14,8 +14,11 @@ operationId, taskId}``. ``version`` starts at 1 and grows by one per admitted re
 * :func:`progress_message` — INFER.GENERATE writes the project progress message in the
   remembered language and style; code checks the language (:func:`~ditto_worker.
   memory_tasks.language.is_in_language`) and asks again up to ``model.attempts`` times,
-  then fails ``INFER_INVALID_OUTPUT``. The citation ``(memory <id> v<version>)`` is
-  appended by code, never left to the model.
+  then fails ``INFER_INVALID_OUTPUT``; a message in the language that reports a stage
+  done the request does not, or cites a memory not used
+  (:mod:`~ditto_worker.memory_tasks.message_check`), is asked once more, then replaced
+  by a message built from the request's facts (``generated: false``). The citation
+  ``(memory <id> v<version>)`` is appended by code, never left to the model.
 * :func:`propose` — candidate sentences (user turns only) chosen by code, the model's
   proposal constrained by :func:`~ditto_worker.memory_tasks.policy.proposal_schema`,
   every proposal decided by :func:`~ditto_worker.memory_tasks.policy.admit`.
@@ -151,6 +154,7 @@ def _message_prompt(run: TaskRun, applied: Mapping[str, str]) -> list[dict[str, 
         + '. Reply with JSON {"message": ...}.'
     )
     stages = "; ".join(f"{s.name}: {s.status}" for s in run.request.stages)
+    system += " Call a stage done only when its status says so."
     return [{"role": "system", "content": system},
             {"role": "user", "content": f"Project {run.request.project}. {stages}"}]  # fmt: skip
 
@@ -158,34 +162,76 @@ def _message_prompt(run: TaskRun, applied: Mapping[str, str]) -> list[dict[str, 
 def progress_message(run: TaskRun, memories: list[dict[str, Any]]) -> Plan:
     """The progress message applying ``memories`` (see the module docstring).
 
+    The language is checked as before (``model.attempts`` asks, then
+    ``INFER_INVALID_OUTPUT``); a reply in the language that fails
+    :func:`~ditto_worker.memory_tasks.message_check.message_problems` (a stage reported
+    done that is not, a memory cited that was not used) is asked once more with the
+    problems named, then replaced by :func:`~ditto_worker.memory_tasks.message_check.
+    fallback_message` (``generated: false``).
+
     Returns:
-        ``{message, applied, languageCheck}`` for the artifact.
+        ``{message, applied, languageCheck, generated}`` for the artifact.
 
     Raises:
         NodeError: ``INFER_INVALID_OUTPUT`` when no attempt is in the language;
             INFER's own codes when a call fails.
     """
     from ditto_worker.memory_tasks.language import detect_language, is_in_language
+    from ditto_worker.memory_tasks.message_check import message_problems
 
     applied = {"language": _language_of(memories)}
     applied.update({m["field"]: m["value"] for m in memories if m["field"] != "language"})
     messages = _message_prompt(run, applied)
     language = applied["language"]
+    refused = False
     for attempt in range(1, run.model.attempts + 1):
         reply = yield from ask(run, "infer-message", messages, _message_schema(language))
         text = str(reply.get("message", "")).strip() if isinstance(reply, Mapping) else ""
-        if text and is_in_language(text, language):
-            cite = " ".join(f"(memory {m['id']} v{m['version']})" for m in memories)
+        if not (text and is_in_language(text, language)):
+            run.say(f"message: attempt {attempt} is not in {LANGUAGE_NAMES[language]}")
+            continue
+        problems = message_problems(text, run.request.project, run.request.stages, memories)
+        if not problems or refused:
             check = {"language": language, "detected": detect_language(text),
                      "passed": True, "attempts": attempt}  # fmt: skip
-            return {"message": f"{text} {cite}".strip(), "applied": applied,
-                    "languageCheck": check}  # fmt: skip
-        run.say(f"message: attempt {attempt} is not in {LANGUAGE_NAMES[language]}")
+            return _made(run, text if not problems else None, memories, applied, check)
+        refused = True
+        run.say("message: the model's message failed a check; asking once more")
+        fix = f"Your message was refused: {'; '.join(problems)}. Write it again."
+        messages = [*messages, {"role": "assistant", "content": text},
+                    {"role": "user", "content": fix}]  # fmt: skip
+    if refused:  # in the language once, wrong facts, then not in the language
+        check = {"language": language, "detected": None, "passed": False,
+                 "attempts": run.model.attempts}  # fmt: skip
+        return _made(run, None, memories, applied, check)
     raise NodeError(
         ErrorCode.INFER_INVALID_OUTPUT,
         f"the model's message was not in {LANGUAGE_NAMES[language]} after "
         f"{run.model.attempts} attempts",
     )
+
+
+def _made(
+    run: TaskRun,
+    text: str | None,
+    memories: list[dict[str, Any]],
+    applied: dict[str, str],
+    check: dict[str, Any],
+) -> dict[str, Any]:
+    """The message stage's output: ``text`` (the model's, checked) or, when ``None``, the
+    fallback built from the request's facts, then code's citation of every memory used."""
+    from ditto_worker.memory_tasks.language import detect_language, is_in_language
+    from ditto_worker.memory_tasks.message_check import citation, fallback_message
+
+    generated = text is not None
+    if text is None:
+        text = fallback_message(run.request.project, run.request.stages, applied["language"])
+        check = {**check, "detected": detect_language(text),
+                 "passed": is_in_language(text, applied["language"])}  # fmt: skip
+        run.say("message: built from the request's facts (generated: false)")
+    message = f"{text} {citation(memories)}".strip()
+    return {"message": message, "applied": applied, "languageCheck": check,
+            "generated": generated}  # fmt: skip
 
 
 _PROPOSE_SYSTEM = (
