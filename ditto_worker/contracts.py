@@ -43,6 +43,7 @@ __all__ = [
     "MAX_LIMIT",
     "NODE_IDS",
     "NODE_QUEUES",
+    "RETRIEVAL_EMBED",
     "RETRIEVAL_SEARCH",
     "ErrorInfo",
     "Identifier",
@@ -101,7 +102,11 @@ NODE_IDS: tuple[str, ...] = tuple(NODE_QUEUES)
 RETRIEVAL_SEARCH = "RETRIEVAL.SEARCH"
 """The retrieval node id: the embedding + search pipeline on its own queue (MEM-RET-1)."""
 
-FLEET_QUEUES: dict[str, str] = {**NODE_QUEUES, RETRIEVAL_SEARCH: "retrieval.search"}
+RETRIEVAL_EMBED = "RETRIEVAL.EMBED"
+"""The retrieval worker's embedding model as a node (``POST /v1/embeddings`` on serve)."""
+
+FLEET_QUEUES: dict[str, str] = {**NODE_QUEUES, RETRIEVAL_SEARCH: "retrieval.search",
+                                RETRIEVAL_EMBED: "retrieval.embed"}  # fmt: skip
 """Every node id of the fleet -> its dedicated Celery queue."""
 
 Identifier = Annotated[str, Field(min_length=1, description="A non-empty id or key (MEM-DATA-1).")]

@@ -163,6 +163,12 @@ class RetrievalWorkerSettings(Section):
         "descheduled one stalls the rest (issue 28: one query 0.9-1.8 s with 2 threads, "
         "0.1 s with 1, on 2 cores under load).",
     )
+    embedder: str = Field(
+        default="local",
+        description="The embedder RETRIEVAL.EMBED (POST /v1/embeddings on serve) lends: an "
+        "embedding provider entry point (local: all-MiniLM-L6-v2 on this device; http), "
+        "built on its first call; none: no RETRIEVAL.EMBED node.",
+    )
     targets: dict[str, RetrievalTargetSettings] = Field(
         default_factory=lambda: {"memories": RetrievalTargetSettings()},
         description="Target name -> pipeline; RemoteRetrievalSearchProvider(target={name}).",

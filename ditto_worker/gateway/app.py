@@ -18,7 +18,7 @@ Routes: ``POST /v1/nodes/{node}`` (one per node, so ``/openapi.json`` carries ea
 request and response schema), ``GET /v1/nodes``, ``GET /healthz`` (the process is up),
 ``GET /readyz`` (the broker and result backend answer, or the embedded runtime is open),
 ``GET /metrics`` (Prometheus), ``/mcp`` (:mod:`.mcp_mount`), LangGraph Server's ``/store/*``
-and ``GET /ok`` (:mod:`.store_routes`).
+and ``GET /ok`` (:mod:`.store_routes`), ``POST /v1/embeddings`` (:mod:`.embeddings`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from ditto_worker.contracts import NodeResult, to_wire
 from ditto_worker.errors import ErrorCode
 from ditto_worker.gateway.admission import Admission
 from ditto_worker.gateway.auth import Authenticator, Identity
+from ditto_worker.gateway.embeddings import mount_embeddings
 from ditto_worker.gateway.errors import RETRY_AFTER_S, GatewayError, http_status
 from ditto_worker.gateway.guard import IDENTITY_SCOPE_KEY, JSON_SCOPE_KEY, install, parse_json
 from ditto_worker.gateway.mcp_mount import mount_mcp
@@ -155,6 +156,7 @@ def create_app(
                       include_in_schema=False)  # fmt: skip
     app.state.mcp_run = mount_mcp(app, settings, auth, metrics, specs, gate.call_as)
     mount_store(app, gate.identify, gate.call_as, settings.max_json_depth)
+    mount_embeddings(app, gate.identify, gate.call_as, settings.max_json_depth)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -351,10 +353,8 @@ class _Gate:
         except ValueError:
             value = math.nan
         if not math.isfinite(value) or value <= 0:
-            raise GatewayError(
-                ErrorCode.INVALID_INPUT,
-                f"Invalid input: header {TIMEOUT_HEADER}: seconds, a number > 0",
-            )
+            message = f"Invalid input: header {TIMEOUT_HEADER}: seconds, a number > 0"
+            raise GatewayError(ErrorCode.INVALID_INPUT, message)
         return min(value, self.settings.max_timeout_s)
 
     async def drain(self, grace_s: float) -> None:
@@ -374,10 +374,8 @@ def _operation_id(identity: Identity, key: str) -> str:
     import hashlib
 
     if not key or len(key) > 200 or not key.isprintable():
-        raise GatewayError(
-            ErrorCode.INVALID_INPUT,
-            f"Invalid input: header {IDEMPOTENCY_HEADER}: 1 to 200 printable characters",
-        )
+        message = f"Invalid input: header {IDEMPOTENCY_HEADER}: 1 to 200 printable characters"
+        raise GatewayError(ErrorCode.INVALID_INPUT, message)
     tenant = hashlib.sha256(identity.tenant.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return f"{tenant}:{key}"
 

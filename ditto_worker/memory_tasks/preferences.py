@@ -154,7 +154,6 @@ def _message_prompt(run: TaskRun, applied: Mapping[str, str]) -> list[dict[str, 
         + '. Reply with JSON {"message": ...}.'
     )
     stages = "; ".join(f"{s.name}: {s.status}" for s in run.request.stages)
-    system += " Call a stage done only when its status says so."
     return [{"role": "system", "content": system},
             {"role": "user", "content": f"Project {run.request.project}. {stages}"}]  # fmt: skip
 

@@ -54,14 +54,30 @@ def _targets(config: RuntimeConfig) -> dict[str, Memory]:
     return search_only(providers, MemoryDefaults(search_limit=settings.search_limit))
 
 
+def _embedder(config: RuntimeConfig) -> PerProcess[Any] | None:
+    """``workers.retrieval.embedder`` built once per process on the first RETRIEVAL.EMBED
+    call (``None`` for ``none``: no node)."""
+    from ditto_worker.runtime.registry import build_embedder
+
+    settings = config.retrieval_worker
+    if settings.embedder in ("", "none"):
+        return None
+    own = ({"device": settings.device, "threads": settings.torch_threads}
+           if settings.embedder == "local" else {})  # fmt: skip
+    return PerProcess(lambda: build_embedder(settings.embedder, own))
+
+
 def build_retrieval_worker(config: RuntimeConfig) -> WorkerDefinition:
-    """One search provider per configured target, behind RETRIEVAL.SEARCH, built now.
+    """One search provider per configured target, behind RETRIEVAL.SEARCH, built now
+    (and RETRIEVAL.EMBED, its model built on the first call).
 
     Raises:
         ConfigError: no targets, an unknown store plugin, or a store without search.
     """
     targets = _targets(config)
-    return retrieval_definition(lambda: targets, config.retrieval_worker.concurrency)
+    embedder = _embedder(config)
+    return retrieval_definition(lambda: targets, config.retrieval_worker.concurrency,
+                                embedder=None if embedder is None else embedder.get)  # fmt: skip
 
 
 def from_config(config: RuntimeConfig) -> WorkerDefinition:
@@ -71,4 +87,6 @@ def from_config(config: RuntimeConfig) -> WorkerDefinition:
     ``open`` (before the worker announces ready) or on the first call — never at import.
     """
     targets = PerProcess(lambda: _targets(config))
-    return retrieval_definition(targets.get, config.retrieval_worker.concurrency, targets.open)
+    embedder = _embedder(config)
+    return retrieval_definition(targets.get, config.retrieval_worker.concurrency, targets.open,
+                                None if embedder is None else embedder.get)  # fmt: skip

@@ -89,12 +89,18 @@ def retrieval_definition(
     targets: Callable[[], Mapping[str, Memory]],
     concurrency: int | None = None,
     open: Callable[[], None] | None = None,
+    embedder: Callable[[], Any] | None = None,
 ) -> WorkerDefinition:
     """The RETRIEVAL definition over ``targets()`` (target name -> the SDK over its
-    pipeline), called per call (a per-process builder may stand behind it)."""
+    pipeline), called per call (a per-process builder may stand behind it); with
+    ``embedder`` (a provider factory, called per call) ``RETRIEVAL.EMBED`` too
+    (:mod:`ditto_worker.retrieval.embed_node`)."""
+    from ditto_worker.retrieval.embed_node import embed_spec
+
     spec = NodeSpec(RETRIEVAL_SEARCH, _search_handler(targets), output=list[MemorySearchResult],
                     input=RetrievalSearchInput)  # fmt: skip
-    return WorkerDefinition.of(RETRIEVAL_WORKER_TYPE, [spec], concurrency=concurrency, open=open)
+    specs = [spec] if embedder is None else [spec, embed_spec(embedder)]
+    return WorkerDefinition.of(RETRIEVAL_WORKER_TYPE, specs, concurrency=concurrency, open=open)
 
 
 def search_only(

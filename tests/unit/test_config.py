@@ -123,7 +123,7 @@ def test_resolve_nodes_groups_ids_and_concurrency() -> None:
     )
     assert _picked(config, "MEMORY.GET,search") == (["MEMORY.GET", "MEMORY.SEARCH"], 4, "prefork")
     # any worker kind by name, with its own section's pool and concurrency (MEM-RT-1)
-    assert _picked(config, "retrieval") == (["RETRIEVAL.SEARCH"], 32, "threads")
+    assert _picked(config, "retrieval") == (["RETRIEVAL.SEARCH", "RETRIEVAL.EMBED"], 32, "threads")
     assert _picked(config, "context") == (["CONTEXT.UPDATE", "CONTEXT.LOAD"], 8, "threads")
     # one call per model-server slot: the local server has one (issue 16)
     assert _picked(config, "infer") == (["INFER.GENERATE"], 1, "threads")

@@ -208,6 +208,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/nodes/RETRIEVAL.EMBED": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Call RETRIEVAL.EMBED */
+        post: operations["retrieval_embed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/nodes/RETRIEVAL.SEARCH": {
         parameters: {
             query?: never;
@@ -978,6 +995,61 @@ export interface components {
              * @description A metadata field (dots reach nested keys) or id/key/createdAt/updatedAt.
              */
             field: string;
+        };
+        /** RetrievalEmbedNodeResult */
+        RetrievalEmbedNodeResult: {
+            /** @description Set when status is not success. */
+            error?: components["schemas"]["ErrorInfo"] | null;
+            /**
+             * Executionid
+             * @description The call's execution id (the Celery task id on the fleet).
+             */
+            executionId: string;
+            /**
+             * Node
+             * @description The node id, e.g. ``MEMORY.GET``.
+             */
+            node: string;
+            /** @description The raw output on success. */
+            output?: components["schemas"]["RetrievalEmbedOutput"] | null;
+            /**
+             * Status
+             * @description success | failed | cancelled | timeout.
+             * @enum {string}
+             */
+            status: "success" | "failed" | "cancelled" | "timeout";
+        };
+        /**
+         * RetrievalEmbedOutput
+         * @description ``RETRIEVAL.EMBED``'s output.
+         */
+        RetrievalEmbedOutput: {
+            /**
+             * Dimensions
+             * @description The length of every vector.
+             */
+            dimensions: number;
+            /**
+             * Model
+             * @description The embedding model's name (all-MiniLM-L6-v2 …).
+             */
+            model: string;
+            /**
+             * Vectors
+             * @description One L2-normalized vector per text, in input order.
+             */
+            vectors: number[][];
+        };
+        /**
+         * RetrievalEmbedRequest
+         * @description ``RETRIEVAL.EMBED``'s input.
+         */
+        RetrievalEmbedRequest: {
+            /**
+             * Texts
+             * @description The texts to embed, 1-256, each 1-8000 characters.
+             */
+            texts: string[];
         };
         /** RetrievalSearchNodeResult */
         RetrievalSearchNodeResult: {
@@ -2308,6 +2380,138 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["MemoryWriteNodeResult"];
+                };
+            };
+        };
+    };
+    retrieval_embed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RetrievalEmbedRequest"];
+            };
+        };
+        responses: {
+            /** @description Success: the NodeResult with its output. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetrievalEmbedNodeResult"];
+                };
+            };
+            /** @description UNAUTHENTICATED: no valid bearer token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetrievalEmbedNodeResult"];
+                };
+            };
+            /** @description PERMISSION_DENIED: the node, space or scope is not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetrievalEmbedNodeResult"];
+                };
+            };
+            /** @description UNKNOWN_NODE or NOT_FOUND. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetrievalEmbedNodeResult"];
+                };
+            };
+            /** @description CONFLICT. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetrievalEmbedNodeResult"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetrievalEmbedNodeResult"];
+                };
+            };
+            /** @description INVALID_INPUT (the field at fault named) and other input codes. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetrievalEmbedNodeResult"];
+                };
+            };
+            /** @description OVERLOADED: too many calls in flight; Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetrievalEmbedNodeResult"];
+                };
+            };
+            /** @description Cancelled (the client closed the connection, or the call was revoked). */
+            499: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetrievalEmbedNodeResult"];
+                };
+            };
+            /** @description A code without its own status (a plugin's own code). */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetrievalEmbedNodeResult"];
+                };
+            };
+            /** @description INVALID_BACKEND_OUTPUT or INFER_INVALID_OUTPUT. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetrievalEmbedNodeResult"];
+                };
+            };
+            /** @description FLEET_UNAVAILABLE or a *_UNAVAILABLE backend; Retry-After. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetrievalEmbedNodeResult"];
+                };
+            };
+            /** @description The call's deadline passed (*_TIMEOUT). */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetrievalEmbedNodeResult"];
                 };
             };
         };
