@@ -134,3 +134,7 @@ rm -rf "$site_dir"
 export DITTO_REQUIRE_SERVICES=1
 say "pytest on $workers processes, each with its own Redis (PostgreSQL at ${DITTO_TEST_POSTGRES_URL##*@}, MySQL at ${DITTO_TEST_MYSQL_URL##*@})"
 python3 -m pytest -n "$workers" --dist loadfile "$@"
+if [ $# -eq 0 ]; then
+  say "the worked-task suite on PostgreSQL and on Qdrant (embedding: http against a ditto-worker serve started for it): scripts/task_backends.py"
+  python3 scripts/task_backends.py -n "$workers" --dist loadfile
+fi

@@ -10,7 +10,9 @@ model is wrong).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -66,17 +68,48 @@ class ScriptedModel:
         self.server.__exit__(*exc)
 
 
+TASK_BACKEND_ENV = "DITTO_TEST_TASK_BACKEND"
+"""Runs the task suite on another backend (issue 35 item 8): ``postgres`` (the server of
+``DITTO_TEST_POSTGRES_URL``, one schema per task directory) or ``qdrant`` (local mode;
+``embedding: http`` against the embedding service of ``DITTO_WORKER_RETRIEVAL_EMBEDDING_*``
+when ``DITTO_WORKER_RETRIEVAL_EMBEDDING_BASE_URL`` is set, else the local model);
+default ``sqlite``. ``scripts/test.sh`` runs the suite on each."""
+
+
+def suite_backend() -> str:
+    """The backend the task suite runs on (:data:`TASK_BACKEND_ENV`)."""
+    return os.environ.get(TASK_BACKEND_ENV) or "sqlite"
+
+
+def _storage_options(backend: str, directory: Path, given: dict[str, Any]) -> dict[str, Any]:
+    """One PostgreSQL schema / Qdrant collection per task directory (a test reopening the
+    directory finds its data), the database URL from the test environment."""
+    if backend == "sqlite" or "namespace" in given:
+        return given
+    digest = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:12]
+    options: dict[str, Any] = {"namespace": f"tasks_{digest}", **given}
+    if backend == "postgres":
+        from tests.conftest import postgres_url
+
+        options["env"] = {**os.environ, "DITTO_WORKER_MEMORY_POSTGRES_URL": postgres_url()}
+    if backend == "qdrant" and os.environ.get("DITTO_WORKER_RETRIEVAL_EMBEDDING_BASE_URL"):
+        options["config"] = {"embedding": "http", **(given.get("config") or {})}
+    return options
+
+
 @contextlib.contextmanager
 def task_runtime(
     directory: Path,
     model: ScriptedModel,
-    backend: str = "sqlite",
+    backend: str | None = None,
     context: Any = None,
     **storage: Any,
 ) -> Iterator[tuple[Runtime, MemoryStorage]]:
-    """An embedded runtime: MEMORY over ``open_memory_storage(backend, directory)``,
-    CONTEXT in process, INFER on the scripted model."""
-    store = open_memory_storage(backend, directory, **storage)
+    """An embedded runtime: MEMORY over ``open_memory_storage(backend, directory)``
+    (``backend`` default: :func:`suite_backend`), CONTEXT in process, INFER on the
+    scripted model."""
+    backend = backend or suite_backend()
+    store = open_memory_storage(backend, directory, **_storage_options(backend, directory, storage))
     infer = create_infer_worker(
         {"baseUrl": model.server.base_url, "model": "fake"}, env={}, dotenv_path=None
     )

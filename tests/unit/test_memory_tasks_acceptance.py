@@ -4,6 +4,7 @@ isolation between users, cancellation. The model is the scripted fake endpoint."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,20 +14,29 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ditto_worker import Scope
 from ditto_worker.config.context import ContextWorkerSettings
 from ditto_worker.memory_tasks import run_search, run_write
 from ditto_worker.runtime.cancel import CancelToken
-from tests.unit._task_kit import ScriptedModel, options, task_runtime
+from tests.conftest import postgres_url
+from tests.unit._task_kit import (
+    ScriptedModel,
+    _storage_options,
+    options,
+    suite_backend,
+    task_runtime,
+)
 from tests.unit.test_memory_tasks_preferences import GERMAN, model, preferences, proposing, request
 
 _CONTROLLER = r"""
-import sys, time
+import json, sys, time
 from pathlib import Path
 from ditto_worker import create_context_worker, create_ditto, create_infer_worker
 from ditto_worker.memory_tasks import TaskOptions, open_memory_storage, run_write
 directory, base_url, said = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-storage = open_memory_storage("sqlite", directory)
+storage = open_memory_storage(sys.argv[4], directory, **json.loads(sys.argv[5]))
 infer = create_infer_worker({"baseUrl": base_url, "model": "fake"}, env={}, dotenv_path=None)
 runtime = create_ditto(workers=[*storage.workers, create_context_worker(), infer])
 request = {"taskId": "w1", "kind": "write",
@@ -47,10 +57,16 @@ print(run_write(runtime, {"request": request}, options).status, flush=True)
 def test_sigkill_of_the_controller_after_its_mutation_then_resume(tmp_path: Path) -> None:
     # the seed's "post-mutation SIGKILL": the record committed, the controller was killed
     # before it checkpointed; the resumed task writes no duplicate and bumps no version
+    backend = suite_backend()
+    storage = _storage_options(backend, tmp_path, {})
+    env = {**os.environ, **({"DITTO_WORKER_MEMORY_POSTGRES_URL": postgres_url()}
+                            if backend == "postgres" else {})}  # fmt: skip
+    given = json.dumps({k: v for k, v in storage.items() if k != "env"})
     with model(proposing(GERMAN, "de")) as fake:
         child = subprocess.Popen(
-            [sys.executable, "-c", _CONTROLLER, str(tmp_path), fake.server.base_url, GERMAN],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-c", _CONTROLLER, str(tmp_path), fake.server.base_url, GERMAN,
+             backend, given],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
         try:
             assert child.stdout is not None
@@ -76,14 +92,17 @@ def test_sigkill_of_the_controller_after_its_mutation_then_resume(tmp_path: Path
 
 def test_an_expired_context_is_restored_from_the_database(tmp_path: Path) -> None:
     # MEM-TASK-5: a cache miss restores database state; a fresh cache is used as is
-    settings = ContextWorkerSettings(ttl_s=0.5)
+    # the second search must come within the TTL: PostgreSQL and Qdrant (embedding over
+    # HTTP) calls are slower on a loaded machine than SQLite's
+    ttl_s = 0.5 if suite_backend() == "sqlite" else 10.0
+    settings = ContextWorkerSettings(ttl_s=ttl_s)
     with model(proposing(GERMAN, "de")) as fake:
         with task_runtime(tmp_path, fake, context=settings) as (runtime, _):
             run_write(runtime, {"request": request("write", "w1", GERMAN)},
                       options(tmp_path, allow_write=True))  # fmt: skip
             first = run_search(runtime, {"request": request("search", "s1")}, options(tmp_path))
             second = run_search(runtime, {"request": request("search", "s2")}, options(tmp_path))
-            time.sleep(0.7)  # past the context's TTL
+            time.sleep(ttl_s + 0.2)  # past the context's TTL
             third = run_search(runtime, {"request": request("search", "s3")}, options(tmp_path))
     contexts = [o.artifact["context"] for o in (first, second, third) if o.artifact]
     assert [(c["cacheHit"], c["restored"]) for c in contexts] == [
@@ -146,7 +165,19 @@ def test_an_unavailable_table_fails_explicitly_and_the_task_recovers_on_the_same
     from tests.unit.test_memory_task_state import notes
     from tests.unit.test_memory_task_state import request as task_request
 
+    backend = suite_backend()
+    if backend == "qdrant":
+        pytest.skip("Qdrant has no SQL table: its outage is the 503 test of "
+                    "tests/integration/test_memory_tasks_backends.py")  # fmt: skip
+
     def rename(old: str, new: str) -> None:
+        if backend == "postgres":  # the task directory's own schema on the real server
+            import psycopg
+
+            schema = _storage_options(backend, tmp_path, {})["namespace"]
+            with psycopg.connect(postgres_url(), autocommit=True) as pg:
+                pg.execute(f'ALTER TABLE "{schema}".{old} RENAME TO {new}')
+            return
         with driver.connect(tmp_path / "memory.sqlite") as conn:
             conn.execute(f"ALTER TABLE {old} RENAME TO {new}")
 
