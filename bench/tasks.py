@@ -1,5 +1,5 @@
 """The worked tasks' figures: wall time per task and backend, inference vs storage share,
-resume cost after a kill (issue 25 item 9).
+resume cost after a kill (issue 25 item 9), and wall time per stage (issue 35).
 
 One local model server (the packaged Qwen2.5-Coder-0.5B through llama.cpp, default
 settings) serves every run, unless ``--base-url`` names an OpenAI-compatible endpoint.
@@ -9,9 +9,15 @@ storage (MEMORY calls), the context cache and the rest (the loop, Graph scheduli
 checks, the artifact's fsync). Calls of one Graph may overlap (recall runs SEARCH and
 CONTEXT.LOAD side by side), so shares can add up to a little over 100 %.
 
+The model's start is timed and printed apart, before the tables (it is not in a task's
+wall time).
+
 1. **Tasks.** Per backend (a fresh SQLite file, PostgreSQL schema or Qdrant local-mode
    collection): ``write`` (a German preference), ``update`` (French), ``search``,
-   ``task-state`` (three stages), in that order, as user ``alice``.
+   ``task-state`` (three stages), in that order, as user ``alice``. Each task's wall time
+   is also split per stage: the time between its progress lines (``propose``,
+   ``mutate``, ``message``; ``recall``; ``1-design`` …; then ``report`` and
+   ``artifact``, the frame's commit and publish).
 2. **Resume after a kill.** A controller process runs the task (user ``resume``) and
    stalls right after its first checkpoint committed; it is SIGKILLed there, and the
    task is run again in this process on the same database. The row counts the INFER
@@ -138,14 +144,31 @@ def task_runtime(setup: Setup, meter: Meter) -> Iterator[Any]:
 def run_one(runtime: Any, meter: Meter, setup: Setup, kind: str, task_id: str,
             user: str) -> dict[str, Any]:  # fmt: skip
     """Runs one task; its row (wall, per-kind seconds and calls)."""
-    opts = TaskOptions("acme", user, setup.directory / "artifacts", allow_write=True)
+    lines: list[tuple[float, str]] = []
+    opts = TaskOptions("acme", user, setup.directory / "artifacts", allow_write=True,
+                       on_stage=lambda line: lines.append((time.perf_counter(), line)))  # fmt: skip
     meter.reset()
     began = time.perf_counter()
     outcome = RUNNERS[kind](runtime, {"request": request(kind, task_id)}, opts)
     wall = time.perf_counter() - began
     error = (outcome.error or {}).get("code", "")
     return {"backend": setup.backend, "task": kind, "status": f"{outcome.status} {error}".strip(),
-            "wall": wall, "seconds": dict(meter.seconds), "calls": dict(meter.calls)}  # fmt: skip
+            "wall": wall, "seconds": dict(meter.seconds), "calls": dict(meter.calls),
+            "stages": stage_times(began, lines)}  # fmt: skip
+
+
+def stage_times(began: float, lines: Sequence[tuple[float, str]]) -> list[tuple[str, float]]:
+    """``(stage, seconds)`` per progress line: the time from the previous line (the task's
+    start for the first) to it. The stage is the line's head (``propose``, ``mutate``,
+    ``message``, ``1-design`` …; ``restore`` when a line says restored; ``report``,
+    ``artifact`` for the frame's last steps)."""
+    times: list[tuple[str, float]] = []
+    previous = began
+    for at, line in lines:
+        head = line.split(":", 1)[0]
+        times.append((f"{head} (restored)" if "restored" in line else head, at - previous))
+        previous = at
+    return times
 
 
 def share(row: dict[str, Any], kind: str) -> str:
@@ -163,6 +186,13 @@ def print_tasks(rows: Sequence[dict[str, Any]]) -> None:
               f"{row['calls'].get('INFER', 0):>7}  {share(row, 'INFER'):>18}  "
               f"{row['calls'].get('MEMORY', 0):>8}  {share(row, 'MEMORY'):>19}  "
               f"{row['seconds'].get('CONTEXT', 0.0):7.3f}s  {rest:6.3f}s")  # fmt: skip
+
+
+def print_stages(rows: Sequence[dict[str, Any]]) -> None:
+    print(f"{'backend':<9}{'task':<11}stage seconds (each from the previous progress line)")
+    for row in rows:
+        parts = "  ".join(f"{stage} {seconds:.2f}" for stage, seconds in row["stages"])
+        print(f"{row['backend']:<9}{row['task']:<11}{parts}")
 
 
 CHILD = "child"
@@ -306,6 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             resumes += resumed
     print("\n1. wall time per task and backend (INFER = inference, MEMORY = storage calls)")
     print_tasks(rows)
+    print("\n   per stage (the model's start is the line above the tables, not in these)")
+    print_stages(rows)
     print("\n2. resume after SIGKILL of the controller at its first checkpoint")
     print_resumes(resumes)
     print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
