@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -26,6 +25,7 @@ from ditto_plugin_milvus.connection import Connection
 from ditto_plugin_milvus.expressions import CREATED, quote, scope_expression
 from ditto_plugin_milvus.keywords import TOKENIZER
 from ditto_plugin_milvus.rows import OUTPUT, chunks, index_params, schema
+from ditto_worker.dockit import Clock
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import ALL_FILTER_OPERATORS, StoreCapabilities
 from ditto_worker.memory.cursors import new_cursor_secret
@@ -110,21 +110,6 @@ def _ids_expression(column: str, values: Sequence[str]) -> str:
     return f"{column} in [{', '.join(quote(v) for v in values)}]"
 
 
-class _Clock:
-    """Unique, increasing microsecond instants for this store object (the sequence)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last = 0
-
-    def take(self, count: int) -> int:
-        """The first of ``count`` consecutive unused instants (µs since the epoch)."""
-        with self._lock:
-            start = max(time.time_ns() // 1000, self._last + 1)
-            self._last = start + max(count, 1) - 1
-            return start
-
-
 class MilvusCollection(NativeSearch):
     """The collection under a :class:`~ditto_plugin_milvus.store.MilvusMemoryStore` (its
     constructor's arguments).
@@ -181,7 +166,7 @@ class MilvusCollection(NativeSearch):
         self._opened: dict[str, _Opened] = {}
         self._ledgers: dict[str, tuple[int, bool]] = {}  # ledgers opened: (generation, has at)
         self._ready_lock = threading.Lock()
-        self._clock = _Clock()
+        self._clock = Clock()
         exact = embedder is not None and vector_index == "FLAT"
         self.capabilities = capabilities_for(
             embedder is not None, exact, self._conn.lite, collection_per_scope

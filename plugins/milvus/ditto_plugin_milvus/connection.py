@@ -38,6 +38,7 @@ import grpc
 from pymilvus import MilvusClient
 from pymilvus.exceptions import ConnectionConfigException, MilvusException
 
+from ditto_worker.dockit import cancelled, check_step, deadline_passed, step_timeout
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.ports import MemoryCallOptions
 
@@ -58,16 +59,6 @@ for _name in ("pymilvus.decorators", "pymilvus.client.connection_manager"):
     logging.getLogger(_name).addFilter(_DropRpcErrors())
 
 
-def cancelled() -> MemoryError:
-    """The error of a call stopped by its cancel token (MEM-RUN-2)."""
-    return MemoryError(ErrorCode.MEMORY_CANCELLED, "the memory call was cancelled")
-
-
-def _deadline_passed(options: MemoryCallOptions | None) -> bool:
-    remaining = options.remaining_s if options is not None else None
-    return remaining is not None and remaining <= 0.05
-
-
 def map_error(exc: BaseException, options: MemoryCallOptions | None, lite: bool) -> MemoryError:
     """A safe ``MemoryError`` for a client error: no URI, token, expression or server text.
 
@@ -86,7 +77,7 @@ def map_error(exc: BaseException, options: MemoryCallOptions | None, lite: bool)
         # refused or dropped connections: said as such even when pymilvus's reconnect
         # attempts used up the call's time
         message = f"{where} cannot be reached"
-    elif _deadline_passed(options):
+    elif deadline_passed(options):
         return MemoryError(ErrorCode.MEMORY_TIMEOUT, "the memory call's deadline passed")
     elif "Retry timeout" in text or "DEADLINE_EXCEEDED" in text:
         message = f"{where} did not answer in time"
@@ -146,7 +137,7 @@ class Connection:
     def timeout(self, options: MemoryCallOptions | None) -> float:
         """The timeout of the next gRPC call: ``min(timeoutS, time left)``, seconds."""
         remaining = options.remaining_s if options is not None else None
-        return self.timeout_s if remaining is None else max(0.01, min(self.timeout_s, remaining))
+        return step_timeout(self.timeout_s, remaining)
 
     def call(
         self,
@@ -165,12 +156,7 @@ class Connection:
         Raises:
             MemoryError: those, or :func:`map_error` of the client's error.
         """
-        token = options.cancel if options is not None else None
-        if check_cancel and token is not None and token.cancelled:
-            raise cancelled()
-        remaining = options.remaining_s if options is not None else None
-        if remaining is not None and remaining <= 0:
-            raise MemoryError(ErrorCode.MEMORY_TIMEOUT, "the memory call's deadline passed")
+        check_step(options, check_cancel)
         try:
             return fn(self._open(), *args, timeout=self.timeout(options), **kwargs)
         except MemoryError:

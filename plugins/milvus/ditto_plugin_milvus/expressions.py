@@ -22,13 +22,12 @@ it names (any other string is placed by a binary search over the fixed-width for
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from ditto_worker.memory.filters import And, Exists, FieldRef, FilterNode, In, Or, Scalar
+from ditto_worker.dockit import field_hash, iso, time_bound, time_value, translate
+from ditto_worker.dockit import shadow_fields as _shadow_fields
+from ditto_worker.memory.filters import FieldRef, FilterNode, Scalar
 
 __all__ = [
     "CREATED",
@@ -49,9 +48,6 @@ UPDATED: Final = "upd"
 NOTHING: Final = "false"
 _ALL: Final = "true"
 _TIME_FIELDS: Final = {"createdAt": CREATED, "updatedAt": UPDATED}
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_MIN_US: Final = -62135596800 * 1_000_000  # 0001-01-01T00:00:00Z
-_MAX_US: Final = 253402300799 * 1_000_000 + 999_999  # 9999-12-31T23:59:59.999999Z
 _INT64: Final = 1 << 63
 _ESCAPES: Final = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -75,53 +71,10 @@ def _literal(value: str | int | float | bool) -> str:
     return _number(value)
 
 
-def iso(us: int) -> str:
-    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` of ``us`` microseconds since the epoch (UTC)."""
-    t = _EPOCH + timedelta(microseconds=us)
-    return (
-        f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:"
-        f"{t.second:02d}.{t.microsecond:06d}Z"
-    )
-
-
-def field_hash(path: Sequence[str]) -> str:
-    """The shadow-field name of a metadata path: ``p`` + 24 hex digits (BLAKE2b-96 of the
-    path as a JSON list), safe in any expression whatever the key's characters."""
-    text = json.dumps(list(path), ensure_ascii=False, separators=(",", ":"))
-    return "p" + hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()
-
-
-def _type_letter(value: Any) -> str:
-    if value is None:
-        return "z"
-    if isinstance(value, bool):
-        return "b"
-    if isinstance(value, int | float):
-        return "n"
-    if isinstance(value, str):
-        return "s"
-    return "a" if isinstance(value, list) else "o"
-
-
-def _walk(obj: Mapping[str, Any], prefix: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
-    for name, value in obj.items():
-        path = (*prefix, name)
-        yield path, value
-        if isinstance(value, dict):
-            yield from _walk(value, path)
-
-
 def shadow_fields(metadata: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """The typed shadow fields of ``metadata``: ``{"ft", "fn", "fs", "fb"}``, each
-    ``{hash: value}`` (module docstring); all four always present."""
-    out: dict[str, dict[str, Any]] = {"ft": {}, "fn": {}, "fs": {}, "fb": {}}
-    for path, value in _walk(metadata or {}, ()):
-        h = field_hash(path)
-        letter = _type_letter(value)
-        out["ft"][h] = letter
-        if letter in ("n", "s", "b"):
-            out["f" + letter][h] = value
-    return out
+    """The typed shadow fields of ``metadata`` (:func:`ditto_worker.dockit.shadow_fields`),
+    all four maps always present."""
+    return _shadow_fields(metadata, keep_empty=True)
 
 
 def scope_expression(namespace: str, node: FilterNode | None) -> str:
@@ -160,50 +113,14 @@ def _compare(
     return f"(exists {shadow}) and ({compared})" if guard else compared
 
 
-def _parse_us(text: str) -> int | None:
-    """The microsecond ``text`` names when it is exactly a stored timestamp, else None."""
-    try:
-        t = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
-    delta = t - _EPOCH
-    us = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
-    return us if iso(us) == text else None
-
-
-def _first_us(bound: str, inclusive: bool) -> int | None:
-    """The smallest µs whose timestamp is ``> bound`` (``>=`` when ``inclusive``), or None
-    (timestamps have a fixed width: string order is time order, so bisection is exact)."""
-
-    def after(us: int) -> bool:
-        text = iso(us)
-        return text >= bound if inclusive else text > bound
-
-    if not after(_MAX_US):
-        return None
-    low, high = _MIN_US, _MAX_US
-    while low < high:
-        middle = (low + high) // 2
-        if after(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return low
-
-
 _OPS: Final = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
 
 def _time_range(column: str, op: str, bound: Scalar) -> str:
-    if not isinstance(bound, str):
-        return NOTHING  # a timestamp is a string: it never compares with a number
-    us = _parse_us(bound)
-    if us is not None:  # the usual case: the parser normalized the bound
-        return f"{column} {_OPS[op]} {us}"
-    first = _first_us(bound, inclusive=op in ("$gte", "$lt"))
-    if op in ("$gt", "$gte"):
-        return NOTHING if first is None else f"{column} >= {first}"
-    return _ALL if first is None else f"{column} < {first}"
+    found = time_bound(op, bound)
+    if isinstance(found, bool):
+        return _ALL if found else NOTHING
+    return f"{column} {_OPS[found[0]]} {found[1]}"
 
 
 def _range(field: FieldRef, op: str, bound: Scalar) -> str:
@@ -224,7 +141,7 @@ def _equal(field: FieldRef, value: Scalar, guard: bool = False) -> str:
     two-valued, for a negation (:func:`_compare`)."""
     if field.reserved:
         if field.name in _TIME_FIELDS:
-            us = _parse_us(value) if isinstance(value, str) else None
+            us = time_value(value)
             return NOTHING if us is None else f"{_TIME_FIELDS[field.name]} == {us}"
         if value is None:
             return "key is null" if field.name == "key" else NOTHING
@@ -258,20 +175,38 @@ def _exists(field: FieldRef, exists: bool) -> str:
     return present if exists else _not(present)
 
 
+class _Expressions:
+    """Milvus's leaves and combinators of the shared translation
+    (:class:`ditto_worker.dockit.ExpressionDialect`): every sub-expression parenthesized;
+    a negated leaf guarded (:func:`_compare`)."""
+
+    def all_of(self, parts: list[str]) -> str:
+        return " and ".join(f"({p})" for p in parts)
+
+    def any_of(self, parts: list[str]) -> str:
+        return " or ".join(f"({p})" for p in parts)
+
+    def negate(self, part: str) -> str:
+        return _not(part)
+
+    def exists(self, field: FieldRef, exists: bool) -> str:
+        return _exists(field, exists)
+
+    def member(self, field: FieldRef, values: Sequence[Scalar], negated: bool) -> str:
+        return _in(field, values, guard=negated)
+
+    def equal(self, field: FieldRef, value: Scalar, negated: bool) -> str:
+        return _equal(field, value, guard=negated)
+
+    def ranged(self, field: FieldRef, op: str, bound: Scalar) -> str:
+        return _range(field, op, bound)
+
+
+_EXPRESSIONS: Final = _Expressions()
+
+
 def to_expression(node: FilterNode) -> str:
     """One Milvus boolean expression for a parsed filter
     (:func:`ditto_worker.memory.filters.parse_filter`), with the filter language's
     semantics (module docstring). Every sub-expression is parenthesized."""
-    if isinstance(node, And):
-        return " and ".join(f"({to_expression(c)})" for c in node.children)
-    if isinstance(node, Or):
-        return " or ".join(f"({to_expression(c)})" for c in node.children)
-    if isinstance(node, Exists):
-        return _exists(node.field, node.exists)
-    if isinstance(node, In):
-        found = _in(node.field, node.values, guard=node.negate)
-        return _not(found) if node.negate else found
-    if node.op in ("$eq", "$ne"):
-        equal = _equal(node.field, node.value, guard=node.op == "$ne")
-        return equal if node.op == "$eq" else _not(equal)
-    return _range(node.field, node.op, node.value)
+    return translate(node, _EXPRESSIONS)

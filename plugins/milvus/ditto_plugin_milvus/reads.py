@@ -19,21 +19,13 @@ from ditto_worker.contracts import (
     MemoryQueryOutput,
     MemorySearchInput,
 )
-from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.memory.filters import (
-    SortValue,
-    decode_cursor,
-    encode_cursor,
-    parse_filter,
-    parse_order_by,
-    query_fingerprint,
-)
+from ditto_worker.dockit import After, by_creation, ranked, time_order
+from ditto_worker.memory.filters import parse_filter
 from ditto_worker.memory.native import Hit
 from ditto_worker.memory.ports import MemoryCallOptions
 
 __all__ = ["MilvusReads"]
 
-_TIE_CAP: Final = 10_000
 _MAX_TOPK: Final = 16_384
 Fetch = Callable[..., list[Row]]
 
@@ -46,10 +38,9 @@ class MilvusReads(MilvusCollection):
     ) -> list[MemoryItem]:
         """Records whose id or key was requested, each once, in creation order (MEM-GET)."""
         ns = self._begin(options)
-        found = {r["id"]: r for r in self._rows_by(ns, "id", input.ids or (), options)}
-        for row in self._rows_by(ns, "key", input.keys or (), options):
-            found.setdefault(row["id"], row)
-        return [item(r) for r in sorted(found.values(), key=tiebreak)]
+        by_id = {r["id"]: r for r in self._rows_by(ns, "id", input.ids or (), options)}
+        by_key = self._rows_by(ns, "key", input.keys or (), options)
+        return [item(r) for r in by_creation(by_id, by_key, tiebreak)]
 
     def query(
         self, input: MemoryQueryInput, options: MemoryCallOptions | None = None
@@ -61,66 +52,44 @@ class MilvusReads(MilvusCollection):
                 term, or a field other than ``createdAt``/``updatedAt``),
                 ``INVALID_CURSOR``.
         """
-        node = parse_filter(input.filter)
-        terms = parse_order_by(input.order_by)
-        if len(terms) > 1 or any(
-            t.field.name not in ("createdAt", "updatedAt") or not t.field.reserved for t in terms
-        ):
-            raise MemoryError(
-                ErrorCode.UNSUPPORTED_ORDER_BY,
-                "the Milvus store orders by one field, createdAt or updatedAt",
-            )
-        field = UPDATED if terms and terms[0].field.name == "updatedAt" else CREATED
-        desc = bool(terms) and terms[0].descending
-        fingerprint = query_fingerprint(input.filter, input.order_by)
+        order = time_order(input, "Milvus")
+        field = UPDATED if order.field == "updatedAt" else CREATED
         ns = self._begin(options)  # the cursor secret is the collection's
-        expression = scope_expression(ns, node)
-        after: tuple[int, int, str] | None = None
-        if input.cursor:
-            cursor = decode_cursor(
-                input.cursor, fingerprint, 2, self._cursor_secret(ns), namespace=ns
-            )
-            (rank, value), (id_rank, last_id) = cursor.values
-            if rank != 1 or id_rank != 2 or not isinstance(value, int):
-                raise MemoryError(ErrorCode.INVALID_CURSOR, "invalid cursor: malformed")
-            after = ((-value if desc else value), cursor.seq, str(last_id))
-            expression += f" and ({field} {'<=' if desc else '>='} {value})"
+        expression = scope_expression(ns, order.node)
+        after = order.after(input.cursor, self._cursor_secret(ns), ns)
+        if after is not None:
+            expression += f" and ({field} {'<=' if order.desc else '>='} {after[0]})"
         limit = input.limit or 100
 
-        def sort_key(row: Row) -> tuple[int, int, str]:
-            value = int(row[field])
-            return (-value if desc else value, *tiebreak(row))
+        def sort_key(row: Row) -> After:
+            return order.key(int(row[field]), *tiebreak(row))
 
         keys = sorted(self._query(ns, options, expression, ["id", CREATED, field]), key=sort_key)
         if after is not None:
-            keys = [row for row in keys if sort_key(row) > after]
+            keys = [row for row in keys if sort_key(row) > after[1]]
         page = keys[:limit]
         full = {r["id"]: r for r in self._rows_by(ns, "id", [r["id"] for r in page], options)}
         rows = [full[r["id"]] for r in page if r["id"] in full]  # deleted meanwhile: skipped
         next_cursor = None
         if len(keys) > limit and rows:
             last = rows[-1]
-            values: list[SortValue] = [(1, int(last[field])), (2, str(last["id"]))]
-            next_cursor = encode_cursor(
-                fingerprint, values, int(last[CREATED]), self._cursor_secret(ns), namespace=ns
+            next_cursor = order.next_cursor(
+                int(last[field]), str(last["id"]), int(last[CREATED]), self._cursor_secret(ns), ns
             )
         return MemoryQueryOutput(items=[item(r) for r in rows], next_cursor=next_cursor)
 
     # --- search -------------------------------------------------------------------------------
 
     def _ranked(self, fetch: Fetch, limit: int, options: MemoryCallOptions | None) -> list[Row]:
-        """The best ``limit`` rows, ties in score by sequence: a tie run at the cut is read
-        whole (up to :data:`_TIE_CAP` more rows)."""
-        n = min(limit + 1, _MAX_TOPK)
-        while True:
-            rows = self._conn.call(options, fetch, n)
-            if len(rows) < n or rows[-1]["score"] != rows[limit - 1]["score"]:
-                break
-            if n > limit + _TIE_CAP or n >= _MAX_TOPK:
-                break
-            n = min(n * 4, _MAX_TOPK)
-        rows.sort(key=lambda r: (-r["score"], *tiebreak(r)))
-        return rows[:limit]
+        """The best ``limit`` rows, ties in score by sequence (:func:`ditto_worker.dockit.
+        ranked`; at most :data:`_MAX_TOPK` at once)."""
+        return ranked(
+            lambda n: self._conn.call(options, fetch, n),
+            limit,
+            lambda r: float(r["score"]),
+            tiebreak,
+            most=_MAX_TOPK,
+        )
 
     def _search(self, ns: str, data: Any, field: str, metric: str, expression: str) -> Fetch:
         params = {"metric_type": metric}

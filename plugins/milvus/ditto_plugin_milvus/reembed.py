@@ -43,7 +43,10 @@ from typing import Any, Final
 from pymilvus import MilvusClient
 
 from ditto_plugin_milvus.collection import MilvusCollection, Row
+from ditto_plugin_milvus.connection import Connection
+from ditto_plugin_milvus.expressions import quote
 from ditto_plugin_milvus.rows import chunks, index_params, schema
+from ditto_worker.dockit import finish_cut_switch, keep_target, switch
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.ports import reembed_provider, sync_until_settled
 
@@ -57,7 +60,32 @@ _SKIP: Final = frozenset({"sparse", "dense", "dv"})
 
 
 def _quoted(values: Sequence[str]) -> str:
-    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
+    return "[" + ", ".join(quote(v) for v in values) + "]"
+
+
+class _Collections:
+    """The collection requests of a re-embedding (:class:`ditto_worker.dockit.
+    AliasedCollections`) on the store's connection."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def exists(self, name: str) -> bool:
+        return bool(self._conn.call(None, MilvusClient.has_collection, name))
+
+    def recorded(self, name: str) -> Any:
+        described = self._conn.call(None, MilvusClient.describe_collection, name)
+        try:
+            return json.loads(dict(described.get("properties") or {}).get(_PROPERTY, "null"))
+        except ValueError:
+            return None
+
+    def drop(self, name: str) -> None:
+        self._conn.call(None, MilvusClient.drop_collection, name)
+
+    def alias(self, target: str, name: str, move: bool) -> None:
+        request = MilvusClient.alter_alias if move else MilvusClient.create_alias
+        self._conn.call(None, request, target, name)
 
 
 class MilvusReembed(MilvusCollection):
@@ -107,27 +135,15 @@ class MilvusReembed(MilvusCollection):
         found |= set(self._call(MilvusClient.list_aliases).get("aliases", []))
         return sorted(n for n in found if pattern.fullmatch(n))
 
-    def _recorded(self, name: str) -> Any:
-        properties = dict(self._call(MilvusClient.describe_collection, name).get("properties")
-                          or {})  # fmt: skip
-        try:
-            return json.loads(properties.get(_PROPERTY, "null"))
-        except ValueError:
-            return None
-
     def _reembed_one(self, name: str, target: str, batch_size: int) -> int:
         """One collection name: copy, switch; the records embedded."""
-        if not self._call(MilvusClient.has_collection, name):
-            if not self._call(MilvusClient.has_collection, target):
-                return 0  # nothing written yet: created with this identity on first use
-            recorded = self._recorded(target)
-            if isinstance(recorded, dict) and recorded.get("reindexOf") == name:
-                self._call(MilvusClient.create_alias, target, name)  # a cut switch
-            return 0
+        collections = _Collections(self._conn)
+        if finish_cut_switch(collections, name, target):
+            return 0  # nothing written yet: created with this identity on first use
         self._call(MilvusClient.load_collection, name)
         described = self._call(MilvusClient.describe_collection, name)
         source = str(described.get("collection_name") or name)
-        recorded = self._recorded(source)
+        recorded = collections.recorded(source)
         if not isinstance(recorded, dict) or "cursorSecret" not in recorded:
             raise MemoryError(
                 ErrorCode.EMBEDDING_MISMATCH,
@@ -138,23 +154,17 @@ class MilvusReembed(MilvusCollection):
             return 0
         self._create_target(target, source, recorded)
         done = sync_until_settled(lambda: self._sync(source, target, batch_size), PASSES)
-        if source != name:  # an alias: moved atomically, then a last pass
-            self._call(MilvusClient.alter_alias, target, name)
-            done += self._sync(source, target, batch_size, final=True)[1]
-            self._call(MilvusClient.drop_collection, source)
-        else:
-            self._call(MilvusClient.drop_collection, source)
-            self._call(MilvusClient.create_alias, target, name)
-        return done
+
+        def last_pass() -> int:
+            return self._sync(source, target, batch_size, final=True)[1]
+
+        return done + switch(collections, name, source, target, last_pass)
 
     def _create_target(self, target: str, source: str, recorded: dict[str, Any]) -> None:
         """The target collection (kept when a killed run made it from ``source``)."""
-        if self._call(MilvusClient.has_collection, target):
-            held = self._recorded(target)
-            if isinstance(held, dict) and held.get("reindexOf") == source:
-                self._call(MilvusClient.load_collection, target)
-                return
-            self._call(MilvusClient.drop_collection, target)
+        if keep_target(_Collections(self._conn), target, source):
+            self._call(MilvusClient.load_collection, target)
+            return
         assert self._embedder is not None
         properties = dict(json.loads(self._properties()[_PROPERTY]))
         properties |= {"cursorSecret": recorded["cursorSecret"], "reindexOf": source}

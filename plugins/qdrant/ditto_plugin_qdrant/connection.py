@@ -37,6 +37,7 @@ from qdrant_client import QdrantClient
 from qdrant_client.common.client_exceptions import QdrantException
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
+from ditto_worker.dockit import cancelled, check_step, deadline_passed, step_timeout
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.ports import MemoryCallOptions
 
@@ -45,16 +46,6 @@ __all__ = ["Connection", "cancelled", "map_error"]
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 _LOCAL_WARNINGS: Final = ("Local mode is not recommended", "Payload indexes have no effect")
-
-
-def cancelled() -> MemoryError:
-    """The error of a call stopped by its cancel token (MEM-RUN-2)."""
-    return MemoryError(ErrorCode.MEMORY_CANCELLED, "the memory call was cancelled")
-
-
-def _timed_out(options: MemoryCallOptions | None) -> bool:
-    remaining = options.remaining_s if options is not None else None
-    return remaining is not None and remaining <= 0.05
 
 
 def _status_message(status: int | None) -> str:
@@ -76,7 +67,7 @@ def map_error(exc: BaseException, options: MemoryCallOptions | None, local: bool
     if isinstance(exc, MemoryError):
         return exc
     logger.warning("qdrant memory store error: %s", type(exc).__name__)
-    if _timed_out(options):
+    if deadline_passed(options):
         return MemoryError(ErrorCode.MEMORY_TIMEOUT, "the memory call's deadline passed")
     if isinstance(exc, UnexpectedResponse):
         message = _status_message(exc.status_code)
@@ -204,12 +195,7 @@ class Connection:
         Raises:
             MemoryError: those, or :func:`map_error` of the client's error.
         """
-        token = options.cancel if options is not None else None
-        if check_cancel and token is not None and token.cancelled:
-            raise cancelled()
-        remaining = options.remaining_s if options is not None else None
-        if remaining is not None and remaining <= 0:
-            raise MemoryError(ErrorCode.MEMORY_TIMEOUT, "the memory call's deadline passed")
+        remaining = check_step(options, check_cancel)
         try:
             client = self._open()
             if self.local:
@@ -217,9 +203,7 @@ class Connection:
                     for text in _LOCAL_WARNINGS:
                         warnings.filterwarnings("ignore", message=text, category=UserWarning)
                     return fn(client, *args, **kwargs)
-            self._tls.timeout = (
-                self._timeout_s if remaining is None else max(0.01, min(self._timeout_s, remaining))
-            )
+            self._tls.timeout = step_timeout(self._timeout_s, remaining)
             try:
                 return fn(client, *args, **kwargs)
             finally:

@@ -36,24 +36,21 @@ Numbers are compared as IEEE doubles, so integers beyond 2**53 lose precision.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from qdrant_client import models
 
-from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.memory.filters import (
-    And,
-    Exists,
-    FieldRef,
-    FilterNode,
-    In,
-    Or,
-    Scalar,
+from ditto_worker.dockit import (
+    field_hash,
+    iso,
+    shadow_fields,
+    time_bound,
+    time_value,
+    translate,
 )
+from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.memory.filters import FieldRef, FilterNode, Scalar
 
 __all__ = [
     "CREATED",
@@ -79,64 +76,13 @@ CREATED: Final = "seq"
 UPDATED: Final = "updatedUs"
 """Payload field of the last update instant (µs)."""
 _TIME_FIELDS: Final = {"createdAt": CREATED, "updatedAt": UPDATED}
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MIN_US: Final = -62135596800 * 1_000_000  # 0001-01-01T00:00:00Z
-_MAX_US: Final = 253402300799 * 1_000_000 + 999_999  # 9999-12-31T23:59:59.999999Z
 
 NOTHING: Final = models.Filter(
     must=[models.FieldCondition(key=CREATED, range=models.Range(lt=_MIN_US - 1))]
 )
 """A condition no memory point meets (its ``seq`` is never that small)."""
 _ALL: Final = models.Filter()
-
-
-def iso(us: int) -> str:
-    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` of ``us`` microseconds since the epoch (UTC)."""
-    t = _EPOCH + timedelta(microseconds=us)
-    return (
-        f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:"
-        f"{t.second:02d}.{t.microsecond:06d}Z"
-    )
-
-
-def field_hash(path: Sequence[str]) -> str:
-    """The shadow-field name of a metadata path: ``p`` + 24 hex digits (BLAKE2b-96 of the
-    path as a JSON list), safe in any Qdrant JSON path whatever the key's characters."""
-    text = json.dumps(list(path), ensure_ascii=False, separators=(",", ":"))
-    return "p" + hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()
-
-
-def _type_letter(value: Any) -> str:
-    if value is None:
-        return "z"
-    if isinstance(value, bool):
-        return "b"
-    if isinstance(value, int | float):
-        return "n"
-    if isinstance(value, str):
-        return "s"
-    return "a" if isinstance(value, list) else "o"
-
-
-def _walk(obj: Mapping[str, Any], prefix: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
-    for name, value in obj.items():
-        path = (*prefix, name)
-        yield path, value
-        if isinstance(value, dict):
-            yield from _walk(value, path)
-
-
-def shadow_fields(metadata: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """The typed shadow fields of ``metadata`` (module docstring): ``{"ft", "fn", "fs",
-    "fb"}``, each ``{hash: value}``; empty maps are left out."""
-    out: dict[str, dict[str, Any]] = {"ft": {}, "fn": {}, "fs": {}, "fb": {}}
-    for path, value in _walk(metadata or {}, ()):
-        h = field_hash(path)
-        letter = _type_letter(value)
-        out["ft"][h] = letter
-        if letter in ("n", "s", "b"):
-            out["f" + letter][h] = value
-    return {name: fields for name, fields in out.items() if fields}
 
 
 def memory_payload(
@@ -239,57 +185,16 @@ def _string_range(field: FieldRef) -> MemoryError:
     )
 
 
-def _parse_us(text: str) -> int | None:
-    """The microsecond ``text`` names when it is exactly a stored timestamp, else None."""
-    try:
-        t = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
-    delta = t - _EPOCH
-    us = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
-    return us if iso(us) == text else None
-
-
-def _first_us(bound: str, inclusive: bool) -> int | None:
-    """The smallest µs whose timestamp is ``> bound`` (``>=`` when ``inclusive``), or None.
-
-    Timestamps have a fixed width, so their string order is their time order and the
-    predicate is monotone: a binary search over the representable range is exact.
-    """
-
-    def after(us: int) -> bool:
-        text = iso(us)
-        return text >= bound if inclusive else text > bound
-
-    if not after(_MAX_US):
-        return None
-    low, high = _MIN_US, _MAX_US
-    while low < high:
-        middle = (low + high) // 2
-        if after(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return low
-
-
-def _time_range(key: str, op: str, bound: Scalar) -> models.Condition:
-    if not isinstance(bound, str):
-        return NOTHING  # a timestamp is a string: it never compares with a number
-    us = _parse_us(bound)
-    if us is not None:  # the usual case: the parser normalized the bound
-        return models.FieldCondition(key=key, range=models.Range(**{op[1:]: us}))
-    first = _first_us(bound, inclusive=op in ("$gte", "$lt"))
-    if op in ("$gt", "$gte"):
-        if first is None:
-            return NOTHING
-        return models.FieldCondition(key=key, range=models.Range(gte=first))
-    return _ALL if first is None else models.FieldCondition(key=key, range=models.Range(lt=first))
+def _time(key: str, op: str, bound: Scalar) -> models.Condition:
+    found = time_bound(op, bound)
+    if isinstance(found, bool):
+        return _ALL if found else NOTHING
+    return models.FieldCondition(key=key, range=models.Range(**{found[0][1:]: found[1]}))
 
 
 def _range(field: FieldRef, op: str, bound: Scalar) -> models.Condition:
     if field.reserved and field.name in _TIME_FIELDS:
-        return _time_range(_TIME_FIELDS[field.name], op, bound)
+        return _time(_TIME_FIELDS[field.name], op, bound)
     if isinstance(bound, str):
         raise _string_range(field)
     if field.reserved or not _number(bound):
@@ -302,7 +207,7 @@ def _equal(field: FieldRef, value: Scalar) -> models.Condition:
     """Records whose field equals ``value`` (``null``: is null or missing)."""
     if field.reserved:
         if field.name in _TIME_FIELDS:
-            us = _parse_us(value) if isinstance(value, str) else None
+            us = time_value(value)
             if us is None:
                 return NOTHING
             return models.FieldCondition(
@@ -368,6 +273,37 @@ def _merge_ranges(conditions: list[models.Condition]) -> list[models.Condition]:
     return out
 
 
+class _Conditions:
+    """Qdrant's leaves and combinators of the shared translation
+    (:class:`ditto_worker.dockit.ExpressionDialect`); Qdrant conditions are two-valued,
+    so a negated leaf needs no guard."""
+
+    def all_of(self, parts: list[models.Condition]) -> models.Condition:
+        merged = _merge_ranges(parts)
+        return merged[0] if len(merged) == 1 else models.Filter(must=merged)
+
+    def any_of(self, parts: list[models.Condition]) -> models.Condition:
+        return models.Filter(should=parts)
+
+    def negate(self, part: models.Condition) -> models.Condition:
+        return _not(part)
+
+    def exists(self, field: FieldRef, exists: bool) -> models.Condition:
+        return _exists(field, exists)
+
+    def member(self, field: FieldRef, values: Sequence[Scalar], negated: bool) -> models.Condition:
+        return _in(field, values)
+
+    def equal(self, field: FieldRef, value: Scalar, negated: bool) -> models.Condition:
+        return _equal(field, value)
+
+    def ranged(self, field: FieldRef, op: str, bound: Scalar) -> models.Condition:
+        return _range(field, op, bound)
+
+
+_CONDITIONS: Final = _Conditions()
+
+
 def to_condition(node: FilterNode) -> models.Condition:
     """One Qdrant condition for a parsed filter (:func:`ditto_worker.memory.filters.
     parse_filter`), with the filter language's semantics (module docstring).
@@ -376,17 +312,4 @@ def to_condition(node: FilterNode) -> models.Condition:
         MemoryError: ``UNSUPPORTED_FILTER`` for a range with a string bound on ``id``,
             ``key`` or metadata.
     """
-    if isinstance(node, And):
-        merged = _merge_ranges([to_condition(c) for c in node.children])
-        return merged[0] if len(merged) == 1 else models.Filter(must=merged)
-    if isinstance(node, Or):
-        return models.Filter(should=[to_condition(child) for child in node.children])
-    if isinstance(node, Exists):
-        return _exists(node.field, node.exists)
-    if isinstance(node, In):
-        found = _in(node.field, node.values)
-        return _not(found) if node.negate else found
-    if node.op in ("$eq", "$ne"):
-        equal = _equal(node.field, node.value)
-        return equal if node.op == "$eq" else _not(equal)
-    return _range(node.field, node.op, node.value)
+    return translate(node, _CONDITIONS)

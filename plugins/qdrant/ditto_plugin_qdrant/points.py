@@ -6,8 +6,6 @@ Small helpers the store's reading and writing halves share (:mod:`.reads`, :mod:
 from __future__ import annotations
 
 import json
-import threading
-import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -16,6 +14,7 @@ from typing import Any, Final
 from ditto_plugin_qdrant import executions as ex
 from ditto_plugin_qdrant.payload import CREATED
 from ditto_worker.contracts import MemoryItem
+from ditto_worker.dockit import Clock
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.ports import EmbeddingIdentity
 
@@ -94,21 +93,6 @@ class UpdatePlan:
             self.vectors.pop(name, None)
             if vector is not None:
                 self.vectors[name] = vector
-
-
-class Clock:
-    """Unique, increasing microsecond instants for this store object (the sequence)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last = 0
-
-    def take(self, count: int) -> int:
-        """The first of ``count`` consecutive unused instants (µs since the epoch)."""
-        with self._lock:
-            start = max(time.time_ns() // 1000, self._last + 1)
-            self._last = start + max(count, 1) - 1
-            return start
 
 
 def dense_name(identity: EmbeddingIdentity) -> str:

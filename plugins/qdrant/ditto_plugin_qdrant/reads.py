@@ -24,15 +24,9 @@ from ditto_worker.contracts import (
     MemoryQueryOutput,
     MemorySearchInput,
 )
-from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.memory.filters import (
-    SortValue,
-    decode_cursor,
-    encode_cursor,
-    parse_filter,
-    parse_order_by,
-    query_fingerprint,
-)
+from ditto_worker.dockit import After, by_creation, ranked, time_order
+from ditto_worker.errors import MemoryError
+from ditto_worker.memory.filters import parse_filter
 from ditto_worker.memory.native import Hit, NativeSearch
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
@@ -42,7 +36,6 @@ __all__ = ["QdrantReads"]
 _SCROLL_PAGE: Final = 1000
 _LOCAL_PAGE: Final = 1 << 30
 _LOCAL_KEY_SCAN: Final = 32  # local mode: more keys than this are checked in one pass
-_TIE_CAP: Final = 10_000
 
 
 class QdrantReads(QdrantCollection, NativeSearch):
@@ -124,9 +117,8 @@ class QdrantReads(QdrantCollection, NativeSearch):
         """Records whose id or key was requested, each once, in creation order (MEM-GET)."""
         ns = self._begin(options)
         found = self._retrieve(ns, input.ids or (), options)
-        for point in self._with_keys(ns, input.keys or (), options):
-            found.setdefault(str(point.id), point)
-        return [item_of(p.payload) for p in sorted(found.values(), key=tiebreak)]
+        by_key = self._with_keys(ns, input.keys or (), options)
+        return [item_of(p.payload) for p in by_creation(found, by_key, tiebreak)]
 
     def query(
         self, input: MemoryQueryInput, options: MemoryCallOptions | None = None
@@ -138,36 +130,21 @@ class QdrantReads(QdrantCollection, NativeSearch):
                 term, or a field other than ``createdAt``/``updatedAt``),
                 ``INVALID_CURSOR``.
         """
-        node = parse_filter(input.filter)
-        terms = parse_order_by(input.order_by)
-        if len(terms) > 1 or any(t.field.name not in ("createdAt", "updatedAt")
-                                 or not t.field.reserved for t in terms):  # fmt: skip
-            raise MemoryError(
-                ErrorCode.UNSUPPORTED_ORDER_BY,
-                "the Qdrant store orders by one field, createdAt or updatedAt",
-            )
-        field = UPDATED if terms and terms[0].field.name == "updatedAt" else CREATED
-        desc = bool(terms) and terms[0].descending
-        fingerprint = query_fingerprint(input.filter, input.order_by)
+        order = time_order(input, "Qdrant")
+        field = UPDATED if order.field == "updatedAt" else CREATED
         ns = namespace_of(options)
-        flt = namespace_filter(ns, node)
+        flt = namespace_filter(ns, order.node)
         self._begin(options)  # the cursor secret is the collection's
-        after = None
-        if input.cursor:
-            cursor = decode_cursor(input.cursor, fingerprint, 2, self._cursor_secret, namespace=ns)
-            (rank, value), (id_rank, last_id) = cursor.values
-            if rank != 1 or id_rank != 2 or not isinstance(value, int):
-                raise MemoryError(ErrorCode.INVALID_CURSOR, "invalid cursor: malformed")
-            after = ((-value if desc else value), cursor.seq, str(last_id))
+        after = order.after(input.cursor, self._cursor_secret, ns)
         limit = input.limit or 100
-        rows = self._ordered(flt, field, desc, after, limit + 1, options)
+        place = None if after is None else after[1]
+        rows = self._ordered(flt, field, order.desc, place, limit + 1, options)
         page = rows[:limit]
         next_cursor = None
         if len(rows) > limit:
-            last = page[-1]
-            values: list[SortValue] = [(1, int(last.payload[field])), (2, str(last.id))]
-            next_cursor = encode_cursor(
-                fingerprint, values, int(last.payload[CREATED]), self._cursor_secret, namespace=ns
+            last = page[-1].payload
+            next_cursor = order.next_cursor(
+                int(last[field]), str(page[-1].id), int(last[CREATED]), self._cursor_secret, ns
             )
         return MemoryQueryOutput(items=[item_of(p.payload) for p in page], next_cursor=next_cursor)
 
@@ -176,7 +153,7 @@ class QdrantReads(QdrantCollection, NativeSearch):
         flt: models.Filter,
         field: str,
         desc: bool,
-        after: tuple[int, int, str] | None,
+        after: After | None,
         n: int,
         options: MemoryCallOptions | None,
     ) -> list[Point]:
@@ -234,18 +211,11 @@ class QdrantReads(QdrantCollection, NativeSearch):
         self, fetch: Callable[[QdrantClient, int], list[Point]], limit: int,
         options: MemoryCallOptions | None,
     ) -> list[Point]:  # fmt: skip
-        """The best ``limit`` points, ties in score by sequence: a tie run at the cut is
-        read whole (up to :data:`_TIE_CAP` more points)."""
-        n = limit + 1
-        while True:
-            points = self._conn.call(options, fetch, n)
-            if len(points) < n or points[-1].score != points[limit - 1].score:
-                break
-            if n > limit + _TIE_CAP:
-                break
-            n *= 4
-        points.sort(key=lambda p: (-p.score, *tiebreak(p)))
-        return points[:limit]
+        """The best ``limit`` points, ties in score by sequence (:func:`ditto_worker.dockit.
+        ranked`)."""
+        return ranked(
+            lambda n: self._conn.call(options, fetch, n), limit, lambda p: p.score, tiebreak
+        )
 
     def _search_filter(self, input: MemorySearchInput, options: MemoryCallOptions | None) -> Any:
         node = parse_filter(input.filter)

@@ -41,6 +41,7 @@ from ditto_plugin_qdrant.keywords import SPARSE_VECTOR
 from ditto_plugin_qdrant.payload import MEMORY, UPDATED
 from ditto_plugin_qdrant.points import Point, chunks, dense_name
 from ditto_plugin_qdrant.writes import QdrantWrites
+from ditto_worker.dockit import finish_cut_switch, keep_target, switch
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.ports import reembed_provider, sync_until_settled
 
@@ -70,7 +71,7 @@ class QdrantReembed(QdrantWrites):
         """
         embedder = reembed_provider(self._embedder, batch_size)
         target = f"{self.collection}-{dense_name(embedder.identity).removeprefix('dense-')}"
-        self._finish_cut_switch(target)
+        finish_cut_switch(_Collections(self), self.collection, target)
         self._ready = False
         self._open(None)
         if self._mismatch is None:
@@ -81,7 +82,11 @@ class QdrantReembed(QdrantWrites):
             raise MemoryError(ErrorCode.EMBEDDING_MISMATCH, self._mismatch)
         self._create_target(target, source, str(recorded["cursorSecret"]))
         done = sync_until_settled(lambda: self._sync(source, target, batch_size), PASSES)
-        done += self._switch(source, target, batch_size)
+
+        def last_pass() -> int:
+            return self._sync(source, target, batch_size, final=True)[1]
+
+        done += switch(_Collections(self), self.collection, source, target, last_pass)
         self._ready = False
         self._open(None)
         return done
@@ -97,19 +102,12 @@ class QdrantReembed(QdrantWrites):
         return self._aliases().get(self.collection, self.collection)
 
     def _recorded(self, name: str) -> Any:
-        info = self._conn.call(None, QdrantClient.get_collection, name)
-        return dict(info.config.metadata or {}).get("ditto")
-
-    def _exists(self, name: str) -> bool:
-        return bool(self._conn.call(None, QdrantClient.collection_exists, name))
+        return _Collections(self).recorded(name)
 
     def _create_target(self, target: str, source: str, secret: str) -> None:
         """The target collection (kept when a killed run made it for this identity)."""
-        if self._exists(target):
-            recorded = self._recorded(target)
-            if isinstance(recorded, dict) and recorded.get("reindexOf") == source:
-                return
-            self._conn.call(None, QdrantClient.delete_collection, target)
+        if keep_target(_Collections(self), target, source):
+            return
         metadata = self._metadata()
         metadata["ditto"] |= {"cursorSecret": secret, "reindexOf": source}
         assert self._embedder is not None and self._dense is not None
@@ -128,16 +126,9 @@ class QdrantReembed(QdrantWrites):
             finally:
                 self.collection = saved
 
-    def _finish_cut_switch(self, target: str) -> None:
-        """A run killed between deleting the old collection and creating the alias: the
-        name is free and the target records it replaced it: create the alias now."""
-        if self._exists(self.collection) or not self._exists(target):
-            return
-        recorded = self._recorded(target)
-        if isinstance(recorded, dict) and recorded.get("reindexOf") == self.collection:
-            self._alias(target, delete=False)
-
     def _alias(self, target: str, delete: bool) -> None:
+        """Make the collection name an alias of ``target`` (``delete``: moved from the
+        collection it stands for, atomically)."""
         ops: list[Any] = []
         if delete:
             ops.append(models.DeleteAliasOperation(
@@ -216,17 +207,28 @@ class QdrantReembed(QdrantWrites):
             if offset is None:
                 return out
 
-    def _switch(self, source: str, target: str, batch_size: int) -> int:
-        """Point the collection name at the target (module doc); records embedded by
-        the last pass."""
-        if source != self.collection:  # an alias: swapped atomically, then a last pass
-            self._alias(target, delete=True)
-            done = self._sync(source, target, batch_size, final=True)[1]
-            self._conn.call(None, QdrantClient.delete_collection, source)
-            return done
-        self._conn.call(None, QdrantClient.delete_collection, source)
-        self._alias(target, delete=False)
-        return 0
+
+class _Collections:
+    """The collection requests of a re-embedding (:class:`ditto_worker.dockit.
+    AliasedCollections`) on the store's connection."""
+
+    def __init__(self, store: QdrantReembed) -> None:
+        self._store = store
+        self._conn = store._conn
+
+    def exists(self, name: str) -> bool:
+        return bool(self._conn.call(None, QdrantClient.collection_exists, name))
+
+    def recorded(self, name: str) -> Any:
+        info = self._conn.call(None, QdrantClient.get_collection, name)
+        return dict(info.config.metadata or {}).get("ditto")
+
+    def drop(self, name: str) -> None:
+        self._conn.call(None, QdrantClient.delete_collection, name)
+
+    def alias(self, target: str, name: str, move: bool) -> None:
+        assert name == self._store.collection
+        self._store._alias(target, delete=move)
 
 
 def _older(held: Any, payload: Any) -> bool:
