@@ -1,0 +1,107 @@
+"""Records of a SQL store: the select list, row -> item, JSON text, batches and keys.
+
+Every SQL store keeps a memory as one row of a ``memories`` table (aliased ``m``) whose
+first columns are :data:`COLUMNS`: the sequence, the id, the key, the content and
+metadata as JSON text, the operation id that last wrote it and the two instants
+(MEM-DATA-5). A statement selects them first and its own columns after them
+(:data:`WIDTH`), and :func:`row_item` reads the record back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+from ditto_worker.contracts import MemoryDraft, MemoryItem
+from ditto_worker.errors import ErrorCode, MemoryError
+
+__all__ = [
+    "CHUNK",
+    "COLUMNS",
+    "WIDTH",
+    "Row",
+    "batch_keys",
+    "chunks",
+    "dump",
+    "key_taken",
+    "marks",
+    "row_item",
+]
+
+COLUMNS: Final = (
+    "m.seq, m.id, m.key, m.content, m.metadata, m.operation_id, m.created_at, m.updated_at"
+)
+"""The select list every reader uses; a row starts with these :data:`WIDTH` values."""
+WIDTH: Final = 8
+"""How many columns :data:`COLUMNS` selects (a statement's own columns follow them)."""
+CHUNK: Final = 500
+"""Values bound in one ``IN (…)`` list."""
+Row = tuple[Any, ...]
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def row_item(row: Row) -> MemoryItem:
+    """The MemoryItem of a row that starts with :data:`COLUMNS` (JSON as text, or as
+    the driver decoded it)."""
+    return MemoryItem(
+        id=row[1],
+        key=row[2],
+        content=_json(row[3]),
+        metadata=None if row[4] is None else _json(row[4]),
+        operation_id=row[5],
+        created_at=row[6],
+        updated_at=row[7],
+    )
+
+
+def dump(value: Any, where: str) -> str:
+    """Compact JSON text, UTF-8 kept raw.
+
+    Raises:
+        MemoryError: ``INVALID_INPUT`` naming ``where`` for a value that is not JSON
+            (``NaN`` and lone surrogates included).
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text.encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise MemoryError(ErrorCode.INVALID_INPUT, f"{where} is not valid JSON") from exc
+    return text
+
+
+def chunks(values: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
+    """``values`` in slices of at most ``size``."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+def marks(values: Sequence[Any], mark: str = "?") -> str:
+    """``?,?,…`` (the driver's ``mark``) with one placeholder per value."""
+    return ",".join([mark] * len(values))
+
+
+def batch_keys(drafts: Sequence[MemoryDraft]) -> dict[str, int]:
+    """The batch's keys and the index of the draft holding each (MEM-WRITE-3).
+
+    Raises:
+        MemoryError: ``CONFLICT`` for a key used twice in the batch (nothing written).
+    """
+    seen: dict[str, int] = {}
+    for index, draft in enumerate(drafts):
+        if draft.key is None:
+            continue
+        if draft.key in seen:
+            raise MemoryError(
+                ErrorCode.CONFLICT, f"memories[{index}].key repeats memories[{seen[draft.key]}].key"
+            )
+        seen[draft.key] = index
+    return seen
+
+
+def key_taken(index: int) -> MemoryError:
+    """``CONFLICT``: draft ``index``'s key is already stored in the namespace."""
+    return MemoryError(ErrorCode.CONFLICT, f"memories[{index}].key already exists in the store")
