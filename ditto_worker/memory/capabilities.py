@@ -14,7 +14,7 @@ Field names of ``filter_fields``/``order_by_fields`` are the filter language's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from ditto_worker.errors import ConfigError
 
@@ -23,6 +23,7 @@ __all__ = [
     "METADATA_FIELDS",
     "RESERVED_FIELDS",
     "StoreCapabilities",
+    "transactional_capabilities",
 ]
 
 ALL_FILTER_OPERATORS: Final = frozenset(
@@ -146,3 +147,40 @@ class StoreCapabilities:
     def has_search(self) -> bool:
         """True when the store (or its declared provider) offers any SEARCH strategy."""
         return bool(self.search_strategies)
+
+
+def transactional_capabilities(
+    keyword: tuple[str, ...],
+    extras: frozenset[str] = frozenset(),
+    vector_options: frozenset[str] | None = None,
+) -> StoreCapabilities:
+    """What a transactional store declares (the SQL stores, the in-memory testing store):
+    atomic batches, key conflicts as errors, cancel, scopes, operation ids, conditional
+    updates, keyword search with per-scope statistics and CJK.
+
+    Args:
+        keyword: its keyword strategies, the default (``keyword``) first.
+        extras: its extra capabilities (``multi_process``, ``driver_cancel`` …).
+        vector_options: with an embedding provider, the SEARCH options its vector search
+            reads: ``vector`` (exhaustive: ``min(limit, matches)`` results), ``hybrid``
+            and ``embed_on_write`` are added; ``None``: keyword search only.
+    """
+    vectors = vector_options is not None
+    more: dict[str, Any] = {}
+    if vector_options is not None:
+        more = {"exhaustive_strategies": ("vector",), "search_options": vector_options}
+    return StoreCapabilities(
+        search_strategies=keyword + (("vector", "hybrid") if vectors else ()),
+        default_strategy=keyword[0],
+        keyword_strategy="keyword",
+        keyword_cjk=True,
+        keyword_scope_statistics=True,
+        key_conflict="error",
+        batch_atomic=True,
+        cancel=True,
+        scope=True,
+        operation_ids=True,
+        conditional_update=True,
+        extras=extras | {"embed_on_write"} if vectors else extras,
+        **more,
+    )

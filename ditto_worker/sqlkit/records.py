@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from ditto_worker.contracts import MemoryDraft, MemoryItem
+from ditto_worker.contracts import MemoryItem
 from ditto_worker.errors import ErrorCode, MemoryError
 
 __all__ = [
@@ -84,21 +84,22 @@ def marks(values: Sequence[Any], mark: str = "?") -> str:
     return ",".join([mark] * len(values))
 
 
-def batch_keys(drafts: Sequence[MemoryDraft]) -> dict[str, int]:
-    """The batch's keys and the index of the draft holding each (MEM-WRITE-3).
+def batch_keys(keys: Sequence[str | None]) -> dict[str, int]:
+    """A WRITE batch's keys (one per draft, ``None``: none) and the index of the draft
+    holding each (MEM-WRITE-3).
 
     Raises:
         MemoryError: ``CONFLICT`` for a key used twice in the batch (nothing written).
     """
     seen: dict[str, int] = {}
-    for index, draft in enumerate(drafts):
-        if draft.key is None:
+    for index, key in enumerate(keys):
+        if key is None:
             continue
-        if draft.key in seen:
+        if key in seen:
             raise MemoryError(
-                ErrorCode.CONFLICT, f"memories[{index}].key repeats memories[{seen[draft.key]}].key"
+                ErrorCode.CONFLICT, f"memories[{index}].key repeats memories[{seen[key]}].key"
             )
-        seen[draft.key] = index
+        seen[key] = index
     return seen
 
 

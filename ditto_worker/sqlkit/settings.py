@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ditto_worker.config.plugin_settings import flag_setting, number_setting, plugin_values
 from ditto_worker.errors import ConfigError
-from ditto_worker.memory.capabilities import StoreCapabilities
+from ditto_worker.memory.capabilities import StoreCapabilities, transactional_capabilities
 from ditto_worker.memory.indexing import parse_fields, parse_query_fields
 from ditto_worker.memory.native import VECTOR_OPTIONS
 from ditto_worker.memory.ports import EmbeddingProvider
@@ -62,24 +62,7 @@ def sql_capabilities(
         vectors: it has an embedding provider: ``vector`` (exhaustive: ``min(limit,
             matches)`` results) and ``hybrid`` are added, and ``embed_on_write``.
     """
-    more: dict[str, Any] = {}
-    if vectors:
-        more = {"exhaustive_strategies": ("vector",), "search_options": VECTOR_OPTIONS}
-    return StoreCapabilities(
-        search_strategies=keyword + (("vector", "hybrid") if vectors else ()),
-        default_strategy=keyword[0],
-        keyword_strategy="keyword",
-        keyword_cjk=True,
-        keyword_scope_statistics=True,
-        key_conflict="error",
-        batch_atomic=True,
-        cancel=True,
-        scope=True,
-        operation_ids=True,
-        conditional_update=True,
-        extras=extras | {"embed_on_write"} if vectors else extras,
-        **more,
-    )
+    return transactional_capabilities(keyword, extras, VECTOR_OPTIONS if vectors else None)
 
 
 def search_settings(

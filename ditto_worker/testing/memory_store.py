@@ -28,7 +28,7 @@ from ditto_worker.contracts import (
     to_wire,
 )
 from ditto_worker.errors import ConfigError, ErrorCode, MemoryError
-from ditto_worker.memory.capabilities import StoreCapabilities
+from ditto_worker.memory.capabilities import StoreCapabilities, transactional_capabilities
 from ditto_worker.memory.cursors import new_cursor_secret
 from ditto_worker.memory.filters import (
     compare_rows,
@@ -93,19 +93,7 @@ class InMemoryMemoryStore:
     do).
     """
 
-    capabilities: ClassVar[StoreCapabilities] = StoreCapabilities(
-        search_strategies=("keyword",),
-        default_strategy="keyword",
-        keyword_strategy="keyword",
-        keyword_cjk=True,
-        keyword_scope_statistics=True,
-        key_conflict="error",
-        batch_atomic=True,
-        cancel=True,
-        scope=True,
-        operation_ids=True,
-        conditional_update=True,
-    )
+    capabilities: ClassVar[StoreCapabilities] = transactional_capabilities(("keyword",))
     search_strategies: ClassVar[tuple[str, ...]] = capabilities.search_strategies
 
     def __init__(self) -> None:

@@ -150,7 +150,7 @@ class DuckdbMemoryStore(KeywordSearch):
              None if d.metadata is None else dump(d.metadata, f"memories[{i}].metadata"))
             for i, d in enumerate(drafts)
         ]  # fmt: skip
-        keys = batch_keys(drafts)
+        keys = batch_keys([draft.key for draft in drafts])
         ns, op = namespace_of(options), operation_of(options, "MEMORY.WRITE", input)
         eid = options.execution_id if options is not None else None
         with self._db.write(options) as cursor:

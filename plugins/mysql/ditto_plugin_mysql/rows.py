@@ -13,9 +13,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ditto_plugin_mysql.sql import sort_number
-from ditto_worker.contracts import MemoryItem, MemoryUpdateEntry
+from ditto_worker.contracts import MemoryUpdateEntry
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.operations import condition_failed, metadata_holds
+from ditto_worker.sqlkit.records import batch_keys, dump
+from ditto_worker.sqlkit.records import row_item as item
 
 __all__ = [
     "chunks",
@@ -49,30 +51,6 @@ def marks(values: Sequence[Any]) -> str:
     return ", ".join(["%s"] * len(values))
 
 
-def dump(value: Any, where: str) -> str:
-    """Compact JSON text; ``INVALID_INPUT`` naming ``where`` when it is not JSON."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        text.encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise MemoryError(ErrorCode.INVALID_INPUT, f"{where} is not valid JSON") from exc
-    return text
-
-
-def item(row: Row) -> MemoryItem:
-    """The MemoryItem of a row ``(seq, id, key, content text, metadata text,
-    operation_id, created_at, updated_at, …)``."""
-    return MemoryItem(
-        id=row[1],
-        key=row[2],
-        content=json.loads(row[3]),
-        metadata=None if row[4] is None else json.loads(row[4]),
-        operation_id=row[5],
-        created_at=row[6],
-        updated_at=row[7],
-    )
-
-
 def sort_value(row: Row, index: int) -> tuple[int, int | float | str]:
     """The cursor sort value ``(rank, value)`` of term ``index`` from its ``r/d/x/t``
     columns (after the :data:`WIDTH` record columns)."""
@@ -92,15 +70,7 @@ def check_batch_keys(keys: Sequence[str | None]) -> None:
     Raises:
         MemoryError: ``CONFLICT`` for a key repeated in the batch (MEM-WRITE-3).
     """
-    seen: dict[str, int] = {}
-    for index, key in enumerate(keys):
-        if key is None:
-            continue
-        if key in seen:
-            raise MemoryError(
-                ErrorCode.CONFLICT, f"memories[{index}].key repeats memories[{seen[key]}].key"
-            )
-        seen[key] = index
+    batch_keys(keys)
 
 
 def check_targets(entries: Sequence[MemoryUpdateEntry], found: Mapping[str, Row]) -> None:

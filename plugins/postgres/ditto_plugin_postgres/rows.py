@@ -8,13 +8,15 @@ statement selects after them).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Final
 
 from ditto_plugin_postgres.sql import Sql, decimal_value
-from ditto_worker.contracts import MemoryItem, MemoryUpdateEntry
+from ditto_worker.contracts import MemoryUpdateEntry
 from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.sqlkit.records import batch_keys
+from ditto_worker.sqlkit.records import dump as _dump
+from ditto_worker.sqlkit.records import row_item as item
 
 __all__ = [
     "WIDTH",
@@ -32,12 +34,9 @@ WIDTH: Final = 8
 
 
 def dump(value: Any, where: str, nul_ok: bool = True) -> str:
-    """Compact JSON text; ``INVALID_INPUT`` when not JSON (or, for jsonb, holding NUL)."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        text.encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise MemoryError(ErrorCode.INVALID_INPUT, f"{where} is not valid JSON") from exc
+    """Compact JSON text (:func:`ditto_worker.sqlkit.records.dump`); ``INVALID_INPUT``
+    when not JSON (or, for jsonb, holding NUL)."""
+    text = _dump(value, where)
     if not nul_ok and _has_nul(value):
         raise MemoryError(
             ErrorCode.INVALID_INPUT, f"{where} holds a NUL character (PostgreSQL cannot store it)"
@@ -53,20 +52,6 @@ def _has_nul(value: Any) -> bool:
     if isinstance(value, list):
         return any(_has_nul(v) for v in value)
     return False
-
-
-def item(row: Row) -> MemoryItem:
-    """The MemoryItem of a row ``(seq, id, key, content text, metadata text,
-    operation_id, created_at, updated_at, …)``."""
-    return MemoryItem(
-        id=row[1],
-        key=row[2],
-        content=json.loads(row[3]),
-        metadata=None if row[4] is None else json.loads(row[4]),
-        operation_id=row[5],
-        created_at=row[6],
-        updated_at=row[7],
-    )
 
 
 def sort_value(row: Row, index: int) -> tuple[int, int | float | str]:
@@ -86,17 +71,11 @@ def check_batch_keys(keys: Sequence[str | None]) -> None:
         MemoryError: ``CONFLICT`` for a key repeated in the batch (MEM-WRITE-3);
             ``INVALID_INPUT`` for a key holding a NUL character.
     """
-    seen: dict[str, int] = {}
     for index, key in enumerate(keys):
-        if key is None:
-            continue
-        if "\x00" in key:
+        if key is not None and "\x00" in key:
+            batch_keys(keys[:index])  # a repeat before it is reported first
             raise MemoryError(ErrorCode.INVALID_INPUT, f"memories[{index}].key holds NUL")
-        if key in seen:
-            raise MemoryError(
-                ErrorCode.CONFLICT, f"memories[{index}].key repeats memories[{seen[key]}].key"
-            )
-        seen[key] = index
+    batch_keys(keys)
 
 
 def update_sql(index: int, entry: MemoryUpdateEntry) -> Sql:
