@@ -15,10 +15,10 @@ a call in flight waits for the turn and then sees the row (:mod:`.ledger`).
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from ditto_worker.memory.operations import Operation
+from ditto_worker.memory.retention import PRUNE_BATCH
 from ditto_worker.sqlkit.ledger import LedgerDialect, LedgerRow
 
 __all__ = ["SerialLedger", "ledger_ddl"]
@@ -54,6 +54,7 @@ class SerialLedger(LedgerDialect):
     """
 
     def __init__(self, store: str, mark: str = "?") -> None:
+        super().__init__()
         self.store = store
         self._mark = mark
 
@@ -66,17 +67,18 @@ class SerialLedger(LedgerDialect):
     def find_operation(self, conn: Any, operation_id: str, namespace: str) -> LedgerRow | None:  # noqa: D102
         row = self._run(
             conn,
-            "SELECT node, digest, output FROM operations WHERE namespace = ? AND operation_id = ?",
+            "SELECT node, digest, output, created_at FROM operations"
+            " WHERE namespace = ? AND operation_id = ?",
             (namespace, operation_id),
         ).fetchone()
-        return None if row is None else LedgerRow(row[0], row[1], json.loads(row[2]))
+        return None if row is None else LedgerRow(row[0], row[1], json.loads(row[2]), row[3])
 
     def store_operation(self, conn: Any, op: Operation, namespace: str, output: Any) -> None:  # noqa: D102
         self._run(
             conn,
             "INSERT INTO operations (namespace, operation_id, node, digest, output, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (namespace, op.id, op.node, op.digest, _dump(output), time.time()),
+            (namespace, op.id, op.node, op.digest, _dump(output), self.retention.clock()),
         )
 
     def claim_execution(self, conn: Any, execution_id: str, node: str, namespace: str) -> bool:  # noqa: D102
@@ -94,11 +96,24 @@ class SerialLedger(LedgerDialect):
         self, conn: Any, execution_id: str, node: str, namespace: str, output: Any,
         retention_s: float,
     ) -> None:  # fmt: skip  # noqa: D102
-        now = time.time()
-        self._run(conn, "DELETE FROM executions WHERE created_at < ?", (now - retention_s,))
+        now = self.retention.clock()
+        self.prune(conn, "executions", now - retention_s, PRUNE_BATCH)
         self._run(
             conn,
             "INSERT INTO executions (namespace, execution_id, node, output, created_at)"
             " VALUES (?, ?, ?, ?, ?)",
             (namespace, execution_id, node, _dump(output), now),
         )
+
+    def prune(self, conn: Any, table: str, before: float, limit: int) -> int:  # noqa: D102
+        assert table in ("operations", "executions")
+        found = self._run(
+            conn,
+            f"SELECT rowid FROM {table} WHERE created_at < ? ORDER BY created_at LIMIT ?",
+            (before, limit),
+        ).fetchall()
+        rowids = [row[0] for row in found]
+        if rowids:
+            marks = ", ".join([self._mark] * len(rowids))
+            conn.execute(f"DELETE FROM {table} WHERE rowid IN ({marks})", rowids)
+        return len(rowids)
