@@ -103,17 +103,20 @@ def task_runtime(
     model: ScriptedModel,
     backend: str | None = None,
     context: Any = None,
+    context_cache: Any = None,
     **storage: Any,
 ) -> Iterator[tuple[Runtime, MemoryStorage]]:
     """An embedded runtime: MEMORY over ``open_memory_storage(backend, directory)``
-    (``backend`` default: :func:`suite_backend`), CONTEXT in process, INFER on the
-    scripted model."""
+    (``backend`` default: :func:`suite_backend`), CONTEXT in process (``context_cache``:
+    its cache, e.g. one on a test's own clock), INFER on the scripted model."""
     backend = backend or suite_backend()
     store = open_memory_storage(backend, directory, **_storage_options(backend, directory, storage))
     infer = create_infer_worker(
         {"baseUrl": model.server.base_url, "model": "fake"}, env={}, dotenv_path=None
     )
-    runtime = create_ditto(workers=[*store.workers, create_context_worker(context), infer])
+    runtime = create_ditto(
+        workers=[*store.workers, create_context_worker(context, cache=context_cache), infer]
+    )
     try:
         yield runtime, store
     finally:
