@@ -8,6 +8,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -282,36 +283,67 @@ def test_a_stalled_endpoint_is_unavailable_after_the_read_timeout() -> None:
 # --- cancellation and deadlines: the connection must close at once ----------------------
 
 
+# The fake endpoint stalls STALL_S unless the client closes first; "at once" is PROMPT_S:
+# far under the stall (a call that ignored its cancel or deadline would wait it out) and
+# a margin a machine at load 20+ keeps (1.5 s did not: a cancelled thread can wait that
+# long for the CPU).
+STALL_S = 120.0
+PROMPT_S = 10.0
+
+
 def stalled(conn: FakeConn) -> None:
     """Headers, one token, then nothing (a long prompt evaluation); wait for the client."""
     conn.start()
     conn.event(chunk("tok"))
-    conn.wait_client_close(10)
+    conn.wait_client_close(STALL_S)
+
+
+def _once_requested(fake: FakeChatServer, action: Callable[[], None]) -> None:
+    """Run ``action`` on a thread as soon as ``fake`` has the request (a first call may
+    spend seconds on imports before it connects: a cancel at a fixed 0.3 s came before
+    the request on a busy machine, and nothing was in flight to close)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + STALL_S
+        while not fake.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        action()
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def test_cancel_closes_the_request_at_once() -> None:
     # MEM-INF-3
     cancel = CancelToken()
+    cancelled_at: list[float] = []
+
+    def fire() -> None:
+        cancelled_at.append(time.monotonic())
+        cancel.cancel()
+
     with FakeChatServer(stalled) as fake:
-        threading.Timer(0.3, cancel.cancel).start()
-        started = time.monotonic()
+        _once_requested(fake, fire)
         err = failure(worker(fake.base_url), {"messages": MSGS}, NodeContext("e", cancel=cancel))
         returned = time.monotonic()
-        assert fake.requests[0].closed.wait(2)
+        assert fake.requests[0].closed.wait(PROMPT_S)  # the client closed it, not the server
     assert (err.code, err.safe_message) == (ErrorCode.INFER_CANCELLED, "the call was cancelled")
-    assert returned - started < 1.5
+    assert returned - cancelled_at[0] < PROMPT_S
     assert fake.requests[0].closed_at is not None
-    assert fake.requests[0].closed_at - returned < 1.0  # the server saw the FIN
+    assert fake.requests[0].closed_at - returned < PROMPT_S  # the server saw the FIN
 
 
 def test_the_deadline_closes_the_request() -> None:
-    # MEM-INF-3
+    # MEM-INF-3: the deadline passes while the request is in flight (a warm call first, so
+    # the request goes out well before it)
+    with FakeChatServer(reply_script("warm")) as warm:
+        assert call(worker(warm.base_url), {"messages": MSGS})["text"] == "warm"
     with FakeChatServer(stalled) as fake:
-        ctx = NodeContext("e", deadline=time.time() + 0.3)
-        started = time.monotonic()
+        deadline = time.time() + 3.0
+        ctx = NodeContext("e", deadline=deadline)
         err = failure(worker(fake.base_url), {"messages": MSGS}, ctx)
-        assert time.monotonic() - started < 1.5
-        assert fake.requests[0].closed.wait(2)
+        assert time.time() - deadline < PROMPT_S
+        assert fake.requests[0].closed.wait(PROMPT_S)
+        assert fake.requests[0].closed_at is not None
     assert (err.code, err.safe_message) == (ErrorCode.INFER_TIMEOUT, "the call's deadline passed")
 
 
