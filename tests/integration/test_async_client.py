@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from ditto_worker.fleet.client import DittoClient
 from ditto_worker.fleet.failures import node_result_of
 from ditto_worker.fleet.results import RESULT_KEY_PREFIX
 from ditto_worker.memory.worker import MemoryWorker
+from tests.conftest import EVENT_WAIT_S
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +88,9 @@ def test_thousand_concurrent_ainvoke_bounded_threads_and_connections(
     record = create_memory(store).write({"memories": [{"key": "k", "content": "v"}]}).output[0]
 
     async def burst(n: int) -> list[Any]:
-        calls = [client.ainvoke("MEMORY.GET", {"ids": [record.id]}, timeout=60) for _ in range(n)]
+        # a timeout no busy machine reaches (1,000 calls on one pool thread at load 37
+        # outlasted 60 s): this test counts threads and connections, not speed
+        calls = [client.ainvoke("MEMORY.GET", {"ids": [record.id]}, timeout=600) for _ in range(n)]
         return await asyncio.gather(*calls)
 
     async def load() -> tuple[list[Any], int, int]:
@@ -252,7 +256,7 @@ def test_close_drains_calls_in_flight(
         ]
         for t in calls:
             t.start()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + EVENT_WAIT_S
         while client.in_flight < 5 and time.monotonic() < deadline:
             time.sleep(0.001)
         assert client.in_flight == 5
@@ -266,12 +270,25 @@ def test_close_drains_calls_in_flight(
 
 
 def test_every_call_ends_within_its_timeout_under_overload(
-    start_fleet_worker: Any, client: DittoClient, redis_client: redis.Redis, tmp_path: Path
-) -> None:
+    start_fleet_worker: Any, client: DittoClient, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     # Issue 7 item 3: 500 calls at once against one busy pool slot all time out, each
-    # within its own timeout (+ slack): the revokes of timed-out calls never hold a send
+    # within its own timeout (+ slack): the revokes of timed-out calls never hold a send.
+    # The revoke broadcasts are held back until every call has ended (an event, whatever
+    # the load): a call that waited on a revoke could not end. The slack is 1.5 s on a
+    # quiet machine (old client, 7d6c8a5^: 2.6 s; now ~1.2 s) and grows with the load
+    # average per core, as every thread's wait for the CPU does.
     store = SlowSearchStore(tmp_path / "m.sqlite")
-    timeout_s, slack_s = 1.0, 1.5
+    timeout_s = 1.0
+    slack_s = 1.5 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    revoking, released = threading.Event(), threading.Event()
+    broadcast = client._revoke
+
+    def held_revoke(eid: str) -> None:  # on the client's revoke thread
+        revoking.set()
+        released.wait(EVENT_WAIT_S)
+        broadcast(eid)
 
     async def one() -> tuple[Any, float]:
         started = time.monotonic()
@@ -281,15 +298,22 @@ def test_every_call_ends_within_its_timeout_under_overload(
     async def burst() -> list[tuple[Any, float]]:
         return await asyncio.gather(*(one() for _ in range(500)))
 
+    monkeypatch.setattr(client, "_revoke", held_revoke)
     with start_fleet_worker(lambda: create_memory_worker(store), pool="threads", concurrency=1):
-        ended = asyncio.run(burst())
+        try:
+            ended = asyncio.run(burst())
+            assert revoking.is_set()  # the revokes were asked for, and every call ended
+        finally:  # while they were held
+            released.set()
         worst = max(elapsed for _, elapsed in ended)
+        assert len(ended) == 500
         assert {r.error.code for r, _ in ended if r.error} == {"MEMORY_TIMEOUT"}
-        assert worst <= timeout_s + slack_s, worst  # old client (7d6c8a5^): 2.6 s; now ~1.2 s
+        assert worst <= timeout_s + slack_s, (worst, slack_s)
         # and the fleet serves normally right after
         after = client.invoke("MEMORY.GET", {"ids": ["none"]}, timeout=10)
         assert after.status == "success"
-    print(f"\n500 calls timing out at once: slowest ended after {worst:.2f} s (timeout 1.0 s)")
+    print(f"\n500 calls timing out at once: slowest ended after {worst:.2f} s (timeout 1.0 s,"
+          f" slack {slack_s:.1f} s)")  # fmt: skip
 
 
 def test_close_releases_every_connection(
@@ -331,7 +355,7 @@ def test_a_cancel_announced_for_another_database_is_ignored(redis_server_url: st
     listeners = int(mine.pubsub_numsub(CANCEL_CHANNEL)[0][1])
     watcher = RedisCancelWatcher(f"{redis_server_url}/3", registry)
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + EVENT_WAIT_S
         while int(mine.pubsub_numsub(CANCEL_CHANNEL)[0][1]) <= listeners:  # subscribed
             assert time.monotonic() < deadline
             time.sleep(0.02)

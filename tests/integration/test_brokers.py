@@ -30,7 +30,7 @@ import redis
 from ditto_worker.config import load_runtime_config
 from ditto_worker.fleet.client import DittoClient
 from ditto_worker.testing.servers import RedisServer, free_port
-from tests.conftest import missing_service
+from tests.conftest import EVENT_WAIT_S, missing_service
 from tests.integration._procs import WorkerProc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -146,7 +146,7 @@ def sentinel(tmp_path: Path) -> Iterator[tuple[RedisServer, int]]:
                              "--sentinel"], stdout=subprocess.DEVNULL)  # fmt: skip
     try:
         client = redis.Redis(port=port)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + EVENT_WAIT_S
         while True:
             try:
                 if client.sentinel_get_master_addr_by_name("ditto"):

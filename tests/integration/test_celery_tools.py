@@ -19,7 +19,7 @@ import redis
 
 from ditto_worker.config import FleetSettings
 from ditto_worker.fleet.celery_app import create_celery_app
-from tests.conftest import stop_worker
+from tests.conftest import EVENT_WAIT_S, stop_worker
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ def test_celery_inspect_and_purge_against_a_real_worker(
         env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + EVENT_WAIT_S
         while True:
             ping = _celery(["inspect", "ping", "-d", name, "--json"], env, tmp_path)
             if ping.returncode == 0 or time.monotonic() > deadline:

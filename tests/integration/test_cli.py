@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import EVENT_WAIT_S
+
 REPO = Path(__file__).resolve().parents[2]
 CONVERSATION = REPO / "data" / "locomo" / "30.json"
 
@@ -90,7 +92,7 @@ def worker_process(redis_url: str, tmp_path: Path) -> Iterator[subprocess.Popen[
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + EVENT_WAIT_S
     while "ready." not in (tmp_path / "worker.log").read_text() and time.monotonic() < deadline:
         assert proc.poll() is None, (tmp_path / "worker.log").read_text()
         time.sleep(0.2)
@@ -187,7 +189,7 @@ def test_invoke_scope_on_a_fleet_worker(redis_url: str, tmp_path: Path) -> None:
         cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + EVENT_WAIT_S
         while "ready." not in (tmp_path / "worker.log").read_text():
             assert worker.poll() is None and time.monotonic() < deadline, log_of(tmp_path)
             time.sleep(0.2)

@@ -36,7 +36,7 @@ from ditto_worker.memory.scope import Scope
 from ditto_worker.runtime import NodeContext, WorkerDefinition
 from ditto_worker.runtime.cancel import CancelToken
 from ditto_worker.testing.servers import RedisServer, free_port
-from tests.conftest import missing_service
+from tests.conftest import EVENT_WAIT_S, missing_service
 from tests.unit.test_scope import ODD
 
 pytestmark = pytest.mark.integration
@@ -230,7 +230,7 @@ def test_eight_writers_two_hundred_items_each(redis_url: str) -> None:  # issue 
 
 def test_ttl_expiry_is_found_false(nodes: Nodes, redis_client: redis.Redis) -> None:
     nodes.update("short", [item("a")], ttl_s=0.2)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + EVENT_WAIT_S
     while nodes.load("short").found:
         assert time.monotonic() < deadline, "the context never expired"
         time.sleep(0.05)

@@ -47,7 +47,7 @@ from ditto_worker.testing.effects import (
     effects_sql,
     tally,
 )
-from tests.conftest import mysql_url, postgres_url, stop_worker
+from tests.conftest import EVENT_WAIT_S, mysql_url, postgres_url, stop_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -412,7 +412,7 @@ def test_sigkill_during_write_and_update_batches_loses_and_doubles_nothing(
             if ("", False) in wanted and (eid == "crash-w-0" or (node, True) not in wanted):
                 time.sleep(rng.uniform(0.0, 0.3))  # mid-batch
             elif (node, True) in wanted:
-                deadline = time.monotonic() + 60
+                deadline = time.monotonic() + EVENT_WAIT_S
                 while not target.committed(eid) and time.monotonic() < deadline:
                     time.sleep(0.002)  # right after its COMMIT
             else:

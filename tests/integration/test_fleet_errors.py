@@ -32,6 +32,7 @@ from ditto_worker.fleet.heartbeat import heartbeat_key
 from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition
 from ditto_worker.runtime.registry import node_table
 from ditto_worker.testing.servers import free_port
+from tests.conftest import EVENT_WAIT_S
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +71,7 @@ def test_a_queue_without_workers_times_out_saying_none_was_seen(
             "the call timed out: no worker has consumed the queue 'slow.wait' in the last 7 days"
         )
         with start_fleet_worker(lambda: SLOW, queues=["slow.wait"]):
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + EVENT_WAIT_S
             keys = redis.Redis.from_url(redis_url)
             while keys.get(heartbeat_key("slow.wait")) is None:
                 assert time.monotonic() < deadline, "the worker wrote no heartbeat"
@@ -156,7 +157,7 @@ def test_heartbeat_keys_are_only_for_the_queues_a_worker_consumes(
     store = SqliteMemoryStore(tmp_path / "m.sqlite")
     with start_fleet_worker(lambda: create_memory_worker(store), queues=["memory.get"]):
         keys = redis.Redis.from_url(redis_url)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + EVENT_WAIT_S
         while keys.get(heartbeat_key("memory.get")) is None:
             assert time.monotonic() < deadline
             time.sleep(0.05)

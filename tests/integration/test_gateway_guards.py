@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from ditto_worker.testing.gateway import GatewayServer
+from tests.conftest import EVENT_WAIT_S
 
 pytestmark = pytest.mark.integration
 
@@ -229,7 +230,7 @@ def test_a_disconnect_mid_body_is_counted_and_logs_one_line_at_most(
         with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
             sock.sendall(raw_request(method, path, T1, 1000) + b'{"keys": [')
             time.sleep(0.05)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + EVENT_WAIT_S
     while metric(served, "ditto_gateway_disconnects_total") < before + len(targets):
         assert time.monotonic() < deadline, served.log()
         time.sleep(0.2)
@@ -270,7 +271,7 @@ def _sleeps(served: GatewayServer, token: str, n: int) -> list[socket.socket]:
 
 
 def wait_for_gauge(served: GatewayServer, value: float) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + EVENT_WAIT_S
     while metric(served, "ditto_gateway_in_flight") != value:
         assert time.monotonic() < deadline, f"in_flight never {value}: {served.log()}"
         time.sleep(0.1)

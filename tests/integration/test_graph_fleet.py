@@ -36,7 +36,7 @@ from ditto_worker.config import load_runtime_config
 from ditto_worker.fleet.launch import create_worker_app
 from ditto_worker.runtime import Graph, Runtime, WorkerDefinition, queue_of
 from ditto_worker.testing.memory_store import InMemoryMemoryStore
-from tests.conftest import fleet_config
+from tests.conftest import EVENT_WAIT_S, fleet_config
 from tests.integration._procs import FlowerProc, WorkerProc
 from tests.unit._graph_kit import (
     Echo,
@@ -319,7 +319,7 @@ def test_a_run_is_followed_in_the_worker_log_and_flower(redis_url: str, tmp_path
 
 
 def _flower_tasks(flower: FlowerProc, ids: set[str]) -> dict[str, Any]:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + EVENT_WAIT_S
     while True:
         tasks = flower.tasks()
         done = {i for i, t in tasks.items() if t.get("state") == "SUCCESS"}

@@ -22,6 +22,7 @@ import pytest
 
 from ditto_worker.config import FleetSettings
 from ditto_worker.fleet.client import DittoClient
+from tests.conftest import EVENT_WAIT_S
 from tests.integration._procs import WorkerProc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -37,7 +38,7 @@ def test_worker_logs_json_lines_with_timestamps(redis_url: str, tmp_path: Path) 
     worker = WorkerProc(tmp_path, ["--nodes", "reads", "-c", "1", "--logfile", str(logfile)], env)
     client = DittoClient.from_fleet(FleetSettings(broker_url=redis_url, result_backend=redis_url))
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + EVENT_WAIT_S
         while not (logfile.exists() and "ready." in logfile.read_text()):
             assert worker.proc.poll() is None, worker.log()
             assert time.monotonic() < deadline, worker.log()

@@ -21,7 +21,7 @@ import pytest
 
 from ditto_worker import Scope
 from ditto_worker.fleet import DittoClient
-from tests.conftest import REPO, stop_worker
+from tests.conftest import EVENT_WAIT_S, REPO, stop_worker
 
 sys.path.insert(0, str(REPO / "plugins" / "milvus" / "tests"))
 from lite_server import LiteServer  # noqa: E402
@@ -48,7 +48,7 @@ def milvus_worker(redis_url: str, tmp_path: Path) -> Iterator[Path]:
             cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + EVENT_WAIT_S
         while "ready." not in log.read_text() and time.monotonic() < deadline:
             assert proc.poll() is None, log.read_text()
             time.sleep(0.2)

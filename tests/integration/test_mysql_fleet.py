@@ -20,7 +20,7 @@ import pytest
 
 from ditto_worker import Scope
 from ditto_worker.fleet import DittoClient
-from tests.conftest import mysql_url, stop_worker
+from tests.conftest import EVENT_WAIT_S, mysql_url, stop_worker
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def mysql_worker(redis_url: str, tmp_path: Path) -> Iterator[str]:
             cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + EVENT_WAIT_S
         while "ready." not in log.read_text() and time.monotonic() < deadline:
             assert proc.poll() is None, log.read_text()
             time.sleep(0.2)

@@ -25,6 +25,7 @@ import pytest
 
 from ditto_worker.config import FleetSettings
 from ditto_worker.fleet.client import DittoClient
+from tests.conftest import EVENT_WAIT_S
 from tests.integration._procs import FlowerProc, WorkerProc
 from tests.unit._fake_chat import FakeChatServer, reply_script
 
@@ -122,7 +123,7 @@ def test_no_marker_in_worker_log_client_log_or_flower(
         ids = {r.execution_id for _, r in results}
 
         # Flower has every call with its final state (events arrive shortly after results)
-        deadline = time.monotonic() + 45
+        deadline = time.monotonic() + EVENT_WAIT_S
         while True:
             tasks = flower.tasks()
             done = {i for i, t in tasks.items() if t.get("state") in ("SUCCESS", "FAILURE")}

@@ -24,6 +24,7 @@ from ditto_worker.fleet.client import DittoClient
 from ditto_worker.retrieval import MicroBatchingEmbedder, create_retrieval_memory_search_provider
 from ditto_worker.retrieval.delegation import create_retrieval_worker
 from ditto_worker.testing import HashingEmbedder
+from tests.conftest import EVENT_WAIT_S
 
 pytestmark = pytest.mark.integration
 
@@ -101,7 +102,7 @@ def test_a_retrieval_worker_holds_32_calls_by_default(redis_url: str, tmp_path: 
     try:
         worker.wait_ready()
         stats: dict[str, Any] = {}
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + EVENT_WAIT_S
         while not stats and time.monotonic() < deadline:
             stats = app.control.inspect(timeout=1).stats() or {}
         (info,) = stats.values()

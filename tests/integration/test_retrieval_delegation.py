@@ -24,6 +24,7 @@ from ditto_worker.fleet.client import DittoClient
 from ditto_worker.fleet.failures import node_result_of
 from ditto_worker.fleet.results import RESULT_KEY_PREFIX
 from ditto_worker.retrieval.delegation import RemoteRetrievalSearchProvider, create_retrieval_worker
+from tests.conftest import EVENT_WAIT_S
 
 pytestmark = pytest.mark.integration
 
@@ -95,7 +96,7 @@ def test_cancelling_memory_search_cancels_the_retrieval_sub_call(
         threading.Timer(0.8, token.cancel).start()
         outer = client.invoke("MEMORY.SEARCH", {"query": "x"}, timeout=30, cancel=token)
         assert outer.status == "cancelled"
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + EVENT_WAIT_S
         inner: dict[str, Any] | None = None
         while inner is None and time.monotonic() < deadline:
             for key in redis_client.scan_iter(RESULT_KEY_PREFIX + "*"):

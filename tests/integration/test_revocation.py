@@ -42,7 +42,7 @@ from ditto_worker.fleet.celery_app import DEADLINE_HEADER, create_celery_app
 from ditto_worker.fleet.client import DittoClient
 from ditto_worker.fleet.failures import node_result_of
 from ditto_worker.fleet.results import RESULT_KEY_PREFIX
-from tests.conftest import stop_worker
+from tests.conftest import EVENT_WAIT_S, stop_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -60,7 +60,7 @@ def start_worker(
              "--pool", "solo", "--loglevel", "INFO", "--hostname", name, *extra],
             cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + EVENT_WAIT_S
     while "ready." not in log.read_text() and time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()
         time.sleep(0.1)

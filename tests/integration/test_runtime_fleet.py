@@ -28,7 +28,7 @@ from ditto_worker.fleet.failures import node_result_of
 from ditto_worker.fleet.results import RESULT_KEY_PREFIX
 from ditto_worker.runtime import CancelToken, Runtime
 from ditto_worker.testing.servers import RedisServer
-from tests.conftest import stop_worker
+from tests.conftest import EVENT_WAIT_S, stop_worker
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,7 @@ def fleet(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
     config = load_runtime_config({"fleet": {"brokerUrl": redis_url}}, env={})
     runtime = create_ditto(config=config)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + EVENT_WAIT_S
         while runtime.invoke("ECHO.SAY", {}, timeout=1).status != "success":
             assert worker.poll() is None, worker.stderr.read() if worker.stderr else ""
             assert time.monotonic() < deadline, "the echo worker did not start"
@@ -200,7 +200,7 @@ def _calls(client: redis.Redis, command: str) -> int:
 
 
 def _stored(client: redis.Redis, execution_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + EVENT_WAIT_S
     while time.monotonic() < deadline:
         raw = client.get(RESULT_KEY_PREFIX + execution_id)
         if raw:
@@ -228,7 +228,7 @@ def test_each_pool_process_opens_its_resources_before_serving(
     )  # fmt: skip
     runtime = create_ditto(config=load_runtime_config({"fleet": {"brokerUrl": redis_url}}, env={}))
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + EVENT_WAIT_S
         while runtime.invoke("ECHO.WHOAMI", {}, timeout=1).status != "success":
             assert worker.poll() is None and time.monotonic() < deadline
         opened = [int(line) for line in log.read_text().split()]

@@ -32,6 +32,7 @@ from ditto_plugin_sqlite import SqliteMemoryStore
 from ditto_worker import create_memory
 from ditto_worker.config import FleetSettings
 from ditto_worker.fleet.client import DittoClient
+from tests.conftest import EVENT_WAIT_S
 from tests.integration._procs import WorkerProc, children
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -79,7 +80,7 @@ def test_stopping_the_worker_during_a_get_and_a_write_batch_loses_nothing(
         assert len(pool) == 2, pool
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + EVENT_WAIT_S
         while worker.log().count("] received") < 2:
             assert time.monotonic() < deadline, worker.log()[-3000:]
             time.sleep(0.02)

@@ -19,6 +19,7 @@ import pytest
 from ditto_worker.config import FleetSettings
 from ditto_worker.fleet.celery_app import create_celery_app
 from ditto_worker.fleet.client import DittoClient
+from tests.conftest import EVENT_WAIT_S
 from tests.integration._procs import WorkerProc, children
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -45,7 +46,7 @@ def test_celery_worker_options_pass_through(redis_url: str, tmp_path: Path) -> N
     ], kit_env(redis_url, tmp_path))  # fmt: skip
     app = create_celery_app(FleetSettings(broker_url=redis_url))
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + EVENT_WAIT_S
         stats: dict[str, dict[str, object]] = {}
         while not stats and time.monotonic() < deadline:
             assert worker.proc.poll() is None, worker.log() + logfile.read_text()
@@ -96,10 +97,10 @@ def test_version() -> None:
 def test_hard_time_limit_replaces_a_pool_process_stuck_past_the_deadline(
     redis_url: str, tmp_path: Path
 ) -> None:
-    # a GET that sleeps 30 s and never looks at its deadline; the caller waits 2 s; the hard
-    # limit is the deadline + 1 s
+    # a GET that sleeps 300 s and never looks at its deadline; the caller waits 2 s; the
+    # hard limit is the deadline + 1 s
     (tmp_path / "ditto.yaml").write_text("fleet:\n  timeLimitMarginS: 1\n")
-    env = kit_env(redis_url, tmp_path, DITTO_TEST_SLOW_GET_S="30")
+    env = kit_env(redis_url, tmp_path, DITTO_TEST_SLOW_GET_S="300")
     worker = WorkerProc(tmp_path, ["--nodes", "memory", "--store", "slowsqlite", "-P", "prefork",
                                    "-c", "1"], env)  # fmt: skip
     client = DittoClient.from_fleet(FleetSettings(broker_url=redis_url, result_backend=redis_url))
@@ -109,7 +110,7 @@ def test_hard_time_limit_replaces_a_pool_process_stuck_past_the_deadline(
         started = time.monotonic()
         result = client.invoke("MEMORY.GET", {"keys": ["k"]}, timeout=2)
         assert result.status == "timeout"
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + EVENT_WAIT_S
         while "Hard time limit" not in worker.log():
             assert time.monotonic() < deadline, worker.log()[-3000:]
             time.sleep(0.1)
@@ -122,5 +123,6 @@ def test_hard_time_limit_replaces_a_pool_process_stuck_past_the_deadline(
     finally:
         client.close()
         worker.stop()
-    assert 2.5 < killed_after < 10, killed_after  # not the 30 s the handler wanted
+    # not the 300 s the handler wanted (the upper margin holds on a machine at load 20+)
+    assert 2.5 < killed_after < 60, killed_after
     assert quick.status == "success", quick.error

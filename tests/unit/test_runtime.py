@@ -29,6 +29,7 @@ from ditto_worker.runtime import (
     WorkerDefinition,
 )
 from ditto_worker.testing import InMemoryMemoryStore
+from tests.conftest import EVENT_WAIT_S
 
 ECHO = Path(__file__).resolve().parents[1] / "fixtures" / "echo_kind"
 
@@ -180,7 +181,7 @@ def test_ainvoke_cancellation_reaches_the_handler() -> None:
                 await task
 
         asyncio.run(cancel_it())
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + EVENT_WAIT_S
         while not seen and time.monotonic() < deadline:
             time.sleep(0.01)
     assert seen == [True]
