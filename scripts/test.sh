@@ -77,14 +77,19 @@ else
 fi
 
 if [ -n "$quick" ]; then
-  say "ruff (lint, format) and mypy (strict)"
+  SECONDS=0
+  say "ruff (lint, format) and mypy (strict; incremental: .mypy_cache keeps what is unchanged)"
   python3 -m ruff check .
   python3 -m ruff format --check .
   python3 -m mypy
   say "import contracts (lint-imports)"
   lint-imports --no-cache --no-logo
+  checks_s=$SECONDS
   say "pytest, quick tier: the unit tests and the SQLite store's (the conformance kit), $workers processes"
-  exec python3 -m pytest -n "$workers" --dist loadfile -q tests/unit plugins/sqlite/tests "$@"
+  status=0
+  python3 -m pytest -n "$workers" --dist loadfile -q tests/unit plugins/sqlite/tests "$@" || status=$?
+  say "quick tier: $SECONDS s (checks $checks_s s, pytest $((SECONDS - checks_s)) s; load $(cut -d' ' -f1-3 /proc/loadavg)), exit $status"
+  exit "$status"
 fi
 
 started=""
@@ -133,8 +138,14 @@ NO_MKDOCS_2_WARNING=1 python3 -m mkdocs build --strict --quiet --site-dir "$site
 rm -rf "$site_dir"
 export DITTO_REQUIRE_SERVICES=1
 say "pytest on $workers processes, each with its own Redis (PostgreSQL at ${DITTO_TEST_POSTGRES_URL##*@}, MySQL at ${DITTO_TEST_MYSQL_URL##*@})"
-python3 -m pytest -n "$workers" --dist loadfile "$@"
-if [ $# -eq 0 ]; then
+SECONDS=0
+status=0
+python3 -m pytest -n "$workers" --dist loadfile "$@" || status=$?
+say "pytest: $SECONDS s (load $(cut -d' ' -f1-3 /proc/loadavg)), exit $status"
+if [ "$status" -eq 0 ] && [ $# -eq 0 ]; then
   say "the worked-task suite on PostgreSQL and on Qdrant (embedding: http against a ditto-worker serve started for it): scripts/task_backends.py"
-  python3 scripts/task_backends.py -n "$workers" --dist loadfile
+  SECONDS=0
+  python3 scripts/task_backends.py -n "$workers" --dist loadfile || status=$?
+  say "the worked-task suite: $SECONDS s, exit $status"
 fi
+exit "$status"
