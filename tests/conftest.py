@@ -37,6 +37,58 @@ TEST_DB = 3  # integration tests use this Redis database, flushed before each te
 EVENT_WAIT_S = 120.0
 
 
+# The files that take longest (``pytest --durations`` and per-file sums under ``-n 3``, issue
+# 34 item 5), longest first. ``--dist loadfile`` runs each file whole on one worker, in the
+# order collected: a long file collected late ran on alone after the others had finished
+# (the local model's task tests, the LangGraph and LangChain suites), so these go first.
+LONGEST_FIRST = (
+    "tests/integration/test_memory_tasks_model.py",
+    "tests/integration/test_langgraph_suites.py",
+    "tests/integration/test_langchain_suites.py",
+    "tests/integration/test_memory_tasks_converge_property.py",
+    "tests/integration/test_deadline_stress.py",
+    "tests/integration/test_cli.py",
+    "tests/integration/test_gateway_http.py",
+    "tests/integration/test_celery_tools.py",
+    "tests/integration/test_infer.py",
+    "tests/integration/test_runtime_fleet.py",
+    "tests/integration/test_mcp_stdio.py",
+    "tests/integration/test_scope_isolation.py",
+    "plugins/milvus/tests/test_conformance.py",
+    "plugins/mysql/tests/test_vectors.py",
+    "tests/integration/test_crash_redelivery.py",
+    "plugins/postgres/tests/test_vectors.py",
+    "plugins/mysql/tests/test_conformance.py",
+)
+
+
+@pytest.hookimpl(trylast=True)  # after the root conftest.py has marked its serial items
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the run's files: :data:`LONGEST_FIRST`, then the rest as collected, then the
+    files holding a ``serial`` test (it waits for every running test to end, and holds
+    back the tests after it meanwhile: at the end it holds back nothing). The order within
+    a file is kept; every xdist worker collects the same order."""
+    rank = {path: n for n, path in enumerate(LONGEST_FIRST)}
+    files = {item: _relative(item) for item in items}
+    serial = {files[item] for item in items if item.get_closest_marker("serial")}
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        path = files[item]
+        if path in serial:
+            return (2, 0)
+        return (0, rank[path]) if path in rank else (1, 0)
+
+    items.sort(key=key)
+
+
+def _relative(item: pytest.Item) -> str:
+    """``item``'s file relative to the repository, with ``/``."""
+    try:
+        return item.path.relative_to(REPO).as_posix()
+    except ValueError:
+        return item.path.as_posix()
+
+
 def wait_until(condition: Callable[[], object], what: str, timeout_s: float = EVENT_WAIT_S) -> None:
     """Poll ``condition`` every 0.05 s until it is truthy; fail naming ``what`` after
     ``timeout_s`` seconds."""
