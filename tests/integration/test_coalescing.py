@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ditto_plugin_sqlite import SqliteMemoryStore
+from ditto_plugin_sqlite import SqliteMemoryStore, driver
 from ditto_worker import CancelToken, create_memory_worker
 from ditto_worker.config import FleetSettings
 from ditto_worker.config.fleet import CoalescingSettings
@@ -214,7 +214,7 @@ BATCH_RECEIVED = re.compile(r"Task MEMORY\.WRITE:batch\[([^\]]+)\] received")
 
 @pytest.mark.slow
 def test_a_batch_redelivered_after_sigkill_mid_batch_applies_nothing_twice(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A real ``ditto-worker worker --nodes writes`` (prefork, one pool process) on SQLite;
     four WRITEs gather into one batch behind a first WRITE; the pool process is SIGKILLed
@@ -226,6 +226,9 @@ def test_a_batch_redelivered_after_sigkill_mid_batch_applies_nothing_twice(
     log = tmp_path / "worker.log"
     target = SqliteTarget(tmp_path)
     target.prepare()
+    # the first WRITE waits on a write lock the test holds until the four have gathered
+    # behind it (on a quiet machine it used to finish before they did)
+    monkeypatch.setenv("DITTO_WORKER_MEMORY_SQLITE_BUSY_TIMEOUT_MS", "600000")
     worker = start_worker(target, redis_url, tmp_path, log)
     settings = CoalescingSettings(enabled=True, in_flight=1, max_wait_us=60_000_000)
     client = DittoClient.from_fleet(FleetSettings(broker_url=redis_url, coalescing=settings))
@@ -238,12 +241,18 @@ def test_a_batch_redelivered_after_sigkill_mid_batch_applies_nothing_twice(
             return {"memories": [{"content": f"{name}-{i}"} for i in range(KILL_BATCH)]}
 
         write = "MEMORY.WRITE"
-        callers.start("first", write, drafts("first"), timeout=120, execution_id="first")
-        coalescer = client._coalescer
-        assert coalescer is not None
-        wait_until(lambda: coalescer.in_flight(write) == 1, "the first WRITE in flight")
-        for name in names[1:]:
-            callers.gather(name, write, drafts(name), timeout=120, execution_id=name)
+        lock = driver.connect(target.path, isolation_level=None)
+        try:
+            lock.execute("BEGIN IMMEDIATE")
+            callers.start("first", write, drafts("first"), timeout=120, execution_id="first")
+            coalescer = client._coalescer
+            assert coalescer is not None
+            wait_until(lambda: coalescer.in_flight(write) == 1, "the first WRITE in flight")
+            for name in names[1:]:
+                callers.gather(name, write, drafts(name), timeout=120, execution_id=name)
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
         wait_until(lambda: BATCH_RECEIVED.search(log.read_text()), "the batch received", 120)
         wait_until(lambda: target.committed("kill-1"), "the batch's second call committed", 120)
         pool = live_child(worker.pid)

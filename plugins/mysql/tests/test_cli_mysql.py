@@ -41,7 +41,7 @@ def test_migrate_command(
     env = _env(mysql_url, mysql_database)
     first = runner.invoke(app, ["migrate", "--store", "mysql"], env=env)
     assert first.exit_code == 0, first.output
-    assert f"schema {mysql_database} at version 2 (applied now: 1, 2)" in first.output
+    assert f"schema {mysql_database} at version 3 (applied now: 1, 2, 3)" in first.output
     again = runner.invoke(app, ["migrate", "--store", "mysql"], env=env)
     assert again.exit_code == 0 and "(applied now: none)" in again.output
     assert _count(mysql_url, mysql_database) == 0
