@@ -37,6 +37,17 @@ TEST_DB = 3  # integration tests use this Redis database, flushed before each te
 EVENT_WAIT_S = 120.0
 
 
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """The event loop of the ``anyio``-marked tests: asyncio only.
+
+    The gateway runs on uvicorn, which is asyncio; the runtime's ``ainvoke`` awaits asyncio
+    futures. anyio >= 4.16 otherwise runs every such test on each installed backend, and on
+    a machine with trio installed the gateway test answered 500 under trio.
+    """
+    return "asyncio"
+
+
 # The files that take longest (``pytest --durations`` and per-file sums under ``-n 3``, issue
 # 34 item 5), longest first. ``--dist loadfile`` runs each file whole on one worker, in the
 # order collected: a long file collected late ran on alone after the others had finished

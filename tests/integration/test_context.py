@@ -295,8 +295,17 @@ def test_redis_killed_mid_load_ends_every_call_by_its_deadline(server: RedisServ
     before = {code for started, code, took in results if started + took < kill_started}
     after = {code for started, code, _ in results if started > dead}
     assert before == {"ok"}
-    assert after == {ErrorCode.CONTEXT_UNAVAILABLE}
-    assert {code for _, code, _ in results} <= {"ok", ErrorCode.CONTEXT_UNAVAILABLE}
+    # A dead Redis refuses at once (CONTEXT_UNAVAILABLE); on a busy machine the refusal can
+    # come after the call's deadline, and then the call says so (CONTEXT_TIMEOUT) -- never
+    # before it.
+    assert after and after <= {ErrorCode.CONTEXT_UNAVAILABLE, ErrorCode.CONTEXT_TIMEOUT}
+    timed_out = [took for _, code, took in results if code == ErrorCode.CONTEXT_TIMEOUT]
+    assert all(took >= deadline_s - 0.01 for took in timed_out), timed_out
+    assert {code for _, code, _ in results} <= {
+        "ok",
+        ErrorCode.CONTEXT_UNAVAILABLE,
+        ErrorCode.CONTEXT_TIMEOUT,
+    }
     # Redis back (empty, no persistence): a miss, never a copy from somewhere else
     server.start()
     assert nodes.load("n") == ContextLoadOutput.missing()

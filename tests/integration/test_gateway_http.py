@@ -92,7 +92,7 @@ def serving(
 
 def _fleet_db(request: pytest.FixtureRequest, db: int = 7) -> str:
     """A Redis database of this module's own (the function-scoped ``redis_url`` flushes
-    its database between tests; this module's fleet outlives a test); ``db`` 8 for a
+    its database between tests; this module's fleet outlives a test); ``db`` 8 or 9 for a
     fleet beside that one (its worker would take the other's calls on 7)."""
     import redis
 
@@ -272,7 +272,10 @@ def _sleeps(log: Path, which: str) -> list[dict[str, Any]]:
 def test_ready_and_a_graceful_stop(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    redis_url = _fleet_db(request) if kind == "fleet" else None
+    # a database of its own: on 7 the module's ``served`` fleet may still be running, and
+    # its worker took this test's ECHO.SLEEP (writing to its own folder, so this test
+    # waited for a line that never came)
+    redis_url = _fleet_db(request, db=9) if kind == "fleet" else None
     with serving(tmp_path, redis_url) as served:
         _ready_then_stop(served)
 
