@@ -31,7 +31,13 @@ from typing import Any
 
 from ditto_worker.memory_tasks.contracts import TaskInputs, TaskKind, TaskOptions, TaskOutcome
 from ditto_worker.memory_tasks.preferences import cited, preference_key, propose
-from ditto_worker.memory_tasks.runner import base_artifact, run_task, stop_if_asked
+from ditto_worker.memory_tasks.runner import (
+    TaskPlan,
+    base_artifact,
+    run_task,
+    stop_if_asked,
+    task_loop,
+)
 from ditto_worker.memory_tasks.search import message_stage
 from ditto_worker.memory_tasks.steps import (
     CANDIDATE_KEY,
@@ -44,7 +50,13 @@ from ditto_worker.memory_tasks.steps import (
 )
 from ditto_worker.runtime.graphs import graph
 
-__all__ = ["REVISE_STAGES", "run_update", "run_write"]
+__all__ = [
+    "REVISE_STAGES",
+    "run_update",
+    "run_update_loop",
+    "run_write",
+    "run_write_loop",
+]
 
 REVISE_STAGES = ["propose", "mutate", "message"]
 """The checkpointed stages of ``write`` and ``update``."""
@@ -307,3 +319,30 @@ def run_update(
     as for :func:`run_write`."""
     return run_task(runtime, "update", inputs, options, _body("update"), lambda _: REVISE_STAGES,
                     policy)  # fmt: skip
+
+
+def run_write_loop(
+    inputs: TaskInputs | Mapping[str, Any],
+    options: TaskOptions,
+    *,
+    policy: Any = None,
+) -> TaskPlan:
+    """The ``write`` task as a plan for the host's own ``runtime.loop()`` — the seed's
+    ``runWriteLoop`` (memory-capabilities, "Graph / Loop composition"); :func:`run_write`
+    runs exactly this plan in a loop of its own. The candidate commits before the
+    mutation, the mutation's read-back before it: one Graph after the other.
+    ``inputs``, ``options``, ``policy`` and the result as for
+    :func:`~ditto_worker.memory_tasks.search.run_search_loop`."""
+    return task_loop("write", inputs, options, _body("write"), lambda _: REVISE_STAGES, policy)
+
+
+def run_update_loop(
+    inputs: TaskInputs | Mapping[str, Any],
+    options: TaskOptions,
+    *,
+    policy: Any = None,
+) -> TaskPlan:
+    """The ``update`` task as a plan for the host's own ``runtime.loop()`` — the seed's
+    ``runUpdateLoop``; :func:`run_update` runs exactly this plan in a loop of its own.
+    As :func:`run_write_loop` otherwise."""
+    return task_loop("update", inputs, options, _body("update"), lambda _: REVISE_STAGES, policy)

@@ -22,10 +22,16 @@ from typing import Any
 
 from ditto_worker.memory_tasks.contracts import TaskInputs, TaskOptions, TaskOutcome
 from ditto_worker.memory_tasks.preferences import progress_message, recall
-from ditto_worker.memory_tasks.runner import base_artifact, run_task, stop_if_asked
+from ditto_worker.memory_tasks.runner import (
+    TaskPlan,
+    base_artifact,
+    run_task,
+    stop_if_asked,
+    task_loop,
+)
 from ditto_worker.memory_tasks.steps import Plan, TaskRun, complete
 
-__all__ = ["SEARCH_STAGES", "message_stage", "run_search"]
+__all__ = ["SEARCH_STAGES", "message_stage", "run_search", "run_search_loop"]
 
 SEARCH_STAGES = ["recall", "message"]
 """The checkpointed stages of ``search``."""
@@ -76,3 +82,29 @@ def run_search(
         v<version>)`` for every preference applied.
     """
     return run_task(runtime, "search", inputs, options, _body, lambda _: SEARCH_STAGES, policy)
+
+
+def run_search_loop(
+    inputs: TaskInputs | Mapping[str, Any],
+    options: TaskOptions,
+    *,
+    policy: Any = None,
+) -> TaskPlan:
+    """The ``search`` task as a plan for the host's own ``runtime.loop()`` — the seed's
+    ``runSearchLoop`` (memory-capabilities, "Graph / Loop composition"); :func:`run_search`
+    runs exactly this plan in a loop of its own.
+
+    Join it with ``yield from`` in a plan run with ``scope=task_scope(options)``; its
+    Graphs count against that loop's budget. The ``recall`` Graph runs MEMORY.SEARCH and
+    CONTEXT.LOAD side by side (no dependency between them); INFER comes in a later Graph,
+    after both answered and the recall checkpoint committed.
+
+    Args:
+        inputs, options, policy: as for :func:`run_search` (``options.timeout_s`` and
+            ``options.cancel`` are the host loop's to set).
+
+    Returns:
+        A generator yielding ``(graph, input)`` that returns the :class:`TaskOutcome`
+        (a node failure is a ``failed`` outcome, not an exception).
+    """
+    return task_loop("search", inputs, options, _body, lambda _: SEARCH_STAGES, policy)

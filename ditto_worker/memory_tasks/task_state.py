@@ -20,10 +20,22 @@ from typing import Any, Final
 
 from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.memory_tasks.contracts import ProjectStage, TaskInputs, TaskOptions, TaskOutcome
-from ditto_worker.memory_tasks.runner import base_artifact, run_task, stop_if_asked
+from ditto_worker.memory_tasks.runner import (
+    TaskPlan,
+    base_artifact,
+    run_task,
+    stop_if_asked,
+    task_loop,
+)
 from ditto_worker.memory_tasks.steps import Plan, TaskRun, ask, complete
 
-__all__ = ["NOTE_SCHEMA", "note_problems", "run_task_state", "stage_names"]
+__all__ = [
+    "NOTE_SCHEMA",
+    "note_problems",
+    "run_task_state",
+    "run_task_state_loop",
+    "stage_names",
+]
 
 NOTE_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
@@ -140,3 +152,21 @@ def run_task_state(
     """
     return run_task(runtime, "task-state", inputs, options, _body,
                     lambda r: stage_names(r.stages), policy)  # fmt: skip
+
+
+def run_task_state_loop(
+    inputs: TaskInputs | Mapping[str, Any],
+    options: TaskOptions,
+    *,
+    policy: Any = None,
+) -> TaskPlan:
+    """The ``task-state`` task as a plan for the host's own ``runtime.loop()`` — the
+    seed's ``runTaskStateLoop`` (memory-capabilities, "Graph / Loop composition");
+    :func:`run_task_state` runs exactly this plan in a loop of its own.
+
+    Each stage's INFER depends on the notes before it, and its checkpoint on its note:
+    one Graph after the other. ``inputs``, ``options``, ``policy`` and the result as for
+    :func:`~ditto_worker.memory_tasks.search.run_search_loop`.
+    """
+    return task_loop("task-state", inputs, options, _body, lambda r: stage_names(r.stages),
+                     policy)  # fmt: skip

@@ -20,7 +20,7 @@ from typing import Any
 
 from ditto_worker import create_context_worker, create_ditto, create_infer_worker
 from ditto_worker.memory_tasks import MemoryStorage, TaskOptions, open_memory_storage
-from ditto_worker.runtime import Runtime
+from ditto_worker.runtime import Runtime, WorkerDefinition
 from tests.unit._fake_chat import FakeChatServer, FakeConn, chunk, usage
 
 Reply = Any
@@ -104,19 +104,20 @@ def task_runtime(
     backend: str | None = None,
     context: Any = None,
     context_cache: Any = None,
+    wrap: Callable[[WorkerDefinition], WorkerDefinition] | None = None,
     **storage: Any,
 ) -> Iterator[tuple[Runtime, MemoryStorage]]:
     """An embedded runtime: MEMORY over ``open_memory_storage(backend, directory)``
     (``backend`` default: :func:`suite_backend`), CONTEXT in process (``context_cache``:
-    its cache, e.g. one on a test's own clock), INFER on the scripted model."""
+    its cache, e.g. one on a test's own clock), INFER on the scripted model; ``wrap``
+    replaces each worker definition (a test's instrumented handlers)."""
     backend = backend or suite_backend()
     store = open_memory_storage(backend, directory, **_storage_options(backend, directory, storage))
     infer = create_infer_worker(
         {"baseUrl": model.server.base_url, "model": "fake"}, env={}, dotenv_path=None
     )
-    runtime = create_ditto(
-        workers=[*store.workers, create_context_worker(context, cache=context_cache), infer]
-    )
+    workers = [*store.workers, create_context_worker(context, cache=context_cache), infer]
+    runtime = create_ditto(workers=[wrap(w) for w in workers] if wrap else workers)
     try:
         yield runtime, store
     finally:
