@@ -10,23 +10,27 @@ a call in flight waits for the turn and then sees the row (:mod:`.ledger`).
     executions (namespace, execution_id, node, output, created_at)          pruned
 
 (``output`` JSON text, ``created_at`` seconds since the epoch; :func:`ledger_ddl`).
+The SQLite store and the DuckDB example both keep their ledgers here.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 from ditto_worker.memory.operations import Operation
-from ditto_worker.memory.retention import PRUNE_BATCH
+from ditto_worker.memory.retention import LedgerRetention
 from ditto_worker.sqlkit.ledger import LedgerDialect, LedgerRow
 
-__all__ = ["SerialLedger", "ledger_ddl"]
+__all__ = ["MUTATION_PRUNE_BATCH", "SerialLedger", "ledger_ddl"]
+
+MUTATION_PRUNE_BATCH: Final = 500
+"""At most this many expired execution ids are deleted by one mutation."""
 
 
 def ledger_ddl(text: str = "TEXT", real: str = "REAL") -> tuple[str, ...]:
-    """``CREATE TABLE IF NOT EXISTS`` of both ledgers and the pruning index, with the
-    database's ``text`` and ``real`` column types."""
+    """``CREATE TABLE IF NOT EXISTS`` of both ledgers and their pruning indexes (by
+    ``created_at``), with the database's ``text`` and ``real`` column types."""
     return (
         f"""CREATE TABLE IF NOT EXISTS executions (
             namespace {text} NOT NULL DEFAULT '', execution_id {text} NOT NULL,
@@ -37,6 +41,7 @@ def ledger_ddl(text: str = "TEXT", real: str = "REAL") -> tuple[str, ...]:
             namespace {text} NOT NULL DEFAULT '', operation_id {text} NOT NULL,
             node {text} NOT NULL, digest {text} NOT NULL, output {text} NOT NULL,
             created_at {real} NOT NULL, PRIMARY KEY (namespace, operation_id))""",
+        "CREATE INDEX IF NOT EXISTS operations_created_at ON operations (created_at)",
     )
 
 
@@ -51,10 +56,14 @@ class SerialLedger(LedgerDialect):
     Args:
         store: the store's name in error messages.
         mark: the driver's positional placeholder.
+        retention: the store's ledger retention (its clock stamps the rows; the
+            defaults when ``None``).
     """
 
-    def __init__(self, store: str, mark: str = "?") -> None:
-        super().__init__()
+    def __init__(
+        self, store: str, mark: str = "?", retention: LedgerRetention | None = None
+    ) -> None:
+        super().__init__(retention)
         self.store = store
         self._mark = mark
 
@@ -97,7 +106,7 @@ class SerialLedger(LedgerDialect):
         retention_s: float,
     ) -> None:  # fmt: skip  # noqa: D102
         now = self.retention.clock()
-        self.prune(conn, "executions", now - retention_s, PRUNE_BATCH)
+        self.prune(conn, "executions", now - retention_s, MUTATION_PRUNE_BATCH)
         self._run(
             conn,
             "INSERT INTO executions (namespace, execution_id, node, output, created_at)"
@@ -107,13 +116,10 @@ class SerialLedger(LedgerDialect):
 
     def prune(self, conn: Any, table: str, before: float, limit: int) -> int:  # noqa: D102
         assert table in ("operations", "executions")
-        found = self._run(
+        cur = self._run(
             conn,
-            f"SELECT rowid FROM {table} WHERE created_at < ? ORDER BY created_at LIMIT ?",
+            f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table}"
+            " WHERE created_at < ? ORDER BY created_at LIMIT ?)",
             (before, limit),
-        ).fetchall()
-        rowids = [row[0] for row in found]
-        if rowids:
-            marks = ", ".join([self._mark] * len(rowids))
-            conn.execute(f"DELETE FROM {table} WHERE rowid IN ({marks})", rowids)
-        return len(rowids)
+        )
+        return int(cur.rowcount)

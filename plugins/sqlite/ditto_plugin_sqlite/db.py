@@ -54,10 +54,10 @@ from ditto_plugin_sqlite import driver
 from ditto_plugin_sqlite.ann import ensure_tables
 from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.fts import DDL as FTS_DDL
-from ditto_plugin_sqlite.ledger import EXECUTIONS_DDL, OPERATIONS_DDL
 from ditto_plugin_sqlite.upgrades import upgrade
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.ports import MemoryCallOptions
+from ditto_worker.sqlkit.serial_ledger import ledger_ddl
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -95,8 +95,7 @@ _DDL: Final = (
     *FTS_DDL,
     "CREATE TABLE IF NOT EXISTS memory_vectors (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS store_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    *EXECUTIONS_DDL,
-    *OPERATIONS_DDL,
+    *ledger_ddl(),
 )
 MMAP_BYTES: Final = 1 << 36
 """``PRAGMA mmap_size`` of a connection with vectors (reads only; SQLite caps it at its

@@ -18,7 +18,6 @@ from ditto_plugin_sqlite.db import open_connection, transaction, usable
 from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.fts import index_record, index_records
 from ditto_plugin_sqlite.fts import rebuild as rebuild_keywords
-from ditto_plugin_sqlite.ledger import SqliteLedger
 from ditto_plugin_sqlite.query_index import QueryIndexes
 from ditto_plugin_sqlite.reembed import reembed
 from ditto_plugin_sqlite.search import KEYWORD_CAPABILITIES, VECTOR_CAPABILITIES
@@ -44,6 +43,7 @@ from ditto_worker.sqlkit import (
     DEFAULT_RETENTION_S,
     prune_ledgers,
 )
+from ditto_worker.sqlkit.serial_ledger import SerialLedger
 
 __all__ = ["Lifecycle"]
 
@@ -76,7 +76,7 @@ class Lifecycle:
         self._retention_s = execution_retention_s
         self.retention = LedgerRetention(operation_retention_s, execution_retention_s)
         """The ledgers' retention (:mod:`ditto_worker.memory.retention`)."""
-        self._ledger = SqliteLedger(self.retention)
+        self._ledger = SerialLedger("the SQLite memory store", retention=self.retention)
         Path(self._path).parent.mkdir(parents=True, exist_ok=True)
         self._busy_timeout_ms = busy_timeout_ms
         self._lock = threading.Lock()

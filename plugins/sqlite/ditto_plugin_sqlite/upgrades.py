@@ -9,8 +9,8 @@ import json
 from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.fts import add_shortest
 from ditto_plugin_sqlite.fts import rebuild as rebuild_fts
-from ditto_plugin_sqlite.ledger import EXECUTIONS_DDL
 from ditto_worker.memory.text import keyword_text
+from ditto_worker.sqlkit.serial_ledger import ledger_ddl
 
 __all__ = ["upgrade"]
 
@@ -54,7 +54,7 @@ def _add_namespaces(conn: Connection, memories_ddl: str) -> None:
     if columns and "namespace" not in columns:
         conn.execute("ALTER TABLE executions RENAME TO executions_v3")
         conn.execute("DROP INDEX IF EXISTS executions_created_at")
-        for statement in EXECUTIONS_DDL:
+        for statement in ledger_ddl():  # the operations ledger too (schema 6)
             conn.execute(statement)
         conn.execute(
             "INSERT INTO executions (execution_id, node, output, created_at)"
