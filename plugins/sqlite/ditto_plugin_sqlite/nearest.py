@@ -48,18 +48,22 @@ def _rescore(
     conn: Connection, blob: bytes, seqs: list[int], where: Sql, limit: int
 ) -> tuple[list[Row], int]:
     """The best ``limit`` candidates passing ``where`` (rows of :data:`COLUMNS` and the
-    score, best first) and how many passed: the scores first, then the winners' rows."""
+    score, best first) and how many passed: the scores first, then the winners' rows.
+
+    ``CROSS JOIN`` keeps SQLite's join order: the candidates first, each row by its key.
+    Left to choose, the planner drove a scoped search from the scope's ``(namespace, seq)``
+    index and scanned the candidate list once per row of the scope (300 ms at 3k rows)."""
     scored = conn.execute(
         "SELECT m.seq, 1.0 - vec_distance_cosine(v.embedding, ?) FROM json_each(?) AS c "
-        "JOIN memory_vectors AS v ON v.seq = c.value JOIN memories AS m ON m.seq = v.seq "
-        f"WHERE {where.text}",
+        "CROSS JOIN memory_vectors AS v ON v.seq = c.value "
+        f"CROSS JOIN memories AS m ON m.seq = v.seq WHERE {where.text}",
         [blob, json.dumps(seqs), *where.params],
     ).fetchall()
     best = sorted(scored, key=lambda pair: (-pair[1], pair[0]))[:limit]
     rows = {
         row[0]: row
         for row in conn.execute(
-            f"SELECT {COLUMNS} FROM json_each(?) AS c JOIN memories AS m ON m.seq = c.value",
+            f"SELECT {COLUMNS} FROM json_each(?) AS c CROSS JOIN memories AS m ON m.seq = c.value",
             [json.dumps([seq for seq, _ in best])],
         )
     }
