@@ -58,7 +58,13 @@ _WHOLE: Final = phrase_pattern((
 ))
 """Words that make a done claim about the whole project."""
 # fmt: on
-_CLAUSE: Final = re.compile(r"[.;:!?,。；：！？，、\n]+(?:\s+|$)|\s[-–—]\s|[；。！？，、]")
+_CONTRACTED: Final = re.compile(r"\w+n['’]t(?!\w)", re.IGNORECASE)  # isn't, hasn't
+_NOT_AFTER: Final = re.compile(r"^[^\s。、，]{0,4}?(?:ない|ません|なかった)")
+"""Japanese negation after the verb (完了していない, 完了していません)."""
+_LATIN_WORD: Final = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
+_NEGATION_WINDOW: Final = 3  # words (or CJK characters + 1) before a done word that negate it
+# ":" does not end a clause ("Tests: done." is one claim)
+_CLAUSE: Final = re.compile(r"[.;!?,。；！？，、\n]+(?:\s+|$)|\s[-–—]\s|[；。！？，、]")
 _CITED: Final = re.compile(r"memory\s+([A-Za-z0-9:_.-]+?)\s*[,(]?\s*v(?:ersion\s*)?(\d+)",
                            re.IGNORECASE)  # fmt: skip
 
@@ -85,13 +91,37 @@ def _plain(text: str) -> str:
     return " ".join(re.findall(r"\w+", text.lower()))
 
 
+def _partial(clause: str) -> bool:
+    """A percentage other than 100 in the clause ("60% done", "百分之六十")."""
+    for match in _PERCENT.finditer(clause):
+        number = re.match(r"\d+(?:[.,]\d+)?", match.group())
+        if number is None or float(number.group().replace(",", ".")) != 100:
+            return True
+    return False
+
+
+def _negated(clause: str, start: int, end: int) -> bool:
+    """Whether the done word at ``clause[start:end]`` is negated: a negation among the few
+    words (CJK: characters) just before it, or a Japanese negation just after it. A
+    negation elsewhere in the clause ("completed with no failures") does not count."""
+    before = clause[:start]
+    words = " ".join(w.group() for w in list(_LATIN_WORD.finditer(before))[-_NEGATION_WINDOW:])
+    near = before[-(_NEGATION_WINDOW + 1):]
+    if _NOT.search(words) or _CONTRACTED.search(words) or _NOT.search(near):
+        return True
+    return _NOT_AFTER.search(clause[end:]) is not None
+
+
 def _claims_done(clause: str) -> bool:
-    return bool(_DONE.search(clause)) and not _NOT.search(clause) and not _PERCENT.search(clause)
+    if _partial(clause):
+        return False
+    return any(not _negated(clause, m.start(), m.end()) for m in _DONE.finditer(clause))
 
 
 def stage_is_done(status: str) -> bool:
-    """True when a stage's status reports it done: a "done" word, no negation, no
-    percentage (``done``, ``abgeschlossen``; not ``60% done``, ``not done yet``)."""
+    """True when a stage's status reports it done: a "done" word not negated, and no
+    percentage but 100 (``done``, ``abgeschlossen``, ``100% done``; not ``60% done``,
+    ``not done yet``, ``isn't finished``)."""
     return _claims_done(status)
 
 

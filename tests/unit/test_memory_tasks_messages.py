@@ -144,6 +144,16 @@ CHECKED = [
     ("zh", "设计已完成，构建也已完成。", True),
     ("ja", "設計は完了しました。テストはまだ始まっていません。", False),
     ("ja", "プロジェクトはすべて完了しました。", True),
+    # a negation elsewhere in the clause, a colon, 100 %: still claims (review of issue 35)
+    ("en", "The tests are completed with no failures.", True),
+    ("en", "Tests: done.", True),
+    ("en", "Tests are 100% done.", True),
+    ("en", "The tests aren't finished, the build isn't done yet.", False),
+    ("en", "Design is done; the tests are not yet completed.", False),
+    ("de", "Die Tests sind abgeschlossen und kein Fehler ist offen.", True),
+    ("fr", "Les tests ne sont pas terminés.", False),
+    ("zh", "测试尚未完成。", False),
+    ("ja", "テストは完了していません。", False),
 ]
 # fmt: on
 
