@@ -106,7 +106,7 @@ def _negated(clause: str, start: int, end: int) -> bool:
     negation elsewhere in the clause ("completed with no failures") does not count."""
     before = clause[:start]
     words = " ".join(w.group() for w in list(_LATIN_WORD.finditer(before))[-_NEGATION_WINDOW:])
-    near = before[-(_NEGATION_WINDOW + 1):]
+    near = before[-(_NEGATION_WINDOW + 1) :]
     if _NOT.search(words) or _CONTRACTED.search(words) or _NOT.search(near):
         return True
     return _NOT_AFTER.search(clause[end:]) is not None
