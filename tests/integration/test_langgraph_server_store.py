@@ -28,6 +28,7 @@ from ditto_worker.testing.gateway import GatewayServer  # noqa: E402
 
 REPO: Final = Path(__file__).resolve().parents[2]
 T1, T2, READER = "store-token-one", "store-token-two", "store-token-reader"
+PARITY = "store-token-parity"  # a tenant of its own: its listings see only its own puts
 
 
 def _sha(token: str) -> str:
@@ -48,6 +49,7 @@ gateway:
     - {{sha256: {_sha(T1)}, tenant: t1, user: u1}}
     - {{sha256: {_sha(T2)}, tenant: t2, user: u2}}
     - {{sha256: {_sha(READER)}, tenant: t1, user: u1, nodes: ["MEMORY.GET", "MEMORY.QUERY"]}}
+    - {{sha256: {_sha(PARITY)}, tenant: t3, user: u3}}
 """,
         encoding="utf-8",
     )
@@ -105,6 +107,10 @@ def test_every_route_answers_as_langgraph_store(gateway: GatewayServer) -> None:
     """The same calls on LangGraph's ``InMemoryStore`` and over HTTP give the same
     items (timestamps aside), searches, namespaces and deletes."""
     peer = InMemoryStore()
+
+    def call(method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return _http(gateway, method, path, token=PARITY, **kwargs)
+
     puts = [(("parity", "a"), "k1", {"color": "red", "n": 1}),
             (("parity", "a"), "k2", {"color": "blue", "n": 2}),
             (("parity", "b", "c"), "k3", {"color": "red", "n": 3}),
@@ -112,7 +118,7 @@ def test_every_route_answers_as_langgraph_store(gateway: GatewayServer) -> None:
     for namespace, key, value in puts:
         peer.put(namespace, key, value)
         body = {"namespace": list(namespace), "key": key, "value": value}
-        answer = _http(gateway, "PUT", "/store/items", json=body)
+        answer = call("PUT", "/store/items", json=body)
         assert answer.status_code == 204 and answer.content == b"", answer.text
 
     def same(ours: dict[str, Any], theirs: Any) -> None:
@@ -122,9 +128,9 @@ def test_every_route_answers_as_langgraph_store(gateway: GatewayServer) -> None:
             assert ours.pop(field) and ref.pop(field)
         assert ours == ref
 
-    got = _http(gateway, "GET", "/store/items", params={"namespace": "parity.a", "key": "k1"})
+    got = call("GET", "/store/items", params={"namespace": "parity.a", "key": "k1"})
     same(got.json(), peer.get(("parity", "a"), "k1"))
-    missing = _http(gateway, "GET", "/store/items", params={"namespace": "parity.a", "key": "x"})
+    missing = call("GET", "/store/items", params={"namespace": "parity.a", "key": "x"})
     assert missing.status_code == 200 and missing.json() is None
     searches: list[dict[str, Any]] = [
         {"namespace_prefix": ["parity"], "filter": {"color": "red"}},
@@ -132,7 +138,7 @@ def test_every_route_answers_as_langgraph_store(gateway: GatewayServer) -> None:
         {"namespace_prefix": ["parity"], "filter": {"n": {"$gt": 1, "$lte": 3}}},
     ]
     for search in searches:
-        ours = _http(gateway, "POST", "/store/items/search", json=search).json()["items"]
+        ours = call("POST", "/store/items/search", json=search).json()["items"]
         theirs = peer.search(tuple(search.pop("namespace_prefix")), **search)
         assert sorted(i["key"] for i in ours) == sorted(i.key for i in theirs), search
         for item in ours:
@@ -140,16 +146,16 @@ def test_every_route_answers_as_langgraph_store(gateway: GatewayServer) -> None:
     listings = [{}, {"prefix": ["parity", "b"]}, {"suffix": ["a"]}, {"max_depth": 1},
                 {"limit": 1, "offset": 1}]  # fmt: skip
     for listing in listings:
-        ours = _http(gateway, "POST", "/store/namespaces", json=listing).json()["namespaces"]
+        ours = call("POST", "/store/namespaces", json=listing).json()["namespaces"]
         theirs = peer.list_namespaces(**{k: tuple(v) if isinstance(v, list) else v
                                          for k, v in listing.items()})  # fmt: skip
         assert ours == [list(n) for n in theirs], listing
     for namespace, key, _ in puts[:3]:
         body = {"namespace": list(namespace), "key": key}
-        assert _http(gateway, "DELETE", "/store/items", json=body).status_code == 204
-    empty = _http(gateway, "POST", "/store/items/search", json={"namespace_prefix": ["parity"]})
+        assert call("DELETE", "/store/items", json=body).status_code == 204
+    empty = call("POST", "/store/items/search", json={"namespace_prefix": ["parity"]})
     assert empty.json() == {"items": []}
-    assert _http(gateway, "POST", "/store/namespaces", json={"prefix": ["parity"]}).json() == {
+    assert call("POST", "/store/namespaces", json={"prefix": ["parity"]}).json() == {
         "namespaces": []
     }
 
@@ -270,6 +276,13 @@ def test_another_tenant_reaches_nothing(gateway: GatewayServer) -> None:
 
 
 def test_store_calls_are_counted(gateway: GatewayServer) -> None:
+    series = 'ditto_gateway_calls_total{code="",node="MEMORY.QUERY",status="success"}'
+
+    def counted() -> float:
+        metrics = httpx.get(f"{gateway.url}/metrics", timeout=30).text
+        lines = [line for line in metrics.splitlines() if line.startswith(series + " ")]
+        return float(lines[0].split()[-1]) if lines else 0.0
+
+    before = counted()
     _http(gateway, "POST", "/store/items/search", json={"namespace_prefix": ["counted"]})
-    metrics = httpx.get(f"{gateway.url}/metrics", timeout=30).text
-    assert 'ditto_gateway_calls_total{code="",node="MEMORY.QUERY",status="success"}' in metrics
+    assert counted() == before + 1  # this search's one MEMORY.QUERY, nothing else running
