@@ -24,7 +24,8 @@ import pytest
 from ditto_worker.retrieval.http import HttpEmbeddingProvider
 from ditto_worker.testing.gateway import GatewayServer
 
-pytestmark = pytest.mark.integration
+# the module fixture warms the model for up to 600 s, counted against the first test
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 TOKEN, NARROW = "emb-token", "emb-narrow-token"
 MODEL = "all-MiniLM-L6-v2"

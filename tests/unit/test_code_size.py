@@ -27,7 +27,6 @@ LIMIT = 400
 # module -> its line count when it was listed (the most it may have); target: {}
 OVER_400 = {
     "bench/store_scale.py": 696,
-    "ditto_worker/contracts.py": 584,
     "bench/crash_kills.py": 532,
     "bench/soak.py": 497,
     "bench/gateway.py": 405,
