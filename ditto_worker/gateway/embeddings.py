@@ -8,14 +8,15 @@ Request (OpenAI's shape): ``{"input": str | [str], "model"?: str, "encoding_form
 ``base64`` is the little-endian float32 bytes of each vector, as OpenAI's client decodes.
 
 It follows the node routes' rules: the guard (:mod:`ditto_worker.gateway.guard`) admits
-the request first (ambiguous credentials 400, the identity's rate and share 429, the body
-cap 413, an in-flight slot, JSON depth and encoding 422); then the bearer identity (401),
-its grants for ``RETRIEVAL.EMBED`` (403), this request's shape (422 naming the field,
-before anything is enqueued) and the node's input model; the call runs under the
-identity's scope and the gateway's timeout, and is counted in the metrics. Refusals and
-failures are NodeResult-shaped, with the node routes' statuses (``EMBEDDING_UNAVAILABLE``
-503 with ``Retry-After`` …); their ``error.message`` and ``error.code`` are where an
-OpenAI client looks.
+the request first (ambiguous credentials 400, the identity's rate and share 429, the
+body cap 413, an in-flight slot, JSON depth and encoding 422); then the bearer identity
+(401), its grants for ``RETRIEVAL.EMBED`` (403), this request's shape (422 naming the
+field, before anything is enqueued) and the node's input (422: a ``model`` or
+``dimensions`` not the served one, checked by the node before its model embeds
+anything); the call runs under the identity's scope and the gateway's timeout, and is
+counted in the metrics. Refusals and failures are NodeResult-shaped, with the node
+routes' statuses (``EMBEDDING_UNAVAILABLE`` 503 with ``Retry-After`` …); their
+``error.message`` and ``error.code`` are where an OpenAI client looks.
 """
 
 from __future__ import annotations
@@ -72,14 +73,8 @@ def _encoded(vector: list[float], encoding: str) -> Any:
 
 def _answer(asked: EmbeddingsRequest, output: Any) -> dict[str, Any]:
     """The OpenAI answer of a successful RETRIEVAL.EMBED output ``{model, dimensions,
-    vectors}``; a ``model`` or ``dimensions`` the request named must be the served one."""
-    model, dims = str(output["model"]), int(output["dimensions"])
-    if asked.model is not None and asked.model != model:
-        raise GatewayError(ErrorCode.INVALID_INPUT,
-                           f"Invalid input: model: this service embeds with {model}")  # fmt: skip
-    if asked.dimensions is not None and asked.dimensions != dims:
-        message = f"Invalid input: dimensions: this model's vectors have {dims}"
-        raise GatewayError(ErrorCode.INVALID_INPUT, message)
+    vectors}`` (the node has refused a ``model`` or ``dimensions`` not the served one)."""
+    model = str(output["model"])
     data = [{"object": "embedding", "index": i, "embedding": _encoded(v, asked.encoding_format)}
             for i, v in enumerate(output["vectors"])]  # fmt: skip
     return {"object": "list", "data": data, "model": model,
@@ -118,7 +113,8 @@ def mount_embeddings(app: FastAPI, identify: Identify, call_as: CallAs, max_dept
                 raise GatewayError(ErrorCode.INVALID_INPUT, problem)
             asked = _request(body)
             texts = [asked.input] if isinstance(asked.input, str) else asked.input
-            result = await call_as(RETRIEVAL_EMBED, {"texts": texts}, identity)
+            call = {"texts": texts, "model": asked.model, "dimensions": asked.dimensions}
+            result = await call_as(RETRIEVAL_EMBED, call, identity)
             if result.status != "success":
                 return _failed(result)
             return JSONResponse(_answer(asked, to_wire(result)["output"]))

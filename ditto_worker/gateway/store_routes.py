@@ -67,6 +67,9 @@ logger = logging.getLogger(__name__)
 
 STORE_NODE = "STORE"
 """The ``node`` of a ``/store/*`` refusal's NodeResult."""
+MAX_TTL_MINUTES = 525_960_000.0
+"""The longest ``ttl`` a put may ask for: 1,000 years, in minutes (longer is 422)."""
+
 
 CallAs = Callable[[str, Any, Identity], Coroutine[Any, Any, NodeResult[Any]]]
 Identify = Callable[["Request"], Identity]
@@ -87,7 +90,7 @@ class PutBody(_Body):
     key: Annotated[str, Field(min_length=1, max_length=1024)]
     value: dict[str, Any]
     index: Literal[False] | list[str] | None = None
-    ttl: Annotated[float, Field(gt=0)] | None = None
+    ttl: Annotated[float, Field(gt=0, le=MAX_TTL_MINUTES, allow_inf_nan=False)] | None = None
 
 
 class DeleteBody(_Body):

@@ -6,12 +6,14 @@ an OpenAI-compatible ``POST /v1/embeddings`` (:mod:`ditto_worker.gateway.embeddi
 a store configured with ``embedding: http`` — or any service that wants the project's
 embeddings — can use a fleet's retrieval workers.
 
-Input ``{texts: [str]}`` (1-256 texts of 1-8,000 characters); output ``{model, dimensions,
+Input ``{texts: [str], model?: str, dimensions?: int}`` (1-256 texts of 1-8,000
+characters; ``model`` and ``dimensions``, when given, must be the served model's, checked
+before the model embeds anything); output ``{model, dimensions,
 vectors}``: one L2-normalized vector of ``dimensions`` floats per text, in input order.
 The provider is ``workers.retrieval.embedder`` (an embedder entry point: ``local`` by
 default, all-MiniLM-L6-v2, 384 dimensions, on ``workers.retrieval.device``), built once
 per process on the first call. Failures: ``INVALID_INPUT`` naming the field (before the
-model is asked), ``EMBEDDING_UNAVAILABLE`` (the model cannot load, an endpoint failed),
+model embeds), ``EMBEDDING_UNAVAILABLE`` (the model cannot load, an endpoint failed),
 ``EMBEDDING_MISMATCH`` (vectors of another length or count).
 """
 
@@ -44,6 +46,12 @@ class RetrievalEmbedInput(_Wire):
         list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]],
         Field(min_length=1, max_length=MAX_TEXTS),
     ] = Field(description="The texts to embed, 1-256, each 1-8000 characters.")
+    model: str | None = Field(
+        default=None, description="If set, must name the served model (else INVALID_INPUT)."
+    )
+    dimensions: int | None = Field(
+        default=None, ge=1, description="If set, must equal the model's (else INVALID_INPUT)."
+    )
 
 
 class RetrievalEmbedOutput(_Wire):
@@ -56,16 +64,25 @@ class RetrievalEmbedOutput(_Wire):
     )
 
 
+def _refused(ctx: NodeContext, message: str) -> NodeResult[Any]:
+    return NodeResult.failure(ctx.execution_id, RETRIEVAL_EMBED, ErrorCode.INVALID_INPUT, message)
+
+
 def _handler(embedder: Callable[[], Any]) -> Callable[[Any, NodeContext], Any]:
     def embed(input: Any, ctx: NodeContext) -> Any:
         try:
-            texts = RetrievalEmbedInput.model_validate(input).texts
+            asked = RetrievalEmbedInput.model_validate(input)
         except ValidationError as exc:
-            return NodeResult.failure(ctx.execution_id, RETRIEVAL_EMBED, ErrorCode.INVALID_INPUT,
-                                      f"Invalid input: {describe(exc)}")  # fmt: skip
+            return _refused(ctx, f"Invalid input: {describe(exc)}")
         provider = embedder()  # MemoryError (EMBEDDING_UNAVAILABLE) ends the call with it
         identity = provider.identity
-        vectors = provider.embed(texts)
+        if asked.model is not None and asked.model != identity.model:
+            return _refused(ctx, f"Invalid input: model: this service embeds with {identity.model}")
+        if asked.dimensions is not None and asked.dimensions != identity.dims:
+            return _refused(
+                ctx, f"Invalid input: dimensions: this model's vectors have {identity.dims}"
+            )
+        vectors = provider.embed(asked.texts)
         return RetrievalEmbedOutput(model=identity.model, dimensions=identity.dims,
                                     vectors=vectors).model_dump(by_alias=True)  # fmt: skip
 

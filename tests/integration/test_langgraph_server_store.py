@@ -173,6 +173,7 @@ BAD: Final = [
         "tenant",
     ),
     ("PUT", "/store/items", {"namespace": [1], "key": "k", "value": {}}, "namespace"),
+    ("PUT", "/store/items", {"namespace": ["a"], "key": "k", "value": {}, "ttl": 1e308}, "ttl"),
     ("DELETE", "/store/items", {"namespace": ["a"]}, "key"),
     ("POST", "/store/items/search", {"namespace_prefix": ["a"], "limit": 0}, "limit"),
     (

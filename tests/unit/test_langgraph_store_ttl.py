@@ -143,3 +143,11 @@ def test_the_sweeper_thread_stops_when_asked(runtime: Any) -> None:
     done = store.start_ttl_sweeper()
     assert store.start_ttl_sweeper() is done and not done.done()
     assert store.stop_ttl_sweeper(timeout=30) and done.done()
+
+
+@pytest.mark.parametrize("ttl", [1e308, float("inf"), float("nan")], ids=["huge", "inf", "nan"])
+def test_a_ttl_without_a_finite_expiry_is_refused_naming_ttl(runtime: Any, ttl: float) -> None:
+    store = DittoStore(runtime, scope=SCOPE)
+    with pytest.raises(ValueError, match="^ttl: "):
+        store.put(("d",), "k", {"a": "x"}, ttl=ttl)
+    assert store.get(("d",), "k") is None  # nothing half-written

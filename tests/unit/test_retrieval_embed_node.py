@@ -36,7 +36,16 @@ def test_the_node_embeds_in_order_and_checks_its_input_first() -> None:
             refused = runtime.invoke("RETRIEVAL.EMBED", bad)
             assert refused.error is not None and refused.error.code == "INVALID_INPUT"
             assert field in refused.error.message
-    assert embedder.calls == [["a b", "c"], ["a b", "c"]]  # the refused inputs never reached it
+        for asked, field in (({"model": "text-embedding-3-small"}, "model"),
+                             ({"dimensions": 1536}, "dimensions")):  # fmt: skip
+            refused = runtime.invoke("RETRIEVAL.EMBED", {"texts": ["a b"], **asked})
+            assert refused.error is not None and refused.error.code == "INVALID_INPUT"
+            assert refused.error.message.startswith(f"Invalid input: {field}:")
+        named = runtime.invoke("RETRIEVAL.EMBED", {"texts": ["c"], "model": "hashing",
+                                                   "dimensions": 16})  # fmt: skip
+        assert named.status == "success", named.error
+    # the refused inputs never reached it
+    assert embedder.calls == [["a b", "c"], ["a b", "c"], ["c"]]
 
 
 def test_the_retrieval_worker_has_the_node_unless_configured_none(tmp_path: Any) -> None:

@@ -135,8 +135,18 @@ def vector_metadata(item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def expiry(ttl: float, now: float) -> float:
-    """When an item with a TTL of ``ttl`` minutes, written or read at ``now``, expires."""
-    return now + float(ttl) * 60.0
+    """When an item with a TTL of ``ttl`` minutes, written or read at ``now``, expires.
+
+    Raises:
+        ValueError: ``ttl`` is not a number of minutes with a finite expiry ("ttl: …").
+    """
+    try:
+        at = now + float(ttl) * 60.0
+    except (TypeError, ValueError):
+        raise ValueError(f"ttl: a number of minutes, not {type(ttl).__name__}") from None
+    if not math.isfinite(at):
+        raise ValueError("ttl: must be a finite number of minutes")
+    return at
 
 
 def live_filter(now: float) -> dict[str, Any]:
