@@ -14,6 +14,7 @@ nothing is left. A ledger made before ``at`` existed is left alone (kept, no exp
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -85,11 +86,14 @@ class MilvusRetention(MilvusOperations):
     def _timed_ledgers(self) -> list[str]:
         """Every ledger of this store's collections whose rows carry ``at``."""
         names = self._conn.call(None, MilvusClient.list_collections)
+        # exactly this store's ledgers: another store's collection "memories_x" has ledgers
+        # that also start with "memories_" (its retention is its own)
+        scoped = "_[0-9a-f]{16}" if self.collection_per_scope else ""
+        suffixes = f"(?:{re.escape(LEDGER_SUFFIX)}|{re.escape(EXECUTION_SUFFIX)})"
+        ours = re.compile(re.escape(self.collection) + scoped + suffixes)
         found: list[str] = []
         for name in sorted(str(n) for n in names):
-            if not name.startswith(self.collection + "_") or not name.endswith(
-                (LEDGER_SUFFIX, EXECUTION_SUFFIX)
-            ):
+            if not ours.fullmatch(name):
                 continue
             info = self._conn.call(None, MilvusClient.describe_collection, name)
             if any(field.get("name") == "at" for field in info.get("fields", [])):

@@ -241,3 +241,24 @@ def test_conditional_update_fails_explicitly_and_writes_nothing(tmp_path: Path) 
     assert info.value.code == ErrorCode.UNSUPPORTED and "ifMetadata" in str(info.value)
     assert [i.content for i in memory.query({}).output.items] == ["x"]
     store.close()
+
+
+def test_prune_touches_only_this_stores_ledgers(tmp_path: Path) -> None:
+    # "mem_x"'s ledgers also start with "mem_": the "mem" store must leave them alone
+    mine, other = _store(tmp_path, collection="mem"), _store(tmp_path, collection="mem_x")
+    try:
+        for store in (mine, other):
+            written = create_memory(store).write(
+                {"memories": [{"content": "old"}]}, operation_id="op-old"
+            )
+            assert written.status == "success", written.error
+        clock = mine.retention.clock
+        later = clock() + 3 * mine.retention.operation_s
+        mine.retention.clock = lambda: later
+        report = mine.prune_ledgers()
+        assert report.operations == 1, report
+        assert _ledger_state(mine, "op-old") is None
+        assert _ledger_state(other, "op-old") is not None  # another store's retention
+    finally:
+        mine.close()
+        other.close()
