@@ -6,8 +6,9 @@ layout (``ditto_worker.integrations.langgraph.records``: ``--items`` items sprea
 ``--namespaces`` namespaces ``("users", "u<i>", "memories")``, and one marker per
 namespace), then ``DittoStore.list_namespaces`` is called ``--calls`` times per shape,
 the shapes in alternating rounds: every namespace (limit 100), a prefix
-``("users", "u7")``, a suffix ``("memories",)`` with ``max_depth=2``, and a page at
-offset 900. One caller, embedded runtime. Prints p50 / p99 (ms) per shape and store.
+``("users", "u7")``, a suffix ``("memories",)`` with ``max_depth=2``, a page at offset
+900, ``limit=10``, and ``max_depth=1`` (all 1,000 namespaces cut to one). One caller,
+embedded runtime. Prints p50 / p95 / p99 (ms) per shape and store.
 
     python bench/langgraph_namespaces.py                       # SQLite, 100k / 1k
     python bench/langgraph_namespaces.py --store postgres      # DITTO_TEST_POSTGRES_URL
@@ -69,8 +70,11 @@ def measure(store: DittoStore, calls: int, rounds: int) -> dict[str, list[float]
         "prefix users/u7": lambda: store.list_namespaces(prefix=("users", "u7")),
         "suffix, depth 2": lambda: store.list_namespaces(suffix=("memories",), max_depth=2),
         "offset 900": lambda: store.list_namespaces(offset=900, limit=100),
+        "limit 10": lambda: store.list_namespaces(limit=10),
+        "max_depth 1": lambda: store.list_namespaces(max_depth=1),
     }
     assert len(shapes["all (limit 100)"]()) == 100
+    assert shapes["max_depth 1"]() == [("users",)]
     times: dict[str, list[float]] = {name: [] for name in shapes}
     for r in range(rounds):
         order = list(shapes)[r % len(shapes) :] + list(shapes)[: r % len(shapes)]
@@ -100,11 +104,11 @@ def main() -> None:
             print(f"filled {args.items} items in {args.namespaces} namespaces "
                   f"({args.store}) in {time.perf_counter() - started:.0f} s")  # fmt: skip
             times = measure(DittoStore(runtime, scope=SCOPE), args.calls, args.rounds)
-    print(f"{'list_namespaces':<18} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'list_namespaces':<18} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
     for name, values in times.items():
         ordered = sorted(values)
-        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-        print(f"{name:<18} {statistics.median(values):>8.2f} {p99:>8.2f}")
+        p95, p99 = (ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in (0.95, 0.99))
+        print(f"{name:<18} {statistics.median(values):>8.2f} {p95:>8.2f} {p99:>8.2f}")
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 

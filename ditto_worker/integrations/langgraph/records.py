@@ -10,11 +10,13 @@ A LangGraph item ``(namespace, key, value)`` is one record of the host's trusted
                "nd": depth, "k": key, "ix": indexed?, "v": value, "nv": extra vectors,
                ["ttl": minutes, "ex": expiry in Unix seconds]}
 
-Each namespace in use has one more record, key ``"lgns:" + JSON [*namespace]``,
-metadata ``{"kind": "lg-ns", "ns": …, "sx": …, "nd": …}``, so ``list_namespaces`` reads
-namespaces, never items: a range of marker keys (:func:`marker_range`), which every
-store's key index serves. The namespace tuple is only data inside the scope: no label
-ever reaches the scope or the space (MEM-SCOPE), so no namespace names another tenant.
+Each namespace in use has one more record, key ``"lgns:"`` + the namespace in an
+order-keeping text (:func:`namespace_key`: code point order of the keys is LangGraph's
+order of the tuples), metadata ``{"kind": "lg-ns", "ns": …, "sx": …, "nd": …}``, so
+``list_namespaces`` reads namespaces, never items, in order: a range of marker keys
+(:func:`marker_range`) sorted by ``key``, which every store's key index serves. The
+namespace tuple is only data inside the scope: no label ever reaches the scope or the
+space (MEM-SCOPE), so no namespace names another tenant.
 
 LangGraph embeds every indexed text of an item on its own and scores the item by its best
 text; so do we: texts 2…n of an item are hidden records of their own, key ``"lgv:" + JSON
@@ -43,16 +45,16 @@ __all__ = [
     "ITEM",
     "NAMESPACE",
     "VECTOR",
+    "after",
     "expiry",
     "is_live",
-    "live_filter",
-    "marker_range",
     "item_key",
     "item_metadata",
+    "live_filter",
+    "marker_range",
     "namespace_key",
     "namespace_metadata",
     "namespace_of",
-    "namespace_of_marker",
     "prefix_filter",
     "residual_matches",
     "timestamp",
@@ -84,22 +86,32 @@ def vector_key(namespace: Sequence[str], key: str, i: int) -> str:
     return "lgv:" + _json([*namespace, key, str(i)])
 
 
+def _label(label: str) -> str:
+    """``label`` then ``" "``; a character at or below ``"!"`` written ``"!"`` + 2 hex
+    digits, so ``" "`` ends the label and sorts below all it holds, and code point order
+    is kept: a label sorts before its extensions and before any greater label."""
+    return "".join(f"!{ord(c):02X}" if c <= "!" else c for c in label) + " "
+
+
 def namespace_key(namespace: Sequence[str]) -> str:
-    """Our record key of the namespace marker of ``namespace``."""
-    return "lgns:" + _json(namespace)
+    """Our record key of the namespace marker of ``namespace``: the markers' keys in code
+    point order are the namespaces in LangGraph's order (tuples compared label by label,
+    a namespace before its extensions), and the keys of the namespaces starting with
+    ``prefix`` are those starting with ``namespace_key(prefix)``."""
+    return "lgns:" + "".join(_label(label) for label in namespace)
+
+
+def after(text: str) -> str:
+    """The least text greater than every text starting with ``text`` (non-empty)."""
+    return text[:-1] + chr(ord(text[-1]) + 1)
 
 
 def marker_range(prefix: Sequence[str]) -> dict[str, str]:
-    """Our filter on ``key`` for the markers of the namespaces starting with ``prefix``:
-    their keys share the text ``"lgns:" + JSON prefix`` less its ``]`` (a key range in
-    code point order, which the stores' key index serves: no item is read)."""
-    low = "lgns:" + _json(prefix)[:-1]
-    return {"$gte": low, "$lt": low + "\U0010ffff"}
-
-
-def namespace_of_marker(key: str) -> tuple[str, ...]:
-    """The namespace tuple of a marker's key."""
-    return tuple(str(label) for label in json.loads(key[len("lgns:") :]))
+    """Our filter on ``key`` for the markers of the namespaces starting with ``prefix``
+    (a key range in code point order, which the stores' key index serves: no item is
+    read)."""
+    low = namespace_key(prefix)
+    return {"$gte": low, "$lt": after(low)}
 
 
 def _labels(namespace: Sequence[str]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from langgraph.store.base.embed import get_text_at_path
 
 from ditto_worker.contracts import MemoryItem
 from ditto_worker.integrations.langgraph import records as rec
+from ditto_worker.integrations.langgraph.namespaces import list_namespaces
 from ditto_worker.integrations.langgraph.writes import NodeCallError, Nodes
 from ditto_worker.runtime import Runtime
 from ditto_worker.scope import Scope
@@ -285,41 +286,8 @@ class DittoStore(BaseStore):
             limit = min(limit * 4, _SEARCH_MAX)
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
-        """The markers in the key range of the fixed part of the prefix condition (the
-        labels before its first ``*``), matched against every condition here."""
-        conditions = list(op.match_conditions or ())
-        fixed: list[str] = []
-        for condition in (c for c in conditions if c.match_type == "prefix"):
-            for label in condition.path:
-                if label == "*":
-                    break
-                fixed.append(label)
-            break
-        found: set[tuple[str, ...]] = set()
-        for record in self._markers(fixed):
-            namespace = rec.namespace_of_marker(record.key or "")
-            if all(_matches(namespace, c.match_type, c.path) for c in conditions):
-                found.add(namespace if op.max_depth is None else namespace[: op.max_depth])
-        listed = sorted(found)
-        return listed[op.offset : op.offset + op.limit]
-
-    def _markers(self, fixed: Sequence[str]) -> Iterable[MemoryItem]:
-        """The markers of the namespaces starting with ``fixed``: a key range, or (on a
-        store whose filters have no ranges on ``key``) the markers' metadata."""
-        try:
-            yield from self._nodes.records({"key": rec.marker_range(fixed)})
-        except NodeCallError as exc:
-            if exc.code != "UNSUPPORTED_FILTER":
-                raise
-            yield from self._nodes.records({"kind": rec.NAMESPACE, **rec.prefix_filter(fixed)})
-
-
-def _matches(namespace: tuple[str, ...], kind: str, path: Sequence[str]) -> bool:
-    """LangGraph's namespace match: ``path`` (``*`` any label) at its start or end."""
-    if len(namespace) < len(path):
-        return False
-    part = namespace[: len(path)] if kind == "prefix" else namespace[len(namespace) - len(path) :]
-    return all(p == "*" or p == label for p, label in zip(path, part, strict=True))
+        """Pages of namespace markers in order (:mod:`.namespaces`)."""
+        return list_namespaces(self._nodes, op)
 
 
 def _kind(record: MemoryItem) -> Any:
