@@ -97,3 +97,12 @@ def test_a_page_reads_its_markers_not_every_marker(runtime: Any) -> None:
     counting.queries = counting.records = 0  # one group: each page skips the rest of it
     assert store.list_namespaces(max_depth=1, limit=5) == [("users",)]
     assert counting.records <= 5 and counting.queries <= 2
+
+
+def test_a_host_record_among_the_markers_is_not_a_namespace(runtime: Any) -> None:
+    store = DittoStore(runtime, scope=SCOPE)
+    store.put(("a",), "k", {"n": 1})
+    drafts = [{"key": rec.namespace_key(("b",)), "content": "the host's own", "metadata": {}}]
+    assert runtime.invoke("MEMORY.WRITE", {"memories": drafts}, scope=SCOPE).status == "success"
+    assert store.list_namespaces() == [("a",)]
+    assert store.list_namespaces(limit=1, offset=1) == []

@@ -55,7 +55,8 @@ def _ordered(
 ) -> list[tuple[str, ...]]:
     """Pages of markers in key order until ``offset + limit`` namespaces are found."""
     span = rec.marker_range(_fixed(conditions))
-    labels = _label_terms(conditions)
+    fixed = _fixed(conditions)
+    labels = [term for term in _label_terms(conditions) if not _implied(term, fixed)]
     want = op.offset + op.limit
     found: list[tuple[str, ...]] = []
     bound: dict[str, str] = {"$gte": span["$gte"]}
@@ -68,7 +69,7 @@ def _ordered(
             _add(found, record, op, conditions)
         if len(page) < size:
             break
-        last = rec.namespace_of(page[-1].metadata or {})
+        last = _namespace(page[-1]) or ()
         if (
             op.max_depth is not None
             and len(last) > op.max_depth
@@ -87,13 +88,20 @@ def _add(
     conditions: Sequence[MatchCondition],
 ) -> None:
     """Append the namespace of a marker (cut to ``max_depth``) unless it repeats the last."""
-    namespace = rec.namespace_of(record.metadata or {})
-    if not all(_matches(namespace, c.match_type, c.path) for c in conditions):
+    namespace = _namespace(record)
+    if namespace is None or not all(_matches(namespace, c.match_type, c.path) for c in conditions):
         return
     if op.max_depth is not None:
         namespace = namespace[: op.max_depth]
     if not found or found[-1] != namespace:
         found.append(namespace)
+
+
+def _namespace(record: MemoryItem) -> tuple[str, ...] | None:
+    """The namespace of a marker; ``None`` for another record in the markers' key range
+    (one the host wrote there itself)."""
+    metadata = record.metadata or {}
+    return rec.namespace_of(metadata) if metadata.get("kind") == rec.NAMESPACE else None
 
 
 def _sorted_here(
@@ -124,7 +132,7 @@ def _fixed(conditions: Sequence[MatchCondition]) -> list[str]:
 
 def _label_terms(conditions: Sequence[MatchCondition]) -> list[dict[str, Any]]:
     """Every condition as terms of our filter on a marker's metadata (labels, depth)."""
-    terms: list[dict[str, Any]] = [{"kind": rec.NAMESPACE}]
+    terms: list[dict[str, Any]] = []
     for condition in conditions:
         path = list(condition.path)
         names = [f"ns.p{i}" for i in range(len(path))]
@@ -134,6 +142,14 @@ def _label_terms(conditions: Sequence[MatchCondition]) -> list[dict[str, Any]]:
         if path:
             terms.append({"nd": {"$gte": len(path)}})
     return terms
+
+
+def _implied(term: dict[str, Any], fixed: Sequence[str]) -> bool:
+    """Whether the key range of the ``fixed`` labels already holds ``term``."""
+    ((name, value),) = term.items()
+    if name == "nd":
+        return bool(value["$gte"] <= len(fixed))
+    return name.startswith("ns.p") and int(name[4:]) < len(fixed) and fixed[int(name[4:])] == value
 
 
 def _matches(namespace: tuple[str, ...], kind: str, path: Sequence[str]) -> bool:
