@@ -271,7 +271,7 @@ class DittoStore(BaseStore):
     ) -> list[tuple[MemoryItem, float | None]]:
         """SEARCH hits, one per item (its best-scoring record), best first, at least
         ``want`` of them when there are so many."""
-        limit = min(max(want, 1) * 2, _SEARCH_MAX)
+        limit = min(max(want, 1), _SEARCH_MAX)
         while True:
             hits = self._nodes.call("MEMORY.SEARCH", {"query": query, "strategy": "vector",
                                                       "limit": limit, "filter": flt})  # fmt: skip
