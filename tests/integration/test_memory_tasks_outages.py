@@ -3,8 +3,8 @@
 
 * **The embedding service**: Qdrant (local mode) with ``embedding: http`` against a real
   ``ditto-worker serve`` (``POST /v1/embeddings``, the retrieval worker's local model) in
-  another process — the one of ``DITTO_WORKER_RETRIEVAL_EMBEDDING_*`` when
-  ``scripts/task_backends.py`` runs this file, else one this module starts — reached
+  another process — the one of ``DITTO_WORKER_RETRIEVAL_EMBEDDING_*`` when the
+  environment names one, else one this module starts — reached
   through :class:`EmbeddingProxy`, a loopback HTTP proxy the test turns to answer 503 or to
   drop the connection unanswered. A ``write`` task loses the service after its proposal
   and candidate committed: the mutation fails ``EMBEDDING_UNAVAILABLE``, nothing is

@@ -94,7 +94,54 @@ def _storage_options(backend: str, directory: Path, given: dict[str, Any]) -> di
         options["env"] = {**os.environ, "DITTO_WORKER_MEMORY_POSTGRES_URL": postgres_url()}
     if backend == "qdrant" and os.environ.get("DITTO_WORKER_RETRIEVAL_EMBEDDING_BASE_URL"):
         options["config"] = {"embedding": "http", **(given.get("config") or {})}
+        _embedding_service_ready()
     return options
+
+
+_READY: list[bool] = []
+READY_FILE_ENV = "DITTO_TEST_EMBEDDING_READY_FILE"
+"""A file that exists once the embedding service is ready (set by the script that
+started it)."""
+SERVICE_READY_S = 900.0
+"""How long a test process waits for the embedding service's first answer: its model
+loads on its first call (``scripts/task_backends.py`` starts the suite meanwhile; at load
+25 on two cores the load took minutes)."""
+
+
+def _embedding_service_ready() -> None:
+    """Wait (once per process) until the embedding service of
+    ``DITTO_WORKER_RETRIEVAL_EMBEDDING_*`` is ready: the file :data:`READY_FILE_ENV` names
+    exists (``scripts/task_backends.py`` writes it once the service answered, so its
+    count of the service's calls is the tests' alone), else until it answers an embedding
+    (200; a call made while its model loads answers 504 after the gateway's timeout)."""
+    if _READY:
+        return
+    import time
+
+    import httpx
+
+    marker = os.environ.get(READY_FILE_ENV)
+    prefix = "DITTO_WORKER_RETRIEVAL_EMBEDDING_"
+    url = os.environ[prefix + "BASE_URL"].rstrip("/") + "/embeddings"
+    headers = {"Authorization": f"Bearer {os.environ.get(prefix + 'API_KEY', '')}"}
+    deadline = time.monotonic() + SERVICE_READY_S
+    while True:
+        if marker:
+            detail = "no ready file"
+            if Path(marker).exists():
+                break
+        else:
+            try:
+                answer = httpx.post(url, json={"input": "ready?"}, headers=headers, timeout=120)
+                if answer.status_code == 200:
+                    break
+                detail = f"HTTP {answer.status_code}"
+            except httpx.HTTPError as exc:
+                detail = type(exc).__name__
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the embedding service did not answer: {detail}")
+        time.sleep(0.5)
+    _READY.append(True)
 
 
 @contextlib.contextmanager
