@@ -50,7 +50,8 @@ from tests.conftest import EVENT_WAIT_S
 from tests.unit._task_kit import options, task_runtime
 from tests.unit.test_memory_tasks_preferences import GERMAN, model, proposing, request
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# the module's serve warms its model for up to 600 s, counted against the first test
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 ALICE = Scope("acme", "alice")
 PREFIX = "DITTO_WORKER_RETRIEVAL_EMBEDDING_"
