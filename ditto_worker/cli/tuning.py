@@ -12,16 +12,15 @@ held-out file beats plain RRF on it in at least five folds of six (:func:`requir
 every fold below six files; :func:`ship_decision`). The table ends with the mean and the
 worst fold of each column (:func:`fold_summary`).
 
-To make a grid of about a hundred settings affordable on two cores, a conversation is
-written once, every text is embedded once (:class:`CachingEmbedder`) and every identical
-store call is answered once (:class:`MemoSource`); only fusion and scoring run per setting.
+To make a grid affordable on two cores, a conversation is written once, every text is
+embedded once (:class:`CachingEmbedder`), every identical store search is answered once and
+the context stage's neighbour QUERY from one listing of the store (:class:`MemoSource`,
+:mod:`ditto_worker.cli.eval_cache`); only fusion and scoring run per setting.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 import statistics
 import tempfile
@@ -31,9 +30,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from ditto_worker.cli.demo import evidence_recall, load_conversation
-from ditto_worker.contracts import MemorySearchInput, MemorySearchResult
+from ditto_worker.cli.eval_cache import CachingEmbedder, MemoSource
+from ditto_worker.contracts import MemorySearchInput
 from ditto_worker.memory.core import create_memory
-from ditto_worker.memory.ports import EmbeddingIdentity, EmbeddingProvider, MemoryCallOptions
+from ditto_worker.memory.ports import EmbeddingProvider
 from ditto_worker.retrieval.search import RetrievalSearchProvider
 from ditto_worker.retrieval.settings import RetrievalConfig
 
@@ -120,79 +120,6 @@ def rule_grid() -> dict[str, RetrievalConfig]:
         _setting("dbsf", 0.5, 0.0, None),
     ]
     return {setting_name(config): config for config in settings}
-
-
-class CachingEmbedder:
-    """An ``EmbeddingProvider`` that embeds each distinct text once (same identity).
-
-    Args:
-        inner: the provider embedding what is not cached yet.
-        path: optional JSON file of earlier runs' vectors for ``inner``'s identity
-            (read now if it exists, written by :meth:`save`); vectors of another identity
-            in it are ignored, never mixed (MEM-RET-4).
-    """
-
-    def __init__(self, inner: EmbeddingProvider, path: str | Path | None = None) -> None:
-        self.inner = inner
-        self.path = Path(path) if path is not None else None
-        self._vectors: dict[str, list[float]] = {}
-        if self.path is not None and self.path.exists():
-            stored = json.loads(self.path.read_text(encoding="utf-8"))
-            if stored.get("identity") == inner.identity.describe():
-                self._vectors = stored.get("vectors", {})
-
-    @property
-    def identity(self) -> EmbeddingIdentity:
-        """``inner``'s identity."""
-        return self.inner.identity
-
-    @staticmethod
-    def _key(text: str) -> str:
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """``inner.embed`` of the texts not seen before (one call), the rest from the cache."""
-        missing = list(dict.fromkeys(t for t in texts if self._key(t) not in self._vectors))
-        if missing:
-            for text, vector in zip(missing, self.inner.embed(missing), strict=True):
-                self._vectors[self._key(text)] = vector
-        return [self._vectors[self._key(text)] for text in texts]
-
-    def save(self) -> None:
-        """Write the cache to ``path`` (no-op without one)."""
-        if self.path is not None:
-            payload = {"identity": self.identity.describe(), "vectors": self._vectors}
-            self.path.write_text(json.dumps(payload), encoding="utf-8")
-
-
-class MemoSource:
-    """A store whose identical ``search`` / ``query`` calls are answered once (read-only
-    evaluation only: nothing is written meanwhile)."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.embedder = store.embedder
-        self.capabilities = store.capabilities
-        self._answers: dict[tuple[str, str], Any] = {}
-
-    def _memo(self, kind: str, input: Any, call: Any) -> Any:
-        key = (kind, input.model_dump_json())
-        if key not in self._answers:
-            self._answers[key] = call()
-        return self._answers[key]
-
-    def search(
-        self, input: MemorySearchInput, options: MemoryCallOptions | None = None
-    ) -> Sequence[MemorySearchResult]:
-        """The store's ``search``, once per distinct input."""
-        answer: Sequence[MemorySearchResult] = self._memo(
-            "search", input, lambda: list(self.store.search(input, options))
-        )
-        return answer
-
-    def query(self, input: Any, options: MemoryCallOptions | None = None) -> Any:
-        """The store's ``query``, once per distinct input."""
-        return self._memo("query", input, lambda: self.store.query(input, options))
 
 
 def _recall_at_10(provider: RetrievalSearchProvider, questions: Sequence[Any],
