@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from ditto_worker.cli.demo import Conversation, evidence_recall, load_conversation
+from ditto_worker.cli.eval_dates import resolved_dates
 from ditto_worker.contracts import NodeResult
 from ditto_worker.errors import DittoError
 from ditto_worker.memory.core import create_memory
@@ -118,13 +119,18 @@ def _turn_number(dia_id: str) -> int | None:
 
 def turn_drafts(conv: Conversation) -> list[dict[str, Any]]:
     """One MEMORY.WRITE draft per turn: content is the turn text, nothing else; a turn
-    that shares an image also has metadata ``image``, the image's caption."""
+    that shares an image also has metadata ``image``, the image's caption, and a turn
+    naming a relative date ("yesterday", "last Saturday") metadata ``when``, the dates
+    it names seen from the session date (:func:`~ditto_worker.cli.eval_dates.resolved_dates`,
+    e.g. "7 May 2023"). Neither is indexed unless ``indexFields`` names it."""
     drafts = []
     for t in conv.turns:
         metadata = {"speaker": t.speaker, "session": t.session, "date": t.date,
                     "dia_id": t.dia_id, "turn": _turn_number(t.dia_id)}  # fmt: skip
         if t.caption:
             metadata["image"] = t.caption
+        if when := resolved_dates(t.text, t.date):
+            metadata["when"] = ", ".join(when)
         drafts.append({"content": t.text, "metadata": metadata})
     return drafts
 

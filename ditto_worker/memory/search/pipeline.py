@@ -4,7 +4,8 @@
 source's ``keyword`` and ``vector`` searches, each without the metadata values the query
 names: :func:`keyword_query`, :func:`vector_query`) → :func:`fuse_candidates` (weighted or rrf,
 :mod:`.fusion`) → :func:`.scoring.mention_scores` → :func:`expand_neighbours` and
-:func:`.scoring.context_scores` → optional :class:`Reranker` → :func:`to_results`.
+:func:`.scoring.context_scores` → :func:`.scoring.group_diversity` → optional
+:class:`Reranker` → :func:`to_results`.
 
 The *source* is any ``MemorySearchProvider`` whose ``search`` accepts a text query for its
 keyword strategy and a vector (``list[float]`` of the embedder's ``dims``) for its vector
@@ -34,6 +35,7 @@ from ditto_worker.memory.search.metric import VECTOR_OPTIONS, check_metric
 from ditto_worker.memory.search.scoring import (
     context_scores,
     fetch_limit,
+    group_diversity,
     mention_scores,
     mentioned_values,
     neighbour_filter,
@@ -313,6 +315,8 @@ def run_pipeline(
         expand_neighbours(source, boosted, memories, input, config, options)
         final = context_scores(boosted, memories, config.context)
     depth = max(limit, config.rerank_depth) if reranker is not None else limit
+    if config.context.group_field is not None:
+        final = group_diversity(final, memories, config.context, depth)
     results = to_results(final, memories, candidates, fused, depth, config.fusion.method)
     if reranker is not None:
         results = reranker.rerank(input.query, results)[:limit]

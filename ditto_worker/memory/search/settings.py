@@ -80,7 +80,10 @@ class ContextSettings(_Settings):
     of the memories of the same group within ±window`` and ``+groupWeight × mean of the
     groupTop best fused scores of the group``. Neighbours of the ``expand`` best
     candidates that no strategy returned are fetched (one QUERY) and can be returned
-    themselves (their own fused score is 0). Off when ``groupField`` is unset.
+    themselves (their own fused score is 0). With ``groupPenalty`` > 0 the results are
+    then taken best first, each scoring ``groupPenalty × (results already taken from its
+    group)`` less (so a question whose answer spans sessions is not filled by one).
+    Off when ``groupField`` is unset.
     """
 
     group_field: str | None = Field(default=None, description="Metadata field of the group.")
@@ -93,6 +96,12 @@ class ContextSettings(_Settings):
     group_top: int = Field(default=3, ge=1, description="Best members averaged per group.")
     expand: int = Field(
         default=20, ge=0, le=200, description="Best candidates whose neighbours are fetched."
+    )
+    group_penalty: float = Field(
+        default=0.0,
+        ge=0,
+        description="Diversity across groups: each further result from a group already "
+        "among the results scores this much less per result taken from it (0: off).",
     )
 
     @model_validator(mode="after")
