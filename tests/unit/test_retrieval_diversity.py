@@ -6,7 +6,7 @@ import pytest
 
 from ditto_worker.cli.eval_dates import resolved_dates, session_day
 from ditto_worker.contracts import MemoryItem
-from ditto_worker.memory.search.scoring import group_diversity
+from ditto_worker.memory.search.diversity import group_diversity
 from ditto_worker.retrieval.settings import ContextSettings, RetrievalConfig
 
 

@@ -4,7 +4,7 @@
 source's ``keyword`` and ``vector`` searches, each without the metadata values the query
 names: :func:`keyword_query`, :func:`vector_query`) → :func:`fuse_candidates` (weighted or rrf,
 :mod:`.fusion`) → :func:`.scoring.mention_scores` → :func:`expand_neighbours` and
-:func:`.scoring.context_scores` → :func:`.scoring.group_diversity` → optional
+:func:`.scoring.context_scores` → :func:`.diversity.group_diversity` → optional
 :class:`Reranker` → :func:`to_results`.
 
 The *source* is any ``MemorySearchProvider`` whose ``search`` accepts a text query for its
@@ -30,12 +30,12 @@ from typing import Any, Protocol, runtime_checkable
 from ditto_worker.contracts import MemoryItem, MemorySearchInput, MemorySearchResult
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions, check_vectors
+from ditto_worker.memory.search.diversity import group_diversity
 from ditto_worker.memory.search.fusion import fuse
 from ditto_worker.memory.search.metric import VECTOR_OPTIONS, check_metric
 from ditto_worker.memory.search.scoring import (
     context_scores,
     fetch_limit,
-    group_diversity,
     mention_scores,
     mentioned_values,
     neighbour_filter,
