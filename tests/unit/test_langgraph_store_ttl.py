@@ -151,3 +151,26 @@ def test_a_ttl_without_a_finite_expiry_is_refused_naming_ttl(runtime: Any, ttl: 
     with pytest.raises(ValueError, match="^ttl: "):
         store.put(("d",), "k", {"a": "x"}, ttl=ttl)
     assert store.get(("d",), "k") is None  # nothing half-written
+
+
+def test_a_replace_failing_part_way_leaves_the_item_as_it_was(
+    runtime: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ditto_worker.integrations.langgraph.writes import NodeCallError, Nodes
+
+    store = DittoStore(runtime, scope=SCOPE, index=INDEX)
+    store.put(("d",), "k", {"a": "xxx"})
+    real = Nodes.call
+
+    def failing(self: Nodes, node: str, input: dict[str, Any]) -> Any:
+        if node == "MEMORY.WRITE":  # the new texts' records cannot be written
+            raise NodeCallError("MEMORY_BACKEND_ERROR", "the store failed")
+        return real(self, node, input)
+
+    monkeypatch.setattr(Nodes, "call", failing)
+    with pytest.raises(NodeCallError):
+        store.put(("d",), "k", {"a": "uuu", "b": "vvv"})
+    monkeypatch.setattr(Nodes, "call", real)
+    item = store.get(("d",), "k")
+    assert item is not None and item.value == {"a": "xxx"}  # not the new value
+    assert [r.key for r in store.search(("d",), query="xxx")] == ["k"]

@@ -109,15 +109,21 @@ class Nodes:
         vector = rec.vector_metadata(metadata)
         entries += [(k, text, vector) for k, text in zip(extra, texts[1:], strict=True)]
         updates = [{"id": held[k].id, "content": c, "metadata": m}
-                   for k, c, m in entries if k in held]  # fmt: skip
+                   for k, c, m in reversed(entries) if k in held]  # fmt: skip
         drafts = [{"key": k, "content": c, "metadata": m} for k, c, m in entries if k not in held]
         if marker not in held:
             drafts.append({"key": marker, "content": None,
                            "metadata": rec.namespace_metadata(namespace)})  # fmt: skip
-        if updates:
-            self.call("MEMORY.UPDATE", {"memories": updates})
-        if drafts:
-            self.call("MEMORY.WRITE", {"memories": drafts})
+        # the item record changes last, in one atomic call with the records of its texts:
+        # a call failing part-way leaves the item as it was, never its new value without
+        # its vectors (a new item: WRITE after the UPDATE; a replaced one: UPDATE after the
+        # WRITE, the item record last in its batch)
+        first, then = ("MEMORY.UPDATE", updates), ("MEMORY.WRITE", drafts)
+        if old is not None:
+            first, then = then, first
+        for node, batch in (first, then):
+            if batch:
+                self.call(node, {"memories": batch})
         if stale:
             self.delete([item.id for item in self.get(stale).values()])
 
