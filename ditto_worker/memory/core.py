@@ -66,7 +66,7 @@ from ditto_worker.memory.ports import (
 )
 from ditto_worker.memory.prepare import BUILTIN_QUERY_LIMIT, BUILTIN_SEARCH_LIMIT, NodePreparation
 from ditto_worker.operation import check_operation_id
-from ditto_worker.scope import Scope
+from ditto_worker.scope import Scope, parse_scope
 
 __all__ = [
     "BUILTIN_QUERY_LIMIT",
@@ -212,6 +212,10 @@ class Memory(NodePreparation):
         stopped = stopped_result(eid, node, cancel, deadline)
         if stopped is not None:
             return stopped
+        try:  # a mapping {tenant, user, space?} as Runtime.invoke takes it; else refused
+            scope = parse_scope(scope)
+        except MemoryError as exc:
+            return error_result(eid, node, exc)
         if node == "MEMORY.SEARCH" and scope is not None and scope.task_id is not None:
             return NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, TASK_SPACE_SEARCH)
         try:

@@ -167,3 +167,18 @@ def test_a_malformed_scope_header_never_reaches_the_store(header: Any) -> None:
     reply = to_wire(result)
     assert reply["status"] == "failed" and reply["error"]["code"] == "PERMISSION_DENIED"
     assert spy.calls == []
+
+
+def test_the_sdk_takes_a_scope_mapping_and_refuses_a_malformed_one(tmp_path: Any) -> None:
+    # as Runtime.invoke does: {tenant, user, space?} is a scope; anything else is refused
+    # before the store is called (it reached the plugin and failed there with a traceback)
+    from ditto_plugin_sqlite import SqliteMemoryStore
+
+    memory = create_memory(SqliteMemoryStore(tmp_path / "m.db"))
+    mine = {"tenant": "t1", "user": "u1"}
+    (written,) = memory.write({"memories": [{"key": "k", "content": "x"}]}, scope=mine).output
+    assert memory.get({"ids": [written.id]}, scope=mine).output == [written]
+    assert memory.get({"ids": [written.id]}, scope={"tenant": "t2", "user": "u1"}).output == []
+    for bad in ({"tenant": "t1"}, {"tenant": "t1", "user": "u1", "other": "x"}, ["t1", "u1"]):
+        refused = memory.get({"ids": [written.id]}, scope=bad)
+        assert refused.error is not None and refused.error.code == "PERMISSION_DENIED", bad
