@@ -19,9 +19,9 @@ class CoalescingSettings(Section):
     as one message on that node's queue (:mod:`ditto_worker.fleet.coalescing`)."""
 
     enabled: bool = Field(
-        default=False,
-        description="Coalesce concurrent calls of a node into batch messages (Redis fleet "
-        "only). false: one message per call.",
+        default=True,
+        description="Coalesce concurrent calls of a node into batch messages (a Redis result "
+        "backend only). false: one message per call.",
     )
     in_flight: int = Field(
         default=0,

@@ -28,10 +28,11 @@ from ditto_worker.runtime.calls import sub_invoker
 from ditto_worker.runtime.context import NodeContext
 from ditto_worker.runtime.definition import NodeSpec, WorkerDefinition, WorkerSource
 from ditto_worker.runtime.execute import run_node
+from ditto_worker.runtime.node_spec import BatchCall
 from ditto_worker.runtime.process import PerProcess
 from ditto_worker.runtime.registry import node_table, worker_definitions
 from ditto_worker.runtime.trace import TRACE_HEADERS, trace_from_headers
-from ditto_worker.scope import SCOPE_HEADER, parse_scope
+from ditto_worker.scope import SCOPE_HEADER, parse_scope, resolve_scope
 
 __all__ = ["INPUT_BYTES", "FleetRuntime"]
 
@@ -42,6 +43,10 @@ _MISSING = object()
 INPUT_BYTES = "ditto_input_bytes"
 """Request attribute: bytes of the message body as it came off the broker, or ``None`` when
 the transport handed over no raw body (then the input is measured; never counted as 0)."""
+
+
+def _nothing() -> None:
+    """The release of a batch without shared work."""
 
 
 def _header(request: Any, name: str) -> Any:
@@ -196,6 +201,29 @@ class FleetRuntime:
         size = getattr(request, INPUT_BYTES, None)
         return self.run_call(node, str(request.id), input, lambda name: _header(request, name),
                              size if isinstance(size, int) else None)  # fmt: skip
+
+    def prefetch(self, node: str, calls: Sequence[tuple[str, Any, Callable[[str], Any]]]) -> Any:
+        """Before a batch's calls ``(execution id, input, header)`` run: the node's shared
+        work for them (``NodeSpec.prefetch``; a call whose scope is refused is left out);
+        returns the release to call when they ended. Never raises."""
+        definition, spec = self._current()[node]
+        if spec.prefetch is None:
+            return _nothing
+        found: list[BatchCall] = []
+        for eid, input, header in calls:
+            raw = header(DEADLINE_HEADER)
+            try:
+                scope = resolve_scope(definition.scope, parse_scope(header(SCOPE_HEADER)),
+                                      definition.require_scope)  # fmt: skip
+            except NodeError:
+                continue
+            deadline = float(raw) if isinstance(raw, int | float) else None
+            found.append(BatchCall(eid, input, scope, deadline))
+        try:
+            return spec.prefetch(found)
+        except Exception as exc:  # each call does its own work
+            log.warning("a %s batch's shared work failed (%s)", node, type(exc).__name__)
+            return _nothing
 
     def run_call(
         self, node: str, eid: str, input: Any, header: Callable[[str], Any], size: int | None

@@ -175,8 +175,9 @@ class ResultListener:
             self._explicit.discard(channel)
         if future is not None:
             future.cancel()  # a no-op once resolved; tells a batch its call has ended
-        if explicit:
-            self.loop.call_soon_threadsafe(self._spawn, self._unsubscribe(channel))
+        if explicit:  # the coroutine is made on the loop: a closed loop makes none
+            with contextlib.suppress(RuntimeError):  # closed: nothing left to unsubscribe
+                self.loop.call_soon_threadsafe(lambda: self._spawn(self._unsubscribe(channel)))
 
     def waiting(self, task_id: str) -> ThreadFuture[Meta] | None:
         """The future of a call awaiting ``task_id``'s result, or ``None``."""

@@ -114,6 +114,11 @@ def _output_list(model: type[ModelT], raw: object) -> list[ModelT]:
     return [_output_model(model, value, f"output[{i}]") for i, value in enumerate(raw)]
 
 
+output_list = _output_list
+"""``output_list(model, raw)``: a plugin's raw list output as models (``INVALID_BACKEND_OUTPUT``
+naming the first bad element)."""
+
+
 def dedupe(values: Iterable[HashT]) -> list[HashT]:
     """``values`` without repeats, first occurrence kept (MEM-GET-2, MEM-DELETE-1)."""
     return list(dict.fromkeys(values))

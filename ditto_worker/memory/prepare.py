@@ -8,7 +8,7 @@ sets the attributes declared here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ditto_worker.contracts import (
@@ -23,8 +23,10 @@ from ditto_worker.contracts import (
 )
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory import checks
+from ditto_worker.memory.batch_get import BatchCall, prefetch_gets, read_get
 from ditto_worker.memory.call import Call, Prepared
 from ditto_worker.memory.ports import MemoryStore
+from ditto_worker.memory.query_vectors import prefetch_queries
 
 __all__ = ["BUILTIN_QUERY_LIMIT", "BUILTIN_SEARCH_LIMIT", "NodePreparation"]
 
@@ -42,15 +44,41 @@ class NodePreparation:
     _search: Callable[..., object] | None
     _search_options: frozenset[str] | None
     _conditional: bool
+    _isolates_scope: Callable[[str], bool]
 
     def _prepare_get(self, raw: Any, layer: MemoryDefaults | None) -> Prepared:
         data = checks.prepare_get(checks.parse_input(MemoryGetInput, raw))
         if isinstance(data, checks.Done):
             return data
         return Call(
-            lambda opts: self.store.get(data, opts),
+            lambda opts: read_get(self.store, data, opts),  # its batch's share, if read
             lambda out: checks.finish_get(data, out),
         )
+
+    def prefetch_get(self, calls: Sequence[BatchCall]) -> Callable[[], None]:
+        """Read a fleet batch's GET calls in one store call per trusted scope
+        (:func:`~ditto_worker.memory.batch_get.prefetch_gets`); returns the release."""
+        return prefetch_gets(self.store, self._isolates_scope("MEMORY.GET"), calls)
+
+    def prefetch_search(self, calls: Sequence[BatchCall]) -> Callable[[], None]:
+        """Embed the text queries of a fleet batch's ``vector`` SEARCH calls in one call of
+        the search source's embedder (:mod:`~ditto_worker.memory.query_vectors`); returns
+        the release. A ``hybrid`` query is embedded after its keyword leg (the names it
+        found are stripped first), so it embeds on its own."""
+        source = getattr(self._search, "__self__", None)
+        embedder = getattr(source, "embedder", None)
+        if embedder is None:
+            return lambda: None
+        default = getattr(getattr(source, "capabilities", None), "default_strategy", None)
+        texts: list[str] = []
+        for call in calls:
+            try:
+                data = checks.parse_input(MemorySearchInput, call.input)
+            except MemoryError:
+                continue
+            if (data.strategy or default) == "vector" and isinstance(data.query, str):
+                texts.append(data.query)
+        return prefetch_queries(embedder, texts)
 
     def _prepare_query(self, raw: Any, layer: MemoryDefaults | None) -> Prepared:
         data = checks.parse_input(MemoryQueryInput, raw)

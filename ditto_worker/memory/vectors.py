@@ -25,6 +25,7 @@ from ditto_worker.memory.ports import (
     check_vectors,
     l2_normalize,
 )
+from ditto_worker.memory.query_vectors import embed_text
 from ditto_worker.memory.text import content_text
 
 __all__ = ["content_vectors", "mismatch_message", "query_values"]
@@ -81,7 +82,7 @@ def query_values(embedder: EmbeddingProvider, query: Any) -> list[float]:
     if isinstance(query, str):
         if not query.strip():
             raise MemoryError(ErrorCode.INVALID_INPUT, "vector search needs a non-empty query")
-        vectors = embedder.embed([query])
+        vectors = embed_text(embedder, query)  # a coalesced batch's vector, if made
         check_vectors(vectors, 1, dims)
         return [float(x) for x in vectors[0]]
     if not _number_list(query) or not query:

@@ -37,6 +37,7 @@ from ditto_worker.memory.core import DefaultsArg, Memory
 from ditto_worker.memory.ports import MemorySearchProvider, MemoryStore
 from ditto_worker.runtime.context import NodeContext
 from ditto_worker.runtime.definition import Handler, NodeSpec, WorkerDefinition
+from ditto_worker.runtime.node_spec import BatchCall
 from ditto_worker.runtime.process import PerProcess
 from ditto_worker.scope import Scope, parse_scope
 
@@ -185,7 +186,9 @@ def _sdk_handler(memory: Callable[[], Memory], node: str) -> NodeHandler:
     return handler
 
 
-def _specs(memory: Callable[[], Memory], overrides: Sequence[NodeDefinition]) -> list[NodeSpec]:
+def _specs(
+    memory: Callable[[], Memory], overrides: Sequence[NodeDefinition], single_writer: bool = False
+) -> list[NodeSpec]:
     handlers: dict[str, NodeHandler] = {node: _sdk_handler(memory, node) for node in NODE_IDS}
     replaced: set[str] = set()
     for definition in overrides:
@@ -202,9 +205,23 @@ def _specs(memory: Callable[[], Memory], overrides: Sequence[NodeDefinition]) ->
             mutation=node in MUTATIONS,
             output=OUTPUT_TYPES[node],
             input=INPUT_TYPES[node],
+            serial=single_writer and node in MUTATIONS,
+            prefetch=None if node in replaced else _prefetch(memory, node),
         )  # fmt: skip
         for node in NODE_IDS
     ]
+
+
+def _prefetch(
+    memory: Callable[[], Memory], node: str
+) -> Callable[[Sequence[BatchCall]], Callable[[], None]] | None:
+    """A coalesced batch's shared work (issue 36 item 3): its GETs read in one store call
+    per scope; its vector SEARCHes' queries embedded in one call."""
+    if node == "MEMORY.GET":
+        return lambda calls: memory().prefetch_get(calls)
+    if node == "MEMORY.SEARCH":
+        return lambda calls: memory().prefetch_search(calls)
+    return None
 
 
 def _bound(scope: Scope | Mapping[str, str] | None) -> Scope | None:
@@ -252,7 +269,9 @@ def create_memory_worker(
         raise ConfigError("concurrency must be an integer >= 1")
     bound = _bound(scope)
     memory = Memory(store, search, defaults)
-    specs = _specs(lambda: memory, overrides)
+    # a batch of mutations on a one-writer store runs in order: they would only queue on
+    # its write lock (SQLite's busy handler polls it in sleeps)
+    specs = _specs(lambda: memory, overrides, bool(getattr(store, "single_writer", False)))
     return MemoryWorker(
         MEMORY_WORKER_TYPE, {s.id: s for s in specs}, concurrency, None, None, None, bound,
         require_scope, memory=memory,
@@ -283,10 +302,13 @@ def from_config(config: RuntimeConfig) -> MemoryWorker:
     Raises:
         ConfigError: an invalid ``workers.memory.scope``.
     """
+    from ditto_worker.runtime.registry import store_single_writer
+
     settings = config.memory_worker
     memory = PerProcess(lambda: _memory_from_config(config))
     bound = _bound(None if settings.scope is None else settings.scope.model_dump())
+    specs = _specs(memory.get, (), store_single_writer(config))
     return MemoryWorker(
-        MEMORY_WORKER_TYPE, {s.id: s for s in _specs(memory.get, ())}, settings.concurrency,
+        MEMORY_WORKER_TYPE, {s.id: s for s in specs}, settings.concurrency,
         None, None, memory.open, bound, settings.require_scope,
     )  # fmt: skip

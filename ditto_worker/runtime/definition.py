@@ -30,13 +30,14 @@ from typing import TYPE_CHECKING, Any
 from ditto_worker.contracts import NodeResult
 from ditto_worker.errors import ConfigError, ErrorCode
 from ditto_worker.runtime.execute import run_node
-from ditto_worker.runtime.node_spec import Handler, KindCodes, NodeSpec, queue_of
+from ditto_worker.runtime.node_spec import BatchCall, Handler, KindCodes, NodeSpec, queue_of
 
 if TYPE_CHECKING:
     from ditto_worker.runtime.context import NodeContext
     from ditto_worker.scope import Scope
 
 __all__ = [
+    "BatchCall",
     "Handler",
     "KindCodes",
     "NodeSpec",

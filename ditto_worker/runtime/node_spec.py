@@ -7,7 +7,7 @@ and re-exports every name here; import them from :mod:`ditto_worker.runtime`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,8 +15,9 @@ from ditto_worker.errors import ErrorCode
 
 if TYPE_CHECKING:
     from ditto_worker.runtime.context import NodeContext
+    from ditto_worker.scope import Scope
 
-__all__ = ["Handler", "KindCodes", "NodeSpec", "queue_of"]
+__all__ = ["BatchCall", "Handler", "KindCodes", "NodeSpec", "queue_of"]
 
 Handler = Callable[[Any, "NodeContext"], Any]
 """``handler(input, ctx) -> raw output | NodeResult``; raises ``NodeError`` when it fails."""
@@ -56,6 +57,23 @@ class KindCodes:
 
 
 @dataclass(frozen=True)
+class BatchCall:
+    """One call of a coalesced batch, as a node's ``prefetch`` sees it.
+
+    Attributes:
+        execution_id: the call's execution id.
+        input: its node input (JSON data, not validated yet).
+        scope: the trusted scope it runs with (the worker's binding applied), or ``None``.
+        deadline: its deadline (``time.time()`` seconds), or ``None``.
+    """
+
+    execution_id: str
+    input: Any
+    scope: Scope | None
+    deadline: float | None
+
+
+@dataclass(frozen=True)
 class NodeSpec:
     """One node of a worker kind.
 
@@ -72,6 +90,14 @@ class NodeSpec:
             which callers outside the handler (the HTTP gateway, issue 26) validate
             before anything is enqueued and publish as the node's request schema;
             ``None``: any JSON data (the handler alone validates it).
+        serial: the calls of one coalesced batch of this node run one after another on
+            the worker, not at the same time (:mod:`ditto_worker.fleet.batch`): for calls
+            that could only wait for each other (a single-writer store's mutations,
+            SQLite's write lock).
+        prefetch: ``prefetch(calls) -> release``, or ``None``: called with the calls of a
+            coalesced batch (:class:`BatchCall`) before they run, to do their shared work
+            once (MEMORY.GET: one store read, :mod:`ditto_worker.memory.batch_get`); each
+            call still runs its handler; ``release()`` is called when they all ended.
     """
 
     id: str
@@ -79,6 +105,8 @@ class NodeSpec:
     mutation: bool = False
     output: Any = None
     input: Any = None
+    serial: bool = False
+    prefetch: Callable[[Sequence[BatchCall]], Callable[[], None]] | None = None
 
     @property
     def queue(self) -> str:

@@ -77,6 +77,7 @@ def _together(
 def test_concurrent_gets_travel_in_batches_and_each_gets_its_own_answer(
     start_fleet_worker: Any, batching: DittoClient, tmp_path: Path, redis_client: Any
 ) -> None:
+    SlowStore.reads = 0
     with start_fleet_worker(lambda: _worker(tmp_path / "m.sqlite")):
         memories = [{"key": f"k{i}", "content": f"c{i}"} for i in range(40)]
         assert (
@@ -89,14 +90,31 @@ def test_concurrent_gets_travel_in_batches_and_each_gets_its_own_answer(
         assert [r.output[0].content for r in results] == [f"c{i}" for i in range(40)]
         stored = [k for k in redis_client.keys("celery-task-meta-*")]
         assert len(stored) < 41, "the calls went one message each"
+    # one store read per GET message, whatever its number of calls (issue 36 item 3)
+    assert SlowStore.reads == len(stored) - 1  # the WRITE's message reads nothing
+
+
+OPENED = threading.Event()  # set by a GET of the key "open"; a GET of "wait…" waits for it
+WAIT_S = 60.0
+READS_LOCK = threading.Lock()
 
 
 class SlowStore(SqliteMemoryStore):
     """A real SQLite store whose GET or WRITE of a key starting ``slow`` or ``busy`` sleeps
-    first."""
+    first; a GET of a key ``wait…`` waits (up to :data:`WAIT_S`, then fails) for a GET of
+    ``open``."""
+
+    reads = 0  # calls of get, by every instance
 
     def get(self, input: Any, options: Any = None) -> Any:
-        self._nap([str(k) for k in input.keys])
+        with READS_LOCK:
+            SlowStore.reads += 1
+        keys = [str(k) for k in input.keys]
+        self._nap(keys)
+        if "open" in keys:
+            OPENED.set()
+        if any(k.startswith("wait") for k in keys) and not OPENED.wait(WAIT_S):
+            raise RuntimeError("no GET of 'open' ran meanwhile")
         return super().get(input, options)
 
     def write(self, input: Any, options: Any = None) -> Any:
@@ -169,7 +187,9 @@ def test_cancelling_one_call_of_a_batch_cancels_only_it(
         callers.gather("t", write, {"memories": [{"key": "t", "content": "t"}]}, cancel=token,
                        timeout=30)  # fmt: skip
         callers.gather("u", write, {"memories": [{"key": "u", "content": "u"}]}, timeout=30)
-        callers.sent(write)  # [slow-1, t, u] in one message: t waits behind slow-1
+        # [slow-1, t, u] in one message: t waits behind slow-1 (the mutations of a batch on
+        # a single-writer store run in order)
+        callers.sent(write)
         token.cancel()
         results = callers.join()
         assert results["t"].status == "cancelled"
@@ -179,6 +199,29 @@ def test_cancelling_one_call_of_a_batch_cancels_only_it(
         )
         got = batching.invoke("MEMORY.GET", {"keys": ["t", "u", "slow-1"]}, timeout=20)
         assert sorted(m.key for m in got.output) == ["slow-1", "u"]  # t never ran
+
+
+def test_a_waiting_call_of_a_batch_never_holds_back_the_others(
+    start_fleet_worker: Any, batching: DittoClient, tmp_path: Path
+) -> None:
+    """[wait, open] in one batch: the first waits for the second, which runs meanwhile (a
+    worker running a batch's calls one after another would fail the first after
+    WAIT_S)."""
+    OPENED.clear()
+    with start_fleet_worker(lambda: _worker(tmp_path / "m.sqlite")):
+        seed = {"memories": [{"key": "wait-1", "content": "W"}, {"key": "open", "content": "O"}]}
+        assert batching.invoke("MEMORY.WRITE", seed, timeout=20).status == "success"
+        callers = Callers(batching)
+        callers.busy("MEMORY.GET")
+        callers.gather("wait", "MEMORY.GET", {"keys": ["wait-1"]}, timeout=WAIT_S * 2)
+        callers.gather("open", "MEMORY.GET", {"keys": ["open"]}, timeout=WAIT_S * 2)
+        callers.sent("MEMORY.GET")
+        results = callers.join()
+    assert {n: r.status for n, r in results.items()} == dict.fromkeys(
+        ("busy", "wait", "open"), "success"
+    ), {n: r.error for n, r in results.items()}
+    assert [m.content for m in results["wait"].output] == ["W"]
+    assert [m.content for m in results["open"].output] == ["O"]
 
 
 def test_one_calls_failure_timeout_or_invalid_input_never_fails_another(

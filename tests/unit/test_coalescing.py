@@ -7,14 +7,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Executor
 from concurrent.futures import Future as ThreadFuture
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kombu.exceptions import EncodeError, OperationalError
 
+from ditto_plugin_sqlite import SqliteMemoryStore
+from ditto_worker import create_memory_worker
+from ditto_worker.config import load_runtime_config
 from ditto_worker.fleet.coalescing import UNSENT, Coalescer, Pending, meta_of
+from ditto_worker.memory.worker import from_config
 from ditto_worker.runtime.calls import Call
 from ditto_worker.runtime.node_spec import KindCodes
+from ditto_worker.testing.memory_store import InMemoryMemoryStore
 
 CODES = KindCodes("MEMORY_CANCELLED", "MEMORY_TIMEOUT", "MEMORY_BACKEND_ERROR")
 
@@ -233,3 +239,17 @@ def test_a_single_send_that_raises_raises_to_its_caller_and_frees_its_slot() -> 
     with pytest.raises(OperationalError):
         h.call("a")
     assert h.coalescer.in_flight("MEMORY.GET") == 0
+
+
+def test_a_single_writer_stores_mutations_run_a_batch_in_order(tmp_path: Path) -> None:
+    """The worker runs a batch's calls at the same time, except a single-writer store's
+    mutations (they would only queue on its write lock): their specs say ``serial``."""
+    sqlite = create_memory_worker(SqliteMemoryStore(str(tmp_path / "m.sqlite")))
+    serial = {n for n, spec in sqlite.nodes.items() if spec.serial}
+    assert serial == {"MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"}
+    concurrent = create_memory_worker(InMemoryMemoryStore())
+    assert not any(spec.serial for spec in concurrent.nodes.values())
+    configured = from_config(
+        load_runtime_config({"workers": {"memory": {"store": "sqlite"}}}, env={})
+    )
+    assert {n for n, spec in configured.nodes.items() if spec.serial} == serial

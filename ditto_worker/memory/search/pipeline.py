@@ -30,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 from ditto_worker.contracts import MemoryItem, MemorySearchInput, MemorySearchResult
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.ports import EmbeddingProvider, MemoryCallOptions, check_vectors
+from ditto_worker.memory.query_vectors import embed_text
 from ditto_worker.memory.search.diversity import group_diversity
 from ditto_worker.memory.search.fusion import fuse
 from ditto_worker.memory.search.metric import VECTOR_OPTIONS, check_metric
@@ -79,7 +80,7 @@ def embed_query(embedder: EmbeddingProvider, query: str) -> list[float]:
     """
     if not query.strip():
         raise MemoryError(ErrorCode.INVALID_INPUT, "the search query is empty")
-    vectors = embedder.embed([query])
+    vectors = embed_text(embedder, query)  # a coalesced batch's vector, if made
     check_vectors(vectors, 1, embedder.identity.dims)
     return vectors[0]
 
