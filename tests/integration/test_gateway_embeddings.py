@@ -12,9 +12,7 @@ anything is enqueued.
 from __future__ import annotations
 
 import base64
-import hashlib
 import struct
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +21,7 @@ import pytest
 
 from ditto_worker.retrieval.http import HttpEmbeddingProvider
 from ditto_worker.testing.gateway import GatewayServer
+from tests.integration._gateway_kit import serving, wait_for_answer
 
 # the module fixture warms the model for up to 600 s, counted against the first test
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -31,42 +30,25 @@ TOKEN, NARROW = "emb-token", "emb-narrow-token"
 MODEL = "all-MiniLM-L6-v2"
 
 
-def _sha(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
     folder = tmp_path_factory.mktemp("embeddings")
-    (folder / "ditto.yaml").write_text(
-        f"""
-workers:
-  infer: {{local: {{autoStart: false}}}}
-plugins:
-  sqlite: {{path: '{folder / "memory.sqlite"}'}}
-gateway:
-  tokens:
-    - {{sha256: {_sha(TOKEN)}, tenant: t1, user: u1}}
-    - {{sha256: {_sha(NARROW)}, tenant: t1, user: u2, nodes: ["MEMORY.*"]}}
-""",
-        encoding="utf-8",
-    )
-    with GatewayServer(folder) as served:
+    tokens = {TOKEN: "tenant: t1, user: u1", NARROW: 'tenant: t1, user: u2, nodes: ["MEMORY.*"]'}
+    with serving(folder, tokens) as served:
         _warm(served)
         yield served
 
 
-def _warm(server: GatewayServer, bound_s: float = 600.0) -> None:
+def _warm(server: GatewayServer) -> None:
     """Wait until the model is loaded: the first call loads it in the serve process (on a
     loaded machine longer than the call's 30 s deadline: that call answers 504 while the
     load goes on), so ask until one answers 200."""
-    deadline = time.monotonic() + bound_s
-    while True:
-        answer = _post(server, {"input": "warm up"})
-        if answer.status_code == 200 or time.monotonic() > deadline:
-            assert answer.status_code == 200, (answer.text, server.log())
-            return
+
+    def loading(answer: httpx.Response) -> None:
         assert answer.status_code == 504, answer.text
+
+    wait_for_answer(lambda: _post(server, {"input": "warm up"}), server, meanwhile=loading,
+                    bound_s=600.0)  # fmt: skip
 
 
 def _post(server: GatewayServer, body: Any, token: str | None = TOKEN) -> httpx.Response:

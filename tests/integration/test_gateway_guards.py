@@ -12,13 +12,13 @@ token's calls fail, and the ``in_flight`` gauge follows the calls.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import socket
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -26,58 +26,34 @@ import pytest
 
 from ditto_worker.testing.gateway import GatewayServer
 from tests.conftest import EVENT_WAIT_S
+from tests.integration._gateway_kit import ECHO, echo_env, serving
 
 pytestmark = pytest.mark.integration
 
-ECHO = Path(__file__).resolve().parents[1] / "fixtures" / "echo_kind"
 T1, T2, T3 = "guard-token-one", "guard-token-two", "guard-token-three"
 MAX_IN_FLIGHT = 8
 SHARE = 4  # identityShare 0.5 of 8
 CAP = 64 * 1024
+TOKENS = {T1: "tenant: t1, user: u1", T2: "tenant: t2, user: u2",
+          T3: 'tenant: t3, user: u3, nodes: ["MEMORY.GET"]'}  # fmt: skip
+BOUNDS = (
+    f"  maxInFlight: {MAX_IN_FLIGHT}\n  identityShare: 0.5\n  maxBodyBytes: {CAP}\n"
+    "  headerTimeoutS: 2\n  bodyTimeoutS: 2\n"
+)
+"""The gateway keys of these tests: three tokens and small bounds."""
 
 
-def _sha(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def write_config(folder: Path, extra: str = "") -> Path:
-    """A ``ditto.yaml`` with three tokens and small bounds (``extra``: more gateway keys)."""
-    path = folder / "ditto.yaml"
-    path.write_text(
-        f"""
-workers:
-  infer: {{local: {{autoStart: false}}}}
-plugins:
-  sqlite: {{path: '{folder / "memory.sqlite"}'}}
-gateway:
-  maxInFlight: {MAX_IN_FLIGHT}
-  identityShare: 0.5
-  maxBodyBytes: {CAP}
-  headerTimeoutS: 2
-  bodyTimeoutS: 2
-{extra}
-  tokens:
-    - {{sha256: {_sha(T1)}, tenant: t1, user: u1}}
-    - {{sha256: {_sha(T2)}, tenant: t2, user: u2}}
-    - {{sha256: {_sha(T3)}, tenant: t3, user: u3, nodes: ["MEMORY.GET"]}}
-""",
-        encoding="utf-8",
-    )
-    return path
-
-
-def env(folder: Path) -> dict[str, str]:
-    import os
-
-    path = os.pathsep.join([str(ECHO), os.environ.get("PYTHONPATH", "")])
-    return {"PYTHONPATH": path, "ECHO_SLEEP_LOG": str(folder / "sleeps.jsonl")}
+@contextmanager
+def guarded(folder: Path, extra: str = "") -> Iterator[GatewayServer]:
+    """``serve`` with :data:`TOKENS`, :data:`BOUNDS` (``extra``: more gateway keys) and
+    the ECHO kind."""
+    with serving(folder, TOKENS, gateway=BOUNDS + extra, env=echo_env(folder)) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    folder = tmp_path_factory.mktemp("guards")
-    write_config(folder)
-    with GatewayServer(folder, env=env(folder)) as server:
+    with guarded(tmp_path_factory.mktemp("guards")) as server:
         yield server
 
 

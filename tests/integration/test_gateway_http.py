@@ -8,7 +8,6 @@ shutdown, /readyz, and a schemathesis run against the served OpenAPI document.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,40 +26,16 @@ import pytest
 
 from ditto_worker.testing.gateway import GatewayServer
 from ditto_worker.testing.servers import stop_process
-from tests.conftest import EVENT_WAIT_S, wait_until
+from tests.conftest import wait_until
+from tests.integration import _gateway_kit as gateway_kit
+from tests.integration._gateway_kit import echo_env, wait_for_answer
 
 pytestmark = pytest.mark.integration
 
-ECHO = Path(__file__).resolve().parents[1] / "fixtures" / "echo_kind"
 T1, T2 = "gw-token-one", "gw-token-two"
 
 
-def _sha(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def write_config(folder: Path, broker: str = "") -> None:
-    fleet = f"fleet: {{brokerUrl: '{broker}', resultBackend: '{broker}'}}\n" if broker else ""
-    (folder / "ditto.yaml").write_text(
-        fleet
-        + f"""
-workers:
-  infer: {{local: {{autoStart: false}}}}
-plugins:
-  sqlite: {{path: '{folder / "memory.sqlite"}'}}
-gateway:
-  accessLog: true
-  tokens:
-    - {{sha256: {_sha(T1)}, tenant: t1, user: u1}}
-    - {{sha256: {_sha(T2)}, tenant: t2, user: u2}}
-""",
-        encoding="utf-8",
-    )
-
-
-def _env(folder: Path) -> dict[str, str]:
-    path = os.pathsep.join([str(ECHO), os.environ.get("PYTHONPATH", "")])
-    return {"PYTHONPATH": path, "ECHO_SLEEP_LOG": str(folder / "sleeps.jsonl")}
+TOKENS = {T1: "tenant: t1, user: u1", T2: "tenant: t2, user: u2"}
 
 
 @contextmanager
@@ -70,20 +46,22 @@ def serving(
     worker serving the MEMORY and ECHO nodes on real Redis; ``args``: more ``serve``
     arguments."""
     folder.mkdir(parents=True, exist_ok=True)
-    write_config(folder, broker=redis_url or "")
+    top = f"fleet: {{brokerUrl: '{redis_url}', resultBackend: '{redis_url}'}}" if redis_url else ""
+    serve = partial(gateway_kit.serving, folder, TOKENS, gateway="  accessLog: true\n", top=top,
+                    env=echo_env(folder))  # fmt: skip
     if redis_url is None:
-        with GatewayServer(folder, env=_env(folder)) as server:
+        with serve() as server:
             yield server
         return
     worker = subprocess.Popen(
         [sys.executable, "-m", "ditto_worker", "worker", "--config", "ditto.yaml",
          "--nodes", "memory,echo", "--pool", "threads", "--concurrency", "8",
          "--hostname", f"gw-{os.getpid()}-{time.monotonic_ns()}@localhost", "--loglevel", "INFO"],
-        cwd=folder, env={**os.environ, **_env(folder)},
+        cwd=folder, env={**os.environ, **echo_env(folder)},
         stdout=(folder / "worker.log").open("w"), stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        with GatewayServer(folder, env=_env(folder), args=args) as server:
+        with serve(args=args) as server:
             _wait_for_worker(server, worker, folder)
             yield server
     finally:
@@ -111,15 +89,14 @@ def served(
 
 
 def _wait_for_worker(server: GatewayServer, worker: subprocess.Popen[str], folder: Path) -> None:
-    deadline = time.monotonic() + EVENT_WAIT_S
-    while True:
-        answer = httpx.post(f"{server.url}/v1/nodes/ECHO.SAY", json={}, timeout=10,
-                            headers={**_auth(T1), "Ditto-Timeout": "2"})  # fmt: skip
-        if answer.status_code == 200:
-            return
+    """Wait until the fleet's worker answers ECHO.SAY through the gateway."""
+
+    def starting(answer: httpx.Response) -> None:
         assert worker.poll() is None, (folder / "worker.log").read_text()[-3000:]
-        assert time.monotonic() < deadline, "the worker did not start"
-        time.sleep(0.5)
+
+    wait_for_answer(lambda: httpx.post(f"{server.url}/v1/nodes/ECHO.SAY", json={}, timeout=10,
+                                       headers={**_auth(T1), "Ditto-Timeout": "2"}),
+                    server, meanwhile=starting)  # fmt: skip
 
 
 def _auth(token: str) -> dict[str, str]:
@@ -250,9 +227,7 @@ def test_several_server_processes_on_a_fleet(
             assert status == 200 and got["output"][0]["content"] == "v"
         # the server answers once one process is up; on a loaded machine the second may
         # still be starting (seen in CI): wait for it, bounded
-        deadline = time.monotonic() + EVENT_WAIT_S
-        while _started(served) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: _started(served) >= 2, "the second server process")
         assert _started(served) == 2, served.log()
 
 

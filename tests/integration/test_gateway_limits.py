@@ -22,7 +22,7 @@ import pytest
 
 from ditto_worker.testing.gateway import GatewayServer
 from tests.conftest import EVENT_WAIT_S
-from tests.integration.test_gateway_guards import T1, env, raw_request, write_config
+from tests.integration.test_gateway_guards import T1, guarded, raw_request
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +30,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
     folder = tmp_path_factory.mktemp("limits")
-    write_config(folder, extra="  maxHeaderBytes: 16384\n  maxHeaders: 40\n")
-    with GatewayServer(folder, env=env(folder)) as server:
+    with guarded(folder, extra="  maxHeaderBytes: 16384\n  maxHeaders: 40\n") as server:
         yield server
 
 
@@ -140,8 +139,7 @@ def test_a_kept_alive_connection_gets_each_deadline_afresh(served: GatewayServer
 
 
 def test_a_connection_over_the_cap_is_429(tmp_path: Path) -> None:
-    write_config(tmp_path, extra="  maxConnections: 8\n  headerTimeoutS: 120\n")
-    with GatewayServer(tmp_path, env=env(tmp_path)) as server:
+    with guarded(tmp_path, extra="  maxConnections: 8\n  headerTimeoutS: 120\n") as server:
         held = [socket.create_connection(("127.0.0.1", server.port), timeout=30)
                 for _ in range(8)]  # fmt: skip
         try:

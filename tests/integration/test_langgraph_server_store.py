@@ -6,7 +6,6 @@ input, grants and cross-tenant tries."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -25,36 +24,20 @@ langgraph_sdk = pytest.importorskip("langgraph_sdk")
 from langgraph.store.memory import InMemoryStore  # noqa: E402
 
 from ditto_worker.testing.gateway import GatewayServer  # noqa: E402
+from tests.integration._gateway_kit import serving  # noqa: E402
 
 REPO: Final = Path(__file__).resolve().parents[2]
 T1, T2, READER = "store-token-one", "store-token-two", "store-token-reader"
 PARITY = "store-token-parity"  # a tenant of its own: its listings see only its own puts
 
 
-def _sha(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    folder = tmp_path_factory.mktemp("store-gateway")
-    (folder / "ditto.yaml").write_text(
-        f"""
-workers:
-  infer: {{local: {{autoStart: false}}}}
-plugins:
-  sqlite: {{path: '{folder / "memory.sqlite"}'}}
-gateway:
-  tokens:
-    - {{sha256: {_sha(T1)}, tenant: t1, user: u1}}
-    - {{sha256: {_sha(T2)}, tenant: t2, user: u2}}
-    - {{sha256: {_sha(READER)}, tenant: t1, user: u1, nodes: ["MEMORY.GET", "MEMORY.QUERY"]}}
-    - {{sha256: {_sha(PARITY)}, tenant: t3, user: u3}}
-""",
-        encoding="utf-8",
-    )
+    tokens = {T1: "tenant: t1, user: u1", T2: "tenant: t2, user: u2",
+              READER: 'tenant: t1, user: u1, nodes: ["MEMORY.GET", "MEMORY.QUERY"]',
+              PARITY: "tenant: t3, user: u3"}  # fmt: skip
     env = {"DITTO_BROKER_URL": "", "DITTO_RESULT_BACKEND": ""}
-    with GatewayServer(folder, env=env, ready_s=180) as server:
+    with serving(tmp_path_factory.mktemp("store-gateway"), tokens, env=env) as server:
         yield server
 
 

@@ -5,7 +5,6 @@ protected-resource metadata), and ``ditto-worker mcp --transport http`` on loopb
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ pytest.importorskip("mcp")
 jwt = pytest.importorskip("jwt")
 
 from ditto_worker.testing.gateway import GatewayServer  # noqa: E402
+from tests.integration._gateway_kit import serving  # noqa: E402
 from tests.integration._mcp_kit import (  # noqa: E402
     call,
     check_every_tool,
@@ -32,10 +32,6 @@ KEY = "a-test-hmac-key-of-at-least-32-bytes!!"
 ISSUER = "https://issuer.example"
 
 
-def _sha(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def _jwt(tenant: str, user: str) -> str:
     claims = {"tenant": tenant, "sub": user, "iss": ISSUER, "exp": int(time.time()) + 600}
     return str(jwt.encode(claims, KEY, algorithm="HS256"))
@@ -43,25 +39,14 @@ def _jwt(tenant: str, user: str) -> str:
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    folder = tmp_path_factory.mktemp("mcp-gateway")
-    (folder / "ditto.yaml").write_text(
-        f"""
-workers:
-  infer: {{local: {{autoStart: false}}}}
-plugins:
-  sqlite: {{path: '{folder / "memory.sqlite"}'}}
-gateway:
-  tokens:
-    - {{sha256: {_sha(T1)}, tenant: t1, user: u1}}
-    - {{sha256: {_sha(T2)}, tenant: t2, user: u2}}
-    - {{sha256: {_sha(READER)}, tenant: t1, user: u1, nodes: ["MEMORY.GET"]}}
-  jwt: {{keyEnv: MCP_TEST_JWT_KEY, algorithms: [HS256], issuer: '{ISSUER}'}}
-  mcp: {{resourceUrl: 'https://memory.example/mcp', allowedHosts: ['memory.example:*']}}
-""",
-        encoding="utf-8",
+    tokens = {T1: "tenant: t1, user: u1", T2: "tenant: t2, user: u2",
+              READER: 'tenant: t1, user: u1, nodes: ["MEMORY.GET"]'}  # fmt: skip
+    keys = (
+        f"  jwt: {{keyEnv: MCP_TEST_JWT_KEY, algorithms: [HS256], issuer: '{ISSUER}'}}\n"
+        "  mcp: {resourceUrl: 'https://memory.example/mcp', allowedHosts: ['memory.example:*']}\n"
     )
     env = {"MCP_TEST_JWT_KEY": KEY, "DITTO_BROKER_URL": "", "DITTO_RESULT_BACKEND": ""}
-    with GatewayServer(folder, env=env) as server:
+    with serving(tmp_path_factory.mktemp("mcp-gateway"), tokens, gateway=keys, env=env) as server:
         yield server
 
 
@@ -154,11 +139,7 @@ def test_dns_rebinding_protection(gateway: GatewayServer) -> None:
 
 
 def test_static_tokens_only_advertise_no_metadata(tmp_path: Path) -> None:
-    (tmp_path / "ditto.yaml").write_text(
-        f"gateway:\n  tokens:\n    - {{sha256: {_sha(T1)}, tenant: t1, user: u1}}\n",
-        encoding="utf-8",
-    )
-    with GatewayServer(tmp_path, env={"DITTO_BROKER_URL": ""}) as server:
+    with serving(tmp_path, {T1: "tenant: t1, user: u1"}, env={"DITTO_BROKER_URL": ""}) as server:
         meta = httpx.get(f"{server.url}/.well-known/oauth-protected-resource/mcp", timeout=30)
         assert meta.status_code == 404
         bare = httpx.post(f"{server.url}/mcp", json={}, timeout=30)
