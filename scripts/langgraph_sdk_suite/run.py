@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tarfile
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,50 +32,19 @@ SDK: Final = ("langgraph-sdk", "0.4.14", "langgraph_sdk")
 SUITE: Final = "tests/integration/test_store.py"
 
 sys.path.insert(0, str(HERE.parent / "langgraph_suites"))
-from run import _venv  # noqa: E402  (the LangGraph suites' virtualenv, shared)
-
-
-def _sdist(cache: Path) -> Path:
-    """The unpacked root of the langgraph-sdk sdist (downloaded once)."""
-    package, version, stem = SDK
-    root = cache / f"{stem}-{version}"
-    if root.is_dir():
-        return root
-    archive = cache / f"{stem}-{version}.tar.gz"
-    if not archive.exists():
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:",
-                        "--no-deps", "-d", str(cache), f"{package}=={version}"],
-                       check=True)  # fmt: skip
-    with tarfile.open(archive) as tar:
-        tar.extractall(cache, filter="data")
-    return root
+from suite_env import run_suite_file, sdist, suite_venv, summary  # noqa: E402  (shared)
 
 
 def run_suite(url: str, api_key: str, cache: Path) -> dict[str, Any]:
     """Run the store tests against ``url``; their counts from the shim's per-test lines."""
-    python, root = _venv(cache), _sdist(cache)
+    python, root = suite_venv(cache), sdist(cache, *SDK)
     report = cache / "report-sdk-store.jsonl"
-    report.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONPATH": str(HERE), "LANGGRAPH_INTEGRATION_URL": url,
            "DITTO_SDK_API_KEY": api_key, "DITTO_SDK_REPORT": str(report),
            "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
-    command = [str(python), "-m", "pytest", "-p", "ditto_sdk_shim", "-p", "no:cacheprovider",
-               "-q", "-o", "addopts=", "-o", "asyncio_mode=auto", "-m", "integration",
-               SUITE]  # fmt: skip
-    out = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    lines = [json.loads(x) for x in report.read_text().splitlines()] if report.exists() else []
-    failed = [x["nodeid"] for x in lines if x["outcome"] == "failed"]
-    return {
-        "file": f"{root.name}/{SUITE}",
-        "exit": out.returncode,
-        "tests": len(lines),
-        "passed": sum(x["outcome"] == "passed" and x["requests"] > 0 for x in lines),
-        "failed": len(failed),
-        "skipped": sum(x["outcome"] == "skipped" for x in lines),
-        "never_touched_ours": sum(x["outcome"] == "passed" and x["requests"] == 0 for x in lines),
-        "failed_tests": failed,
-        "tail": out.stdout[-3000:] if failed or not lines else "",
-    }
+    args = ["-m", "integration", SUITE]
+    out, lines = run_suite_file(python, root, "ditto_sdk_shim", args, env, report, 600)
+    return {"file": f"{root.name}/{SUITE}", **summary(out, lines, "requests")}
 
 
 def main(argv: list[str] | None = None) -> int:
