@@ -33,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -41,8 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet_overhead import RAW, client_table, worker_app  # noqa: E402
-
-from ditto_worker.testing.servers import RedisServer  # noqa: E402
+from loops import in_threads, median_row, redis_option, with_redis  # noqa: E402
 
 RECORDS = 1000
 NODES = {"GET": "MEMORY.GET", "SEARCH": "MEMORY.SEARCH"}
@@ -86,13 +84,7 @@ def closed_raw(app: Any, callers: int, per: int) -> tuple[float, ...]:
             app.send_task(RAW, kwargs={"input": None}, queue=RAW.lower()).get(timeout=60)
             latencies.append(time.perf_counter() - t0)
 
-    threads = [threading.Thread(target=caller) for _ in range(callers)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return summary(latencies, time.perf_counter() - start)
+    return summary(latencies, in_threads(callers, caller))
 
 
 def closed_sdk(direct: Any, node: str, calls: int) -> tuple[float, ...]:
@@ -176,10 +168,6 @@ def capacity(clients: dict[str, Any], worker_pid: int, url: str, calls: int) -> 
               f"{rd['cpu'] * 1000:>10.3f}{rd['commands']:>7.1f}{rd['bytes']:>8.0f}"
               f"{per_core:>25.0f}")  # fmt: skip
     r.close()
-
-
-def median_row(rows: list[tuple[float, ...]]) -> tuple[float, ...]:
-    return tuple(statistics.median(column) for column in zip(*rows, strict=True))
 
 
 def measure(url: str, args: argparse.Namespace) -> None:
@@ -266,7 +254,7 @@ def ratio_rounds(clients: dict[str, Any], args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--redis", help="Redis URL (default: start a throwaway redis-server)")
+    redis_option(parser)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--calls", type=int, default=200, help="calls per round at 1 caller")
     parser.add_argument("--rate", type=float, default=1000.0, help="open loop calls/s")
@@ -277,16 +265,7 @@ def main() -> None:
     parser.add_argument("--capacity", action="store_true", help="print the capacity inputs")
     parser.add_argument("--capacity-calls", type=int, default=3000)
     args = parser.parse_args()
-    server = None
-    url = args.redis
-    if url is None:
-        server = RedisServer().start()
-        url = server.url + "/0"
-    try:
-        measure(url, args)
-    finally:
-        if server is not None:
-            server.close()
+    with_redis(args.redis, lambda url: measure(url, args))
 
 
 if __name__ == "__main__":

@@ -40,19 +40,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ditto_worker.testing.servers import RedisServer
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from loops import in_threads, p50_ms, redis_option, round_row, run_worker, with_redis  # noqa: E402
 
 RAW = "RAW.NOOP"
 """The raw Celery task: answers a NodeResult-shaped dict with no runtime envelope."""
@@ -96,12 +96,7 @@ def worker_app(redis_url: str, db_path: str, events: bool = True) -> Any:
 def serve(redis_url: str, db_path: str, pool: str, concurrency: int, events: bool) -> None:
     """Run the benchmark's one worker process (``-E`` with task events, as
     ``ditto-worker worker`` does)."""
-    app = worker_app(redis_url, db_path, events)
-    queues = [q.name for q in app.conf.task_queues]
-    app.worker_main([
-        "worker", "-P", pool, "-c", str(concurrency), "-l", "WARNING", *(["-E"] if events else []),
-        "-Q", ",".join(queues), "-n", f"bench-{os.getpid()}@%h",
-    ])  # fmt: skip
+    run_worker(worker_app(redis_url, db_path, events), pool, concurrency, "bench", events)
 
 
 def client_table(db_path: str) -> dict[str, Any]:
@@ -114,27 +109,12 @@ def client_table(db_path: str) -> dict[str, Any]:
     return dict(node_table([*built, raw]))
 
 
-def p50_ms(fn: Callable[[], Any], calls: int) -> float:
-    samples = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(samples)
-
-
 def concurrent_raw(app: Any, callers: int, per_caller: int) -> float:
     def caller() -> None:
         for _ in range(per_caller):
             app.send_task(RAW, kwargs={"input": None}, queue=RAW.lower()).get(timeout=30)
 
-    threads = [threading.Thread(target=caller) for _ in range(callers)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return callers * per_caller / (time.perf_counter() - start)
+    return callers * per_caller / in_threads(callers, caller)
 
 
 def concurrent_fleet(client: Any, callers: int, per_caller: int, get_input: Any) -> float:
@@ -149,11 +129,6 @@ def concurrent_fleet(client: Any, callers: int, per_caller: int, get_input: Any)
         return callers * per_caller / (time.perf_counter() - start)
 
     return asyncio.run(run())
-
-
-def _row(label: str, values: list[float], unit: str) -> str:
-    spread = f"{min(values):.3f}-{max(values):.3f}"
-    return f"{label:<44}{statistics.median(values):>10.3f} {unit:<7}{spread:>18}"
 
 
 def run(redis_url: str, args: argparse.Namespace) -> None:
@@ -219,8 +194,8 @@ def measure(
             "c": "(c)  MEMORY.GET, direct SDK in-process",
         }
         for key, label in labels.items():
-            print(_row(label, rounds[key], "ms"))
-        print(_row("ratio b/a per round (target <= 1.25)", ratio, "x"))
+            print(round_row(label, rounds[key], "ms"))
+        print(round_row("ratio b/a per round (target <= 1.25)", ratio, "x"))
         med = {key: statistics.median(values) for key, values in rounds.items()}
         ours = med["a'"]
         print("where the time goes (medians, ms):")
@@ -253,7 +228,7 @@ def main() -> None:
         serve(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6] == "on")
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--redis", help="Redis URL (default: start a throwaway redis-server)")
+    redis_option(parser)
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (>= 5)")
     parser.add_argument("--calls", type=int, default=300, help="sequential calls per path/round")
     parser.add_argument("--per-caller", type=int, default=10, help="calls per concurrent caller")
@@ -265,16 +240,7 @@ def main() -> None:
     parser.add_argument("--pools", default="prefork:4,threads:8",
                         help="pool:concurrency list, each measured on its own worker")  # fmt: skip
     args = parser.parse_args()
-    server = None
-    url = args.redis
-    if url is None:
-        server = RedisServer().start()
-        url = server.url + "/0"
-    try:
-        run(url, args)
-    finally:
-        if server is not None:
-            server.close()
+    with_redis(args.redis, lambda url: run(url, args))
 
 
 if __name__ == "__main__":

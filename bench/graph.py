@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
-from ditto_worker.testing.servers import RedisServer
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from loops import p50_ms, p50_ms_async, redis_option, round_row, run_worker, with_redis  # noqa: E402
 
 FAN_OUT = 10
 SLEEP_MS = 100
@@ -63,12 +64,7 @@ def serve(redis_url: str, concurrency: int) -> None:
     from ditto_worker.fleet.launch import create_worker_app
 
     config = load_runtime_config({"fleet": {"brokerUrl": redis_url}}, env={})
-    app = create_worker_app(config, [bench_kind])
-    queues = [q.name for q in app.conf.task_queues]
-    app.worker_main([
-        "worker", "-P", "threads", "-c", str(concurrency), "-l", "WARNING", "-E",
-        "-Q", ",".join(queues), "-n", f"bench-graph-{os.getpid()}@%h",
-    ])  # fmt: skip
+    run_worker(create_worker_app(config, [bench_kind]), "threads", concurrency, "bench-graph")
 
 
 def fan_out_graph() -> Any:
@@ -93,29 +89,6 @@ def seconds(fn: Callable[[], Any]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
-
-
-def p50_ms_async(make: Callable[[], Awaitable[Any]], calls: int) -> float:
-    async def run() -> float:
-        samples = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            result = await make()
-            samples.append((time.perf_counter() - start) * 1000)
-            assert result.status == "success", result
-        return statistics.median(samples)
-
-    return asyncio.run(run())
-
-
-def p50_ms(fn: Callable[[], Any], calls: int) -> float:
-    samples = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        result = fn()
-        samples.append((time.perf_counter() - start) * 1000)
-        assert result.status == "success", result
-    return statistics.median(samples)
 
 
 def loop_rate(runtime: Any) -> float:
@@ -146,8 +119,7 @@ def ainvoke_rate(runtime: Any) -> float:
 
 
 def _row(label: str, values: list[float], unit: str, digits: int = 3) -> str:
-    spread = f"{min(values):.{digits}f}-{max(values):.{digits}f}"
-    return f"{label:<50}{statistics.median(values):>10.{digits}f} {unit:<8}{spread:>18}"
+    return round_row(label, values, unit, digits, widths=(50, 8))
 
 
 def measure(fleet: Any, embedded: Any, args: argparse.Namespace) -> dict[str, list[float]]:
@@ -258,21 +230,12 @@ def main() -> None:
         serve(sys.argv[2], int(sys.argv[3]))
         return
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--redis", help="Redis URL (default: start a throwaway redis-server)")
+    redis_option(parser)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--calls", type=int, default=200, help="sequential calls per path/round")
     parser.add_argument("--concurrency", type=int, default=10, help="worker thread slots (>= 10)")
     args = parser.parse_args()
-    server = None
-    url = args.redis
-    if url is None:
-        server = RedisServer().start()
-        url = server.url + "/0"
-    try:
-        run(url, args)
-    finally:
-        if server is not None:
-            server.close()
+    with_redis(args.redis, lambda url: run(url, args))
 
 
 if __name__ == "__main__":
