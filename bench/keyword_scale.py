@@ -54,12 +54,12 @@ from ditto_plugin_sqlite import SqliteMemoryStore  # noqa: E402
 from ditto_plugin_sqlite import store as store_module  # noqa: E402
 from ditto_plugin_sqlite.fts import KeywordPlan, index_record, keyword_plan  # noqa: E402
 from ditto_plugin_sqlite.fts import _scope as keyword_scope  # noqa: E402
-from ditto_plugin_sqlite.rows import COLUMNS  # noqa: E402
 from ditto_plugin_sqlite.search import _best_rows, _filtered_rows, _keyword_sql  # noqa: E402
 from ditto_plugin_sqlite.sql import compile_filter, in_namespace  # noqa: E402
 from ditto_worker import create_memory  # noqa: E402
 from ditto_worker.memory.filters import parse_filter  # noqa: E402
 from ditto_worker.memory.text import index_terms, keyword_text  # noqa: E402
+from ditto_worker.sqlkit.records import COLUMNS  # noqa: E402
 
 EVERY = {"filter": {"tag": {"$exists": False}}}
 """A filter every bench record passes (their metadata has ``tags``, not ``tag``)."""

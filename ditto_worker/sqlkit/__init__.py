@@ -7,7 +7,8 @@ connection handling, and its native search; the kit holds the rest:
   :class:`FilterDialect` that writes the leaves: placeholders, JSON paths, casts,
   collation), :func:`order_clause` and :func:`keyset_condition` (keyset paging).
 * :mod:`.ledger`: the operation and execution ledgers (:func:`claim_call`,
-  :func:`record_call` over a :class:`LedgerDialect`): exactly-once mutations.
+  :func:`record_call` over a :class:`LedgerDialect`, or a call's :func:`mutation`):
+  exactly-once mutations.
 * :mod:`.paging`: one QUERY page (:func:`page_request`, :func:`page_query`,
   :func:`page_output`): parse, select after the cursor, cut, sign the next cursor.
 
@@ -36,9 +37,11 @@ from ditto_worker.sqlkit.ledger import (
     DEFAULT_RETENTION_S,
     LedgerDialect,
     LedgerRow,
+    Mutation,
     claim_call,
     claim_execution,
     claim_operation,
+    mutation,
     prune_ledgers,
     record_call,
 )
@@ -63,6 +66,7 @@ __all__ = [
     "FilterDialect",
     "LedgerDialect",
     "LedgerRow",
+    "Mutation",
     "PageRequest",
     "SERVER_DEFAULTS",
     "Sql",
@@ -73,6 +77,7 @@ __all__ = [
     "compile_filter",
     "join",
     "keyset_condition",
+    "mutation",
     "negate",
     "order_clause",
     "page_output",

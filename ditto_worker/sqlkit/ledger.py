@@ -34,8 +34,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final
 
+from pydantic import BaseModel
+
 from ditto_worker.errors import ErrorCode, MemoryError
-from ditto_worker.memory.operations import Operation, check_replay
+from ditto_worker.memory.operations import Operation, check_replay, operation_of
+from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.retention import (
     BACKGROUND_BATCH,
     PRUNE_BATCH,
@@ -43,14 +46,17 @@ from ditto_worker.memory.retention import (
     PruneReport,
     operation_expired,
 )
+from ditto_worker.memory.scope import namespace_of
 
 __all__ = [
     "DEFAULT_RETENTION_S",
     "LedgerDialect",
     "LedgerRow",
+    "Mutation",
     "claim_call",
     "claim_execution",
     "claim_operation",
+    "mutation",
     "prune_ledgers",
     "record_call",
 ]
@@ -248,6 +254,47 @@ def record_call(
         ledger.store_operation(conn, op, namespace, output)
     if ledger.retention.due():  # the background prune: one bounded batch
         ledger.prune(conn, "operations", ledger.retention.forget_before(), BACKGROUND_BATCH)
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One mutation call as its store's ledgers see it (made by :func:`mutation`): the
+    node, the scope's namespace, the operation (``None`` without an operation id) and the
+    execution id."""
+
+    ledger: LedgerDialect
+    node: str
+    namespace: str
+    op: Operation | None
+    execution_id: str | None
+
+    @property
+    def operation_id(self) -> str | None:
+        """The operation id the call's records are stamped with (``None``: none)."""
+        return None if self.op is None else self.op.id
+
+    def claim(self, conn: Any) -> Any | None:
+        """:func:`claim_call`, the transaction's first statements: the committed output
+        of an earlier run (apply nothing), or ``None`` (apply, then :meth:`record`)."""
+        return claim_call(self.ledger, conn, self.node, self.op, self.execution_id, self.namespace)
+
+    def record(self, conn: Any, output: Any, retention_s: float) -> None:
+        """:func:`record_call`: store ``output`` (JSON data) under the claims before COMMIT;
+        execution ids older than ``retention_s`` seconds are pruned."""
+        record_call(
+            self.ledger, conn, self.node, self.op, self.execution_id, output, retention_s,
+            self.namespace,
+        )  # fmt: skip
+
+
+def mutation(
+    ledger: LedgerDialect, node: str, input: BaseModel, options: MemoryCallOptions | None
+) -> Mutation:
+    """The :class:`Mutation` of a call of ``node`` (``MEMORY.WRITE`` …) with ``input``."""
+    execution_id = None if options is None else options.execution_id
+    return Mutation(
+        ledger, node, namespace_of(options), operation_of(options, node, input), execution_id
+    )
 
 
 def prune_ledgers(

@@ -22,11 +22,13 @@ __all__ = [
     "WIDTH",
     "Row",
     "batch_keys",
+    "check_keys",
     "chunks",
     "dump",
     "key_taken",
     "marks",
     "row_item",
+    "written_item",
 ]
 
 COLUMNS: Final = (
@@ -48,6 +50,21 @@ def row_item(row: Row) -> MemoryItem:
     """The MemoryItem of a row that starts with :data:`COLUMNS` (JSON as text, or as
     the driver decoded it)."""
     return MemoryItem(
+        id=row[1],
+        key=row[2],
+        content=_json(row[3]),
+        metadata=None if row[4] is None else _json(row[4]),
+        operation_id=row[5],
+        created_at=row[6],
+        updated_at=row[7],
+    )
+
+
+def written_item(row: Row) -> MemoryItem:
+    """:func:`row_item` of a row this process has just written from a validated draft (an
+    id and timestamps the store made, JSON text it dumped): the same item, without
+    validating again what was validated on the way in."""
+    return MemoryItem.model_construct(
         id=row[1],
         key=row[2],
         content=_json(row[3]),
@@ -106,3 +123,20 @@ def batch_keys(keys: Sequence[str | None]) -> dict[str, int]:
 def key_taken(index: int) -> MemoryError:
     """``CONFLICT``: draft ``index``'s key is already stored in the namespace."""
     return MemoryError(ErrorCode.CONFLICT, f"memories[{index}].key already exists in the store")
+
+
+def check_keys(conn: Any, keys: Sequence[str | None], namespace: str, mark: str = "?") -> None:
+    """Check a WRITE batch's keys (one per draft, ``None``: none) against the batch and
+    the ``memories`` of ``namespace`` (MEM-WRITE-3; keys are unique per tenant scope), one
+    ``SELECT`` per :data:`CHUNK` keys on ``conn`` (its ``execute`` returns a cursor).
+
+    Raises:
+        MemoryError: ``CONFLICT`` (nothing written) for a key repeated in the batch or
+            already stored.
+    """
+    seen = batch_keys(keys)
+    for chunk in chunks(list(seen)):
+        sql = f"SELECT key FROM memories WHERE namespace = {mark} AND key IN ({marks(chunk, mark)})"
+        taken = conn.execute(sql, [namespace, *chunk]).fetchone()
+        if taken is not None:
+            raise key_taken(seen[taken[0]])

@@ -36,27 +36,25 @@ from ditto_worker.contracts import (
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.filters import timestamp_now
-from ditto_worker.memory.operations import condition_failed, metadata_holds, operation_of
+from ditto_worker.memory.operations import condition_failed, metadata_holds
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.sqlkit import (
     DEFAULT_RETENTION_S,
     Sql,
-    claim_call,
     compile_filter,
+    mutation,
     page_output,
     page_query,
     page_request,
-    record_call,
     sql_capabilities,
 )
 from ditto_worker.sqlkit.records import (
     COLUMNS,
     WIDTH,
-    batch_keys,
+    check_keys,
     chunks,
     dump,
-    key_taken,
     marks,
     row_item,
 )
@@ -150,22 +148,16 @@ class DuckdbMemoryStore(KeywordSearch):
              None if d.metadata is None else dump(d.metadata, f"memories[{i}].metadata"))
             for i, d in enumerate(drafts)
         ]  # fmt: skip
-        keys = batch_keys([draft.key for draft in drafts])
-        ns, op = namespace_of(options), operation_of(options, "MEMORY.WRITE", input)
-        eid = options.execution_id if options is not None else None
+        keys = [draft.key for draft in drafts]
+        call = mutation(_LEDGER, "MEMORY.WRITE", input, options)
+        ns = call.namespace
         with self._db.write(options) as cursor:
-            replay = claim_call(_LEDGER, cursor, "MEMORY.WRITE", op, eid, ns)
+            replay = call.claim(cursor)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(item) for item in replay]
-            for chunk in chunks(list(keys)):
-                taken = cursor.execute(
-                    f"SELECT key FROM memories WHERE namespace = ? AND key IN ({marks(chunk)})",
-                    [ns, *chunk],
-                ).fetchone()
-                if taken is not None:
-                    raise key_taken(keys[taken[0]])
+            check_keys(cursor, keys, ns)
             latest = cursor.execute("SELECT MAX(created_at) FROM memories").fetchone()[0]
-            now, op_id = timestamp_now(latest), None if op is None else op.id
+            now, op_id = timestamp_now(latest), call.operation_id
             items = []
             for draft, (content, metadata) in zip(drafts, encoded, strict=True):
                 memory_id = uuid.uuid4().hex
@@ -178,7 +170,7 @@ class DuckdbMemoryStore(KeywordSearch):
                 items.append(row_item((seq, memory_id, draft.key, content, metadata, op_id,
                                        now, now)))  # fmt: skip
             output = [to_wire(item) for item in items]
-            record_call(_LEDGER, cursor, "MEMORY.WRITE", op, eid, output, self._retention_s, ns)
+            call.record(cursor, output, self._retention_s)
         return items
 
     def update(
@@ -191,12 +183,12 @@ class DuckdbMemoryStore(KeywordSearch):
             MemoryError: ``NOT_FOUND`` / ``CONDITION_FAILED`` (nothing applied).
         """
         entries = input.memories
-        ns, op = namespace_of(options), operation_of(options, "MEMORY.UPDATE", input)
-        eid = options.execution_id if options is not None else None
+        call = mutation(_LEDGER, "MEMORY.UPDATE", input, options)
+        ns = call.namespace
         changes: list[tuple[str, list[Any]]] = []
         for i, entry in enumerate(entries):
             sets = ["updated_at = ?", "operation_id = ?"]
-            params: list[Any] = [None if op is None else op.id]
+            params: list[Any] = [call.operation_id]
             if entry.has_content:
                 sets.append("content = ?")
                 params.append(dump(entry.content, f"memories[{i}].content"))
@@ -205,7 +197,7 @@ class DuckdbMemoryStore(KeywordSearch):
                 params.append(dump(entry.metadata, f"memories[{i}].metadata"))
             changes.append((", ".join(sets), params))
         with self._db.write(options) as cursor:
-            replay = claim_call(_LEDGER, cursor, "MEMORY.UPDATE", op, eid, ns)
+            replay = call.claim(cursor)
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(item) for item in replay]
             now, items = timestamp_now(), []
@@ -226,7 +218,7 @@ class DuckdbMemoryStore(KeywordSearch):
                 if entry.has_content:
                     index_record(cursor, found[0], ns, found[2], items[-1].content)
             output = [to_wire(item) for item in items]
-            record_call(_LEDGER, cursor, "MEMORY.UPDATE", op, eid, output, self._retention_s, ns)
+            call.record(cursor, output, self._retention_s)
         return items
 
     def delete(
@@ -235,11 +227,11 @@ class DuckdbMemoryStore(KeywordSearch):
         """Delete existing ids in one transaction; returns only the ids deleted now, in
         request order; the keys of deleted records are free again (MEM-PY-12)."""
         ids = list(dict.fromkeys(input.ids))
-        ns, op = namespace_of(options), operation_of(options, "MEMORY.DELETE", input)
-        eid = options.execution_id if options is not None else None
+        call = mutation(_LEDGER, "MEMORY.DELETE", input, options)
+        ns = call.namespace
         found: dict[str, int] = {}
         with self._db.write(options) as cursor:
-            replay = claim_call(_LEDGER, cursor, "MEMORY.DELETE", op, eid, ns)
+            replay = call.claim(cursor)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             for chunk in chunks(ids):
@@ -249,7 +241,5 @@ class DuckdbMemoryStore(KeywordSearch):
                 cursor.execute(f"DELETE FROM memory_terms WHERE seq IN ({marks(chunk)})", chunk)
                 cursor.execute(f"DELETE FROM memories WHERE seq IN ({marks(chunk)})", chunk)
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])
-            record_call(
-                _LEDGER, cursor, "MEMORY.DELETE", op, eid, to_wire(output), self._retention_s, ns
-            )
+            call.record(cursor, to_wire(output), self._retention_s)
         return output

@@ -51,18 +51,16 @@ from ditto_worker.contracts import (
 )
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.filters import SortValue, timestamp_now
-from ditto_worker.memory.operations import operation_of
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.text import keyword_text
 from ditto_worker.sqlkit import (
     Sql,
-    claim_call,
     compile_filter,
+    mutation,
     page_output,
     page_query,
     page_request,
-    record_call,
 )
 
 __all__ = ["MysqlMemoryStore"]
@@ -210,12 +208,11 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         ]
         ids = [uuid.uuid4().hex for _ in drafts]
         blobs = self._embed([(d.content, d.metadata) for d in drafts])
-        eid = options.execution_id if options is not None else None
-        ns = namespace_of(options)
-        op = operation_of(options, "MEMORY.WRITE", input)
-        op_id = None if op is None else op.id
+        call = mutation(self._ledger, "MEMORY.WRITE", input, options)
+        ns = call.namespace
+        op_id = call.operation_id
         with self._write(options) as conn:
-            replay = claim_call(self._ledger, conn, "MEMORY.WRITE", op, eid, ns)
+            replay = call.claim(conn)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(i) for i in replay]
             last = lock_sequence(conn)
@@ -246,16 +243,7 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
                            metadata=None if m is None else json.loads(m), operation_id=op_id)
                 for i, k, c, m in zip(ids, keys, contents, metas, strict=True)
             ]  # fmt: skip
-            record_call(
-                self._ledger,
-                conn,
-                "MEMORY.WRITE",
-                op,
-                eid,
-                [to_wire(i) for i in items],
-                self._retention_s,
-                ns,
-            )
+            call.record(conn, [to_wire(i) for i in items], self._retention_s)
         return items
 
     def _locked_rows(self, conn: Conn, scope: int, ids: Sequence[str]) -> dict[str, Row]:
@@ -293,12 +281,11 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
                 dump(entry.content, f"memories[{index}].content")
             if entry.has_metadata:
                 dump(entry.metadata, f"memories[{index}].metadata")
-        eid = options.execution_id if options is not None else None
-        ns = namespace_of(options)
-        op = operation_of(options, "MEMORY.UPDATE", input)
+        call = mutation(self._ledger, "MEMORY.UPDATE", input, options)
+        ns = call.namespace
         self._check_identity()
         with self._write(options) as conn:
-            replay = claim_call(self._ledger, conn, "MEMORY.UPDATE", op, eid, ns)
+            replay = call.claim(conn)
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(i) for i in replay]
             scope = self._scope_id(conn, ns, create=False)
@@ -306,20 +293,11 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
                 e.id for e in input.memories])  # fmt: skip
             check_targets(input.memories, found)
             now = timestamp_now()
-            op_id = None if op is None else op.id
+            op_id = call.operation_id
             items = [
                 self._apply(conn, scope or 0, found, entry, now, op_id) for entry in input.memories
             ]
-            record_call(
-                self._ledger,
-                conn,
-                "MEMORY.UPDATE",
-                op,
-                eid,
-                [to_wire(i) for i in items],
-                self._retention_s,
-                ns,
-            )
+            call.record(conn, [to_wire(i) for i in items], self._retention_s)
         return items
 
     def _apply(
@@ -359,11 +337,10 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
         """Delete existing ids in one transaction; returns only the ids deleted now, in
         request order; their keys are free again (MEM-PY-12)."""
         ids = list(dict.fromkeys(input.ids))
-        eid = options.execution_id if options is not None else None
-        ns = namespace_of(options)
-        op = operation_of(options, "MEMORY.DELETE", input)
+        call = mutation(self._ledger, "MEMORY.DELETE", input, options)
+        ns = call.namespace
         with self._write(options) as conn:
-            replay = claim_call(self._ledger, conn, "MEMORY.DELETE", op, eid, ns)
+            replay = call.claim(conn)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             scope = self._scope_id(conn, ns, create=False)
@@ -378,7 +355,5 @@ class MysqlMemoryStore(Lifecycle, SearchMixin):
             if scope is not None:
                 keywords.adjust(conn, scope, [(int(row[WIDTH]), 0) for row in found.values()])
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])
-            record_call(
-                self._ledger, conn, "MEMORY.DELETE", op, eid, to_wire(output), self._retention_s, ns
-            )
+            call.record(conn, to_wire(output), self._retention_s)
         return output

@@ -50,7 +50,6 @@ from ditto_worker.memory.filters import SortValue, timestamp_now
 from ditto_worker.memory.operations import (
     condition_failed,
     metadata_holds,
-    operation_of,
 )
 from ditto_worker.memory.ports import (
     MemoryCallOptions,
@@ -59,12 +58,11 @@ from ditto_worker.memory.scope import namespace_of
 from ditto_worker.memory.text import keyword_text
 from ditto_worker.sqlkit import (
     Sql,
-    claim_call,
     compile_filter,
+    mutation,
     page_output,
     page_query,
     page_request,
-    record_call,
 )
 
 __all__ = ["PostgresMemoryStore"]
@@ -205,12 +203,11 @@ class PostgresMemoryStore(Lifecycle, SearchMixin):
         terms = [record_terms(keyword_text(d.content, d.key, d.metadata, fields)) for d in drafts]
         ids = [uuid.uuid4().hex for _ in drafts]
         literals = self._embed([(d.content, d.metadata) for d in drafts])
-        eid = options.execution_id if options is not None else None
-        ns = namespace_of(options)
-        op = operation_of(options, "MEMORY.WRITE", input)
-        op_id = None if op is None else op.id
+        call = mutation(self._ledger, "MEMORY.WRITE", input, options)
+        ns = call.namespace
+        op_id = call.operation_id
         with self._tx(options) as conn:
-            replay = claim_call(self._ledger, conn, "MEMORY.WRITE", op, eid, ns)
+            replay = call.claim(conn)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(i) for i in replay]
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [self._write_lock])
@@ -246,7 +243,7 @@ class PostgresMemoryStore(Lifecycle, SearchMixin):
                 for i, k, c, m in zip(ids, keys, contents, metas, strict=True)
             ]
             output = [to_wire(i) for i in items]
-            record_call(self._ledger, conn, "MEMORY.WRITE", op, eid, output, self._retention_s, ns)
+            call.record(conn, output, self._retention_s)
         return items
 
     def _check_taken(self, conn: psycopg.Connection, keys: Sequence[str | None], ns: str) -> None:
@@ -279,11 +276,10 @@ class PostgresMemoryStore(Lifecycle, SearchMixin):
         wanted = [] if fields else [e for e in input.memories if e.has_content]
         embedded = self._embed([(e.content, None) for e in wanted])
         literals = None if embedded is None else iter(embedded)
-        eid = options.execution_id if options is not None else None
-        ns = namespace_of(options)
-        op = operation_of(options, "MEMORY.UPDATE", input)
+        call = mutation(self._ledger, "MEMORY.UPDATE", input, options)
+        ns = call.namespace
         with self._tx(options) as conn:
-            replay = claim_call(self._ledger, conn, "MEMORY.UPDATE", op, eid, ns)
+            replay = call.claim(conn)
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(i) for i in replay]
             # FOR UPDATE (in id order): the rows are ours until COMMIT, so ifMetadata is
@@ -327,7 +323,7 @@ class PostgresMemoryStore(Lifecycle, SearchMixin):
                     f"UPDATE {self._table} AS m SET updated_at = %s, operation_id = %s"
                     f"{change.text} WHERE m.namespace = %s AND m.id = %s RETURNING {_COLUMNS}"
                 )
-                params = [now, None if op is None else op.id, *change.params, ns, entry.id]
+                params = [now, call.operation_id, *change.params, ns, entry.id]
                 rows.append(conn.execute(sql, params).fetchone() or ())
                 if reindex:  # a metadata-only update keeps the vector unless fields read it
                     if fields:  # the text needs the stored metadata: embedded here
@@ -338,7 +334,7 @@ class PostgresMemoryStore(Lifecycle, SearchMixin):
             keywords.adjust(conn, self._quoted, ns, counts)
             items = [item(row) for row in rows]
             output = [to_wire(i) for i in items]
-            record_call(self._ledger, conn, "MEMORY.UPDATE", op, eid, output, self._retention_s, ns)
+            call.record(conn, output, self._retention_s)
         return items
 
     def delete(
@@ -347,11 +343,10 @@ class PostgresMemoryStore(Lifecycle, SearchMixin):
         """Delete existing ids in one statement; returns only the ids deleted now, in
         request order; their keys are free again (MEM-PY-12)."""
         ids = list(dict.fromkeys(input.ids))
-        eid = options.execution_id if options is not None else None
-        ns = namespace_of(options)
-        op = operation_of(options, "MEMORY.DELETE", input)
+        call = mutation(self._ledger, "MEMORY.DELETE", input, options)
+        ns = call.namespace
         with self._tx(options) as conn:
-            replay = claim_call(self._ledger, conn, "MEMORY.DELETE", op, eid, ns)
+            replay = call.claim(conn)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             rows = conn.execute(
@@ -362,7 +357,5 @@ class PostgresMemoryStore(Lifecycle, SearchMixin):
             keywords.adjust(conn, self._quoted, ns, [(int(row[1]), 0) for row in rows])
             gone = {row[0] for row in rows}
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in gone])
-            record_call(
-                self._ledger, conn, "MEMORY.DELETE", op, eid, to_wire(output), self._retention_s, ns
-            )
+            call.record(conn, to_wire(output), self._retention_s)
         return output

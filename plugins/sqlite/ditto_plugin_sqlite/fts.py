@@ -47,7 +47,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from ditto_plugin_sqlite.driver import Connection
-from ditto_plugin_sqlite.rows import chunks, marks
 from ditto_worker.memory.text import (
     BM25_B,
     BM25_K1,
@@ -57,6 +56,7 @@ from ditto_worker.memory.text import (
     query_terms,
     select_terms,
 )
+from ditto_worker.sqlkit.records import chunks, marks
 
 __all__ = [
     "DDL",

@@ -42,7 +42,7 @@ from itertools import compress
 
 from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.fts import KeywordPlan, postings
-from ditto_plugin_sqlite.rows import chunks, marks
+from ditto_worker.sqlkit.records import chunks, marks
 
 __all__ = ["best_records"]
 

@@ -24,9 +24,9 @@ from typing import Any, Final
 
 from ditto_plugin_sqlite.ann import SimHashIndex, candidate_count
 from ditto_plugin_sqlite.driver import Connection
-from ditto_plugin_sqlite.rows import COLUMNS, Row
 from ditto_plugin_sqlite.sql import Sql
 from ditto_plugin_sqlite.vectors import to_blob
+from ditto_worker.sqlkit.records import COLUMNS, Row
 
 __all__ = ["EXACT_SHARE", "exact_sql", "nearest_rows"]
 
@@ -79,7 +79,7 @@ def nearest_rows(
     limit: int,
 ) -> list[Row]:
     """The ``limit`` records nearest to ``vector`` passing ``where`` (module doc), rows of
-    :data:`~ditto_plugin_sqlite.rows.COLUMNS` plus the score, in ``conn``'s transaction.
+    :data:`~ditto_worker.sqlkit.records.COLUMNS` plus the score, in ``conn``'s transaction.
 
     Args:
         index: the process's index, or ``None`` for the exact plan.

@@ -27,13 +27,13 @@ from ditto_plugin_sqlite.ann import SimHashIndex
 from ditto_plugin_sqlite.driver import Connection
 from ditto_plugin_sqlite.fts import KeywordPlan, keyword_plan
 from ditto_plugin_sqlite.nearest import nearest_rows
-from ditto_plugin_sqlite.rows import COLUMNS, WIDTH, chunks, marks, row_item
 from ditto_plugin_sqlite.sql import Sql, compile_filter, in_namespace
 from ditto_worker.contracts import MemorySearchInput
 from ditto_worker.memory.filters import parse_filter
 from ditto_worker.memory.native import Hit, NativeSearch
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
+from ditto_worker.sqlkit.records import COLUMNS, WIDTH, chunks, marks, row_item
 from ditto_worker.sqlkit.settings import sql_capabilities
 
 __all__ = ["KEYWORD_CAPABILITIES", "VECTOR_CAPABILITIES", "SearchMixin"]

@@ -17,16 +17,6 @@ from typing import Any, ClassVar, Final
 
 from ditto_plugin_sqlite.fts import unindex_records
 from ditto_plugin_sqlite.lifecycle import Lifecycle
-from ditto_plugin_sqlite.rows import CHUNK as _CHUNK
-from ditto_plugin_sqlite.rows import COLUMNS as _COLUMNS
-from ditto_plugin_sqlite.rows import WIDTH as _WIDTH
-from ditto_plugin_sqlite.rows import Row as _Row
-from ditto_plugin_sqlite.rows import check_keys as _check_keys
-from ditto_plugin_sqlite.rows import chunks as _chunks
-from ditto_plugin_sqlite.rows import dump as _dump
-from ditto_plugin_sqlite.rows import marks as _marks
-from ditto_plugin_sqlite.rows import row_item as _item
-from ditto_plugin_sqlite.rows import written_item as _written
 from ditto_plugin_sqlite.search import KEYWORD_CAPABILITIES, SearchMixin
 from ditto_plugin_sqlite.sql import (
     SqliteFilter,
@@ -48,19 +38,28 @@ from ditto_worker.contracts import (
 from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory.capabilities import StoreCapabilities
 from ditto_worker.memory.filters import SortValue, timestamp_now
-from ditto_worker.memory.operations import condition_failed, metadata_holds, operation_of
+from ditto_worker.memory.operations import condition_failed, metadata_holds
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
 from ditto_worker.sqlkit import (
     Sql,
-    claim_call,
     compile_filter,
+    mutation,
     page_output,
     page_query,
     page_request,
-    record_call,
     uses_declared,
 )
+from ditto_worker.sqlkit.records import CHUNK as _CHUNK
+from ditto_worker.sqlkit.records import COLUMNS as _COLUMNS
+from ditto_worker.sqlkit.records import WIDTH as _WIDTH
+from ditto_worker.sqlkit.records import Row as _Row
+from ditto_worker.sqlkit.records import check_keys as _check_keys
+from ditto_worker.sqlkit.records import chunks as _chunks
+from ditto_worker.sqlkit.records import dump as _dump
+from ditto_worker.sqlkit.records import marks as _marks
+from ditto_worker.sqlkit.records import row_item as _item
+from ditto_worker.sqlkit.records import written_item as _written
 
 __all__ = ["SqliteMemoryStore"]
 
@@ -78,7 +77,7 @@ def _metadata(text: str | None) -> Any:
 
 def _sort_values(row: _Row) -> tuple[SortValue, ...]:
     """The cursor's ``(rank, value)`` per sort term: the ``r{i}``/``v{i}`` columns after
-    the :data:`~ditto_plugin_sqlite.rows.WIDTH` record columns of a QUERY row."""
+    the :data:`~ditto_worker.sqlkit.records.WIDTH` record columns of a QUERY row."""
     extra = row[_WIDTH:]
     return tuple((extra[i], extra[i + 1]) for i in range(0, len(extra), 2))
 
@@ -221,15 +220,14 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
         ]
         ids = [uuid.uuid4().hex for _ in drafts]
         blobs = self._embed([(d.content, d.metadata) for d in drafts])
-        eid = options.execution_id if options is not None else None
-        ns = namespace_of(options)
-        op = operation_of(options, "MEMORY.WRITE", input)
-        op_id = None if op is None else op.id
+        call = mutation(self._ledger, "MEMORY.WRITE", input, options)
+        ns = call.namespace
+        op_id = call.operation_id
         with self._tx(options, write=True) as conn:
-            replay = claim_call(self._ledger, conn, "MEMORY.WRITE", op, eid, ns)
+            replay = call.claim(conn)
             if replay is not None:  # already committed: the same result, nothing applied
                 return [MemoryItem.model_validate(item) for item in replay]
-            _check_keys(conn, drafts, ns)
+            _check_keys(conn, [draft.key for draft in drafts], ns)
             latest, first = conn.execute(_NEXT).fetchone()
             now = timestamp_now(latest)
             # the next seqs, given explicitly: BEGIN IMMEDIATE keeps other writers out until
@@ -253,7 +251,7 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
                 for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True)
             ]
             output = [to_wire(i) for i in items]
-            record_call(self._ledger, conn, "MEMORY.WRITE", op, eid, output, self._retention_s, ns)
+            call.record(conn, output, self._retention_s)
         if seqs and self._query.stale(seqs[-1]):  # the planner's statistics, after a doubling
             with self._tx(None, write=True) as conn:
                 self._query.analyze(conn)
@@ -271,9 +269,10 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
         """
         entries = input.memories
         changes: list[tuple[list[str], list[Any]]] = []
-        op = operation_of(options, "MEMORY.UPDATE", input)
+        call = mutation(self._ledger, "MEMORY.UPDATE", input, options)
+        ns = call.namespace
         for i, entry in enumerate(entries):
-            sets, params = ["updated_at = ?", "operation_id = ?"], [None if op is None else op.id]
+            sets, params = ["updated_at = ?", "operation_id = ?"], [call.operation_id]
             if entry.has_content:
                 sets.append("content = ?")
                 params.append(_dump(entry.content, f"memories[{i}].content"))
@@ -285,10 +284,8 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
         fields = self._index_fields
         embedded = [] if fields else [entry for entry in entries if entry.has_content]
         blobs = iter(self._embed([(entry.content, None) for entry in embedded]) or ())
-        eid = options.execution_id if options is not None else None
-        ns = namespace_of(options)
         with self._tx(options, write=True) as conn:
-            replay = claim_call(self._ledger, conn, "MEMORY.UPDATE", op, eid, ns)
+            replay = call.claim(conn)
             if replay is not None:  # already committed: no second update, same result
                 return [MemoryItem.model_validate(item) for item in replay]
             now = timestamp_now()
@@ -319,7 +316,7 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
                     self._store_vectors(conn, [seq_row[0]], blob)
             items = [_item(row) for row in rows]
             output = [to_wire(i) for i in items]
-            record_call(self._ledger, conn, "MEMORY.UPDATE", op, eid, output, self._retention_s, ns)
+            call.record(conn, output, self._retention_s)
         return items
 
     def delete(
@@ -329,11 +326,10 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
         request order; the keys of deleted records are free again (MEM-PY-12)."""
         ids = list(dict.fromkeys(input.ids))
         found: dict[str, int] = {}
-        eid = options.execution_id if options is not None else None
-        ns = namespace_of(options)
-        op = operation_of(options, "MEMORY.DELETE", input)
+        call = mutation(self._ledger, "MEMORY.DELETE", input, options)
+        ns = call.namespace
         with self._tx(options, write=True) as conn:
-            replay = claim_call(self._ledger, conn, "MEMORY.DELETE", op, eid, ns)
+            replay = call.claim(conn)
             if replay is not None:
                 return MemoryDeleteOutput.model_validate(replay)
             for chunk in _chunks(ids):
@@ -346,7 +342,5 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
                 conn.execute(f"DELETE FROM memory_vectors WHERE seq IN ({_marks(chunk)})", chunk)
                 conn.execute(f"DELETE FROM memories WHERE seq IN ({_marks(chunk)})", chunk)
             output = MemoryDeleteOutput(deleted=[i for i in ids if i in found])
-            record_call(
-                self._ledger, conn, "MEMORY.DELETE", op, eid, to_wire(output), self._retention_s, ns
-            )
+            call.record(conn, to_wire(output), self._retention_s)
         return output
