@@ -183,7 +183,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
     direct.write({"memories": [{"key": f"k{i}", "content": f"note {i} about topic{i % 50}"}
                                for i in range(RECORDS)]})  # fmt: skip
     here = str(Path(__file__).resolve().parent / "fleet_overhead.py")
-    worker = subprocess.Popen([sys.executable, here, "--serve", url, db_path, "prefork", "4"])
+    worker = subprocess.Popen([sys.executable, here, "--serve", url, db_path, "prefork", "4", "on"])
     raw_app = worker_app(url, db_path)
     table = client_table(db_path)
     on = CoalescingSettings(enabled=True, in_flight=4, max_calls=args.max_calls,
@@ -194,7 +194,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
         "off": DittoClient.from_fleet(FleetSettings(broker_url=url, coalescing=off), nodes=table),
     }
     try:
-        raw_app.send_task(RAW, queue=RAW.lower()).get(timeout=60)  # the worker is up
+        raw_app.send_task(RAW, queue=RAW.lower()).get(timeout=600)  # the worker is up
         for client in clients.values():
             for node in NODES.values():
                 asyncio.run(closed_async(client, node, 10, 20))  # warm up

@@ -172,7 +172,7 @@ def measure(
         "c": lambda: direct.get(get_input),
     }
     try:
-        raw_app.send_task(RAW, queue=RAW.lower()).get(timeout=60)  # the worker is up
+        raw_app.send_task(RAW, queue=RAW.lower()).get(timeout=600)  # the worker is up
         for fn in paths.values():  # warm up every path
             for _ in range(50):
                 fn()
