@@ -46,33 +46,29 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
+def _fields(row: Row) -> dict[str, Any]:
+    return {
+        "id": row[1],
+        "key": row[2],
+        "content": _json(row[3]),
+        "metadata": None if row[4] is None else _json(row[4]),
+        "operation_id": row[5],
+        "created_at": row[6],
+        "updated_at": row[7],
+    }
+
+
 def row_item(row: Row) -> MemoryItem:
     """The MemoryItem of a row that starts with :data:`COLUMNS` (JSON as text, or as
     the driver decoded it)."""
-    return MemoryItem(
-        id=row[1],
-        key=row[2],
-        content=_json(row[3]),
-        metadata=None if row[4] is None else _json(row[4]),
-        operation_id=row[5],
-        created_at=row[6],
-        updated_at=row[7],
-    )
+    return MemoryItem(**_fields(row))
 
 
 def written_item(row: Row) -> MemoryItem:
     """:func:`row_item` of a row this process has just written from a validated draft (an
     id and timestamps the store made, JSON text it dumped): the same item, without
     validating again what was validated on the way in."""
-    return MemoryItem.model_construct(
-        id=row[1],
-        key=row[2],
-        content=_json(row[3]),
-        metadata=None if row[4] is None else _json(row[4]),
-        operation_id=row[5],
-        created_at=row[6],
-        updated_at=row[7],
-    )
+    return MemoryItem.model_construct(**_fields(row))
 
 
 def dump(value: Any, where: str) -> str:
