@@ -69,13 +69,9 @@ from ditto_worker.operation import check_operation_id
 from ditto_worker.scope import Scope, parse_scope
 
 __all__ = [
-    "BUILTIN_QUERY_LIMIT",
-    "BUILTIN_SEARCH_LIMIT",
-    "Memory",
-    "MemoryResources",
-    "TASK_SPACE_SEARCH",
-    "create_memory",
-]
+    "BUILTIN_QUERY_LIMIT", "BUILTIN_SEARCH_LIMIT", "Memory", "MemoryResources",
+    "TASK_SPACE_SEARCH", "create_memory",
+]  # fmt: skip
 
 DefaultsArg = MemoryDefaults | Mapping[str, Any] | None
 _MUTATIONS = frozenset({"MEMORY.WRITE", "MEMORY.UPDATE", "MEMORY.DELETE"})
