@@ -208,13 +208,10 @@ class Memory(NodePreparation):
         stopped = stopped_result(eid, node, cancel, deadline)
         if stopped is not None:
             return stopped
-        try:  # a mapping {tenant, user, space?} as Runtime.invoke takes it; else refused
+        try:  # scope: also a mapping {tenant, user, space?}, as Runtime.invoke takes it
             scope = parse_scope(scope)
-        except MemoryError as exc:
-            return error_result(eid, node, exc)
-        if node == "MEMORY.SEARCH" and scope is not None and scope.task_id is not None:
-            return NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, TASK_SPACE_SEARCH)
-        try:
+            if node == "MEMORY.SEARCH" and scope is not None and scope.task_id is not None:
+                return NodeResult.failure(eid, node, ErrorCode.INVALID_INPUT, TASK_SPACE_SEARCH)
             prepared = prepare(input, parse_defaults(defaults, "defaults"))
             check_operation_id(operation_id)
         except MemoryError as exc:
