@@ -37,7 +37,7 @@ class GatewayServer:
         folder: Path,
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
-        ready_s: float = 60.0,
+        ready_s: float = 180.0,
     ) -> None:
         self.folder = folder
         self.port = free_port()
@@ -67,7 +67,7 @@ class GatewayServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"serve exited {self.process.returncode}: {self.log()}")
             try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as answer:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=5) as answer:
                     if answer.status == 200:
                         return self
             except (urllib.error.URLError, ConnectionError, TimeoutError):

@@ -1046,6 +1046,16 @@ export interface components {
          */
         RetrievalEmbedRequest: {
             /**
+             * Dimensions
+             * @description If set, must equal the model's (else INVALID_INPUT).
+             */
+            dimensions?: number | null;
+            /**
+             * Model
+             * @description If set, must name the served model (else INVALID_INPUT).
+             */
+            model?: string | null;
+            /**
              * Texts
              * @description The texts to embed, 1-256, each 1-8000 characters.
              */

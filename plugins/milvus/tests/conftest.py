@@ -16,6 +16,8 @@ from ditto_worker.testing import HashingEmbedder
 @pytest.fixture
 def milvus_store(tmp_path: Path) -> Iterator[MilvusMemoryStore]:
     """A Milvus Lite store with the deterministic HashingEmbedder (vector search on)."""
-    store = MilvusMemoryStore(uri=str(tmp_path / "milvus.db"), embedder=HashingEmbedder())
+    store = MilvusMemoryStore(
+        uri=str(tmp_path / "milvus.db"), embedder=HashingEmbedder(), timeout_s=120
+    )  # a gRPC call's wait: generous, the machine may be busy
     yield store
     store.close()

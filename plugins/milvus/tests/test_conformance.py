@@ -17,6 +17,8 @@ from ditto_worker.testing.conformance import *  # noqa: F403
 
 @pytest.fixture
 def conformance_store(tmp_path: Path) -> Iterator[MilvusMemoryStore]:
-    store = MilvusMemoryStore(uri=str(tmp_path / "milvus.db"), embedder=HashingEmbedder())
+    store = MilvusMemoryStore(
+        uri=str(tmp_path / "milvus.db"), embedder=HashingEmbedder(), timeout_s=120
+    )  # a gRPC call's wait: generous, the machine may be busy
     yield store
     store.close()

@@ -17,6 +17,7 @@ del test_ten_thousand_record_write, test_delete_more_than_a_thousand_matches  # 
 
 @pytest.fixture
 def conformance_store(tmp_path: Path) -> Iterator[MilvusMemoryStore]:
-    store = MilvusMemoryStore(uri=str(tmp_path / "milvus.db"))
+    # a gRPC call's wait: generous, the machine may be busy
+    store = MilvusMemoryStore(uri=str(tmp_path / "milvus.db"), timeout_s=120)
     yield store
     store.close()

@@ -18,7 +18,9 @@ del test_ten_thousand_record_write, test_delete_more_than_a_thousand_matches  # 
 
 @pytest.fixture
 def conformance_store(tmp_path: Path) -> Iterator[MilvusMemoryStore]:
-    store = MilvusMemoryStore(uri=str(tmp_path / "milvus.db"), collection_per_scope=True)
+    store = MilvusMemoryStore(
+        uri=str(tmp_path / "milvus.db"), collection_per_scope=True, timeout_s=120
+    )  # a gRPC call's wait: generous, the machine may be busy
     assert store.capabilities.keyword_scope_statistics
     yield store
     store.close()

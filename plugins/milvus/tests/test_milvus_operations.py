@@ -30,6 +30,7 @@ class Crash(BaseException):  # not mapped by the store: nothing after it runs
 
 def _store(tmp_path: Path, **kwargs: Any) -> MilvusMemoryStore:
     kwargs.setdefault("embedder", HashingEmbedder())
+    kwargs.setdefault("timeout_s", 120)  # a gRPC call's wait: generous, the machine may be busy
     return MilvusMemoryStore(uri=str(tmp_path / "milvus.db"), **kwargs)
 
 

@@ -35,6 +35,7 @@ HOSTILE = [
 
 def _store(tmp_path: Path, **kwargs: Any) -> MilvusMemoryStore:
     kwargs.setdefault("embedder", HashingEmbedder())
+    kwargs.setdefault("timeout_s", 120)  # a gRPC call's wait: generous, the machine may be busy
     return MilvusMemoryStore(uri=str(tmp_path / "milvus.db"), **kwargs)
 
 
