@@ -9,6 +9,7 @@ configured store in this process) or, with a broker set (``DITTO_BROKER_URL``,
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -53,6 +54,13 @@ def mcp(
         float | None,
         typer.Option(help="Seconds each call may take (default: fleet.callTimeoutS, 30)."),
     ] = None,
+    artifacts: Annotated[
+        Path,
+        typer.Option(
+            help="Where the task tools publish their artifacts (one folder per "
+            "scope), when a model is configured."
+        ),
+    ] = Path(".ditto/artifacts"),
     config: ConfigOpt = None,
     broker: BrokerOpt = None,
 ) -> None:
@@ -60,7 +68,9 @@ def mcp(
 
     stdio by default (what an MCP host such as Claude Desktop launches); --transport http
     serves http://HOST:PORT/mcp on a loopback address, without authentication. The
-    authenticated server is /mcp of 'ditto-worker serve'. Needs the mcp extra:
+    authenticated server is /mcp of 'ditto-worker serve'. With a model configured
+    (DITTO_WORKER_INFER_BASE_URL, workers.infer.baseUrl) the search and write tasks are
+    tools too (memory_task_search, memory_task_write). Needs the mcp extra:
     pip install 'ditto-worker[mcp]'.
     """
     cfg = load_config(config, broker)
@@ -82,10 +92,15 @@ def mcp(
 
     if trusted is None:  # typer requires --scope; kept for a direct call
         fail("mcp", "--scope tenant=ID,user=ID is required")
+    from ditto_worker.memory_tasks.task_tools import task_tools, task_tools_offered
+
     runtime = create_ditto(None, cfg)
     try:
+        extras = []
+        if task_tools_offered(runtime):
+            extras = task_tools(runtime, lambda: (trusted, None), artifacts.resolve())
         server = create_mcp_server(
-            runtime_specs(runtime), runtime_call(runtime, trusted, timeout_s=timeout)
+            runtime_specs(runtime), runtime_call(runtime, trusted, timeout_s=timeout), extras
         )
         if transport is Transport.http:
             serve_http(server, host, port, allowed_hosts=allowed_host or ())

@@ -154,7 +154,7 @@ def create_app(
     app.add_api_route("/readyz", _readyz(ready), methods=["GET"], name="readyz")
     app.add_api_route("/metrics", metrics.endpoint, methods=["GET"], name="metrics",
                       include_in_schema=False)  # fmt: skip
-    app.state.mcp_run = mount_mcp(app, settings, auth, metrics, specs, gate.call_as)
+    app.state.mcp_run = mount_mcp(app, settings, auth, metrics, specs, gate.call_as, runtime)
     mount_store(app, gate.identify, gate.call_as, settings.max_json_depth)
     mount_embeddings(app, gate.identify, gate.call_as, settings.max_json_depth)
 

@@ -12,7 +12,11 @@ is decoded once; an ``X-Api-Key`` is one of the tokens, as on every route). A
 missing or bad token is 401 with ``WWW-Authenticate: Bearer`` (counted in ``/metrics`` as
 node ``MCP``, code ``UNAUTHENTICATED``); each tool call is admitted by the gateway like a
 ``POST /v1/nodes`` call (node and space grants, in-flight bound, input model, metrics)
-and runs under the token's scope (space ``memory``).
+and runs under the token's scope (space ``memory``). When a model is configured
+(:func:`~ditto_worker.memory_tasks.task_tools.task_tools_offered`) the worked ``search``
+and ``write`` tasks are tools too, for a token granted every node they call
+(``PERMISSION_DENIED`` otherwise), counted in ``/metrics`` as node ``TASK.SEARCH`` /
+``TASK.WRITE``, their artifacts under ``.ditto/artifacts`` of the working folder.
 
 Protected-resource metadata (RFC 9728): served at
 ``/.well-known/oauth-protected-resource/mcp`` only when ``gateway.jwt.issuer`` and
@@ -25,22 +29,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict
 
 from ditto_worker.contracts import NodeResult
-from ditto_worker.errors import ErrorCode
+from ditto_worker.errors import ErrorCode, NodeError
 from ditto_worker.gateway.auth import Authenticator, Identity
 from ditto_worker.gateway.errors import GatewayError
 from ditto_worker.gateway.guard import IDENTITY_SCOPE_KEY
 from ditto_worker.gateway.metrics import GatewayMetrics
 from ditto_worker.gateway.settings import GatewaySettings
-from ditto_worker.runtime import NodeSpec
+from ditto_worker.runtime import NodeSpec, Runtime
+from ditto_worker.scope import Scope
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
     from mcp.server.auth.provider import AccessToken
+
+    from ditto_worker.memory_tasks import TaskOutcome
 
 __all__ = ["MCP_PATH", "mount_mcp"]
 
@@ -51,6 +59,10 @@ MCP_PATH = "/mcp"
 
 CallAs = Callable[[str, Any, Identity], Awaitable[NodeResult[Any]]]
 
+ARTIFACTS_DIR = Path(".ditto/artifacts")
+"""Where the task tools publish their artifacts (one folder per scope), in the gateway's
+working folder."""
+
 
 def mount_mcp(
     app: FastAPI,
@@ -59,8 +71,12 @@ def mount_mcp(
     metrics: GatewayMetrics,
     specs: dict[str, NodeSpec],
     call_as: CallAs,
+    runtime: Runtime | None = None,
 ) -> Callable[[], AbstractAsyncContextManager[Any]]:
     """Add ``/mcp`` (and its metadata route, if any) to ``app``.
+
+    Args:
+        runtime: the runtime the task tools run on (``None``: no task tools).
 
     Returns:
         What the app's lifespan must enter: the session manager's task group, or a no-op
@@ -82,13 +98,42 @@ def mount_mcp(
             return NodeResult.failure("-", node, ErrorCode.UNAUTHENTICATED, "no identity")
         return await call_as(node, arguments, identity)
 
-    server = create_mcp_server(specs, call)
+    tools = [] if runtime is None else _task_tools(runtime, settings, metrics, get_access_token)
+    server = create_mcp_server(specs, call, tools)
     manager, endpoint = _endpoint(server, settings, _verifier(auth, metrics))
     app.add_route(MCP_PATH, endpoint, include_in_schema=False)
     for route in _metadata_routes(settings):
         app.router.routes.append(route)
     run: Callable[[], AbstractAsyncContextManager[Any]] = manager.run
     return run
+
+
+def _task_tools(
+    runtime: Runtime, settings: GatewaySettings, metrics: GatewayMetrics, access: Any
+) -> list[Any]:
+    """The worked tasks as tools, acting for each request's verified identity."""
+    from ditto_worker.memory_tasks.task_tools import TASK_TOOLS, task_tools, task_tools_offered
+
+    if not task_tools_offered(runtime):
+        return []
+
+    def trusted() -> tuple[Scope, Callable[[str, str], bool]]:
+        identity = getattr(access(), "identity", None)
+        if not isinstance(identity, Identity):  # the middleware let nobody else through
+            raise NodeError(ErrorCode.UNAUTHENTICATED, "no identity")
+        grants = identity.grants
+
+        def allows(node: str, space: str) -> bool:
+            return grants.allows_node(node) and grants.allows_space(space)
+
+        return Scope(identity.tenant, identity.user), allows
+
+    def counted(name: str, outcome: TaskOutcome) -> None:
+        code = outcome.error["code"] if outcome.error else None
+        metrics.answered(f"TASK.{TASK_TOOLS[name].upper()}", outcome.status, code)
+
+    return list(task_tools(runtime, trusted, ARTIFACTS_DIR.resolve(),
+                           timeout_s=settings.max_timeout_s, on_outcome=counted))  # fmt: skip
 
 
 def _verifier(auth: Authenticator, metrics: GatewayMetrics) -> Any:

@@ -84,6 +84,11 @@ class Runtime(Invoking):
         return self._graph_runner
 
     @property
+    def config(self) -> RuntimeConfig | None:
+        """The runtime config it was built with (``create_ditto``'s), if any."""
+        return self._config
+
+    @property
     def nodes(self) -> list[str]:
         """Every node id this runtime can call."""
         return [node for d in self.definitions for node in d.nodes]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ditto_worker.integrations.mcp.server import (
     TOOL_NODES,
+    ExtraTool,
     NodeCall,
     create_mcp_server,
     node_tools,
@@ -23,6 +24,7 @@ from ditto_worker.integrations.mcp.server import (
 
 __all__ = [
     "TOOL_NODES",
+    "ExtraTool",
     "NodeCall",
     "create_mcp_server",
     "node_tools",

@@ -10,6 +10,9 @@ it lets each tool publish the node's own input model as its ``inputSchema``) who
 * ``isError``: true when ``status`` is not ``success`` (the error code and message are in
   the structured content: ``INVALID_INPUT`` naming the field, ``NOT_FOUND`` …).
 
+Extra tools (:class:`ExtraTool`, e.g. the worked tasks of
+:mod:`ditto_worker.memory_tasks.task_tools`) are listed after the node tools with their
+own input and output models; their call answers its structured content the same way.
 An unknown tool name is the JSON-RPC error ``-32602``. Who the call acts for is the
 caller's business (:data:`NodeCall`): :func:`runtime_call` binds one trusted scope (the
 operator's ``--scope``), the gateway binds the bearer identity of each request.
@@ -18,14 +21,14 @@ operator's ``--scope``), the gateway binds the bearer identity of each request.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from ditto_worker.contracts import NodeResult, to_wire
 from ditto_worker.runtime import NodeSpec, Runtime
@@ -33,8 +36,10 @@ from ditto_worker.scope import Scope
 
 __all__ = [
     "TOOL_NODES",
+    "ExtraTool",
     "NodeCall",
     "create_mcp_server",
+    "extra_tool",
     "node_tools",
     "runtime_call",
     "runtime_specs",
@@ -78,6 +83,45 @@ _INSTRUCTIONS: Final = (
 )
 
 
+class ExtraTool(Protocol):
+    """A tool beside the node tools: its models, and ``call(arguments) -> (structured
+    content, is_error)`` run under the trusted scope its maker holds."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def input(self) -> type[BaseModel]: ...
+    @property
+    def output(self) -> type[BaseModel]: ...
+    @property
+    def read_only(self) -> bool: ...
+    @property
+    def call(self) -> Callable[[Any], Awaitable[tuple[dict[str, Any], bool]]]: ...
+
+
+def extra_tool(extra: ExtraTool) -> types.Tool:
+    """The MCP tool of ``extra``: ``inputSchema`` from its input model (camelCase, no other
+    properties), ``outputSchema`` from its output model."""
+    return types.Tool(
+        name=extra.name,
+        title=extra.title,
+        description=extra.description,
+        input_schema=extra.input.model_json_schema(by_alias=True),
+        output_schema=extra.output.model_json_schema(by_alias=True, mode="serialization"),
+        annotations=types.ToolAnnotations(
+            title=extra.title,
+            read_only_hint=extra.read_only,
+            destructive_hint=False,
+            idempotent_hint=False,
+            open_world_hint=False,
+        ),  # fmt: skip
+    )
+
+
 def node_tools(specs: Mapping[str, NodeSpec]) -> dict[str, types.Tool]:
     """The tools of the MEMORY nodes present in ``specs`` (node id -> spec), by tool name.
 
@@ -111,21 +155,28 @@ def node_tools(specs: Mapping[str, NodeSpec]) -> dict[str, types.Tool]:
     return tools
 
 
-def create_mcp_server(specs: Mapping[str, NodeSpec], call: NodeCall) -> Server[Any]:
-    """An MCP server whose tools are the MEMORY nodes of ``specs``, each run by ``call``.
+def create_mcp_server(
+    specs: Mapping[str, NodeSpec], call: NodeCall, extras: Sequence[ExtraTool] = ()
+) -> Server[Any]:
+    """An MCP server whose tools are the MEMORY nodes of ``specs``, each run by ``call``,
+    then ``extras``.
 
     Args:
         specs: node id -> spec, e.g. ``runtime_specs(runtime)``; MEMORY nodes absent
             from it have no tool.
         call: runs a node call under the trusted scope (:func:`runtime_call`, or the
             gateway's per-request identity).
+        extras: more tools (the worked tasks), each run by its own ``call``.
 
     Returns:
         The SDK's low-level server; run it with ``mcp.server.stdio.stdio_server`` or a
         ``StreamableHTTPSessionManager`` (:mod:`ditto_worker.integrations.mcp.serve`).
     """
     tools = node_tools(specs)
-    listing = types.ListToolsResult(tools=list(tools.values()))
+    more = {extra.name: extra for extra in extras}
+    listing = types.ListToolsResult(
+        tools=[*tools.values(), *(extra_tool(extra) for extra in more.values())]
+    )
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -135,6 +186,10 @@ def create_mcp_server(specs: Mapping[str, NodeSpec], call: NodeCall) -> Server[A
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        extra = more.get(params.name)
+        if extra is not None:
+            wire, failed = await extra.call(params.arguments or {})
+            return _structured(wire, failed)
         if params.name not in tools:
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name[:80]!r}")
         result = await call(TOOL_NODES[params.name], params.arguments or {})
@@ -152,12 +207,15 @@ def create_mcp_server(specs: Mapping[str, NodeSpec], call: NodeCall) -> Server[A
 
 def tool_result(result: NodeResult[Any]) -> types.CallToolResult:
     """The ``tools/call`` answer of a NodeResult (structured, plus the same JSON as text)."""
-    wire = to_wire(result)
+    return _structured(to_wire(result), result.status != "success")
+
+
+def _structured(wire: dict[str, Any], failed: bool) -> types.CallToolResult:
     text = json.dumps(wire, ensure_ascii=False, separators=(",", ":"))
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
         structured_content=wire,
-        is_error=result.status != "success",
+        is_error=failed,
     )
 
 
