@@ -8,6 +8,9 @@ only, and another scope neither sees nor resumes the first one's tasks."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from mcp import Client  # noqa: E402
 from ditto_worker import Scope  # noqa: E402
 from ditto_worker.memory_tasks.task_tools import scope_folder  # noqa: E402
 from ditto_worker.testing.gateway import GatewayServer  # noqa: E402
+from tests.conftest import wait_until  # noqa: E402
 from tests.integration._gateway_kit import serving  # noqa: E402
 from tests.integration._mcp_kit import TOOLS, call, http_client, stdio_params  # noqa: E402
 from tests.unit._task_kit import ScriptedModel  # noqa: E402
@@ -166,3 +170,36 @@ def test_a_token_needs_every_grant_of_the_task(gateway: GatewayServer, fake: Scr
 
     anyio.run(main)
     assert fake.calls == before
+
+
+@pytest.mark.integration
+def test_task_tools_over_stdio_on_a_fleet(
+    redis_url: str, tmp_path: Path, fake: ScriptedModel
+) -> None:
+    db = tmp_path / "fleet.sqlite"
+    fleet = {"DITTO_BROKER_URL": redis_url, "DITTO_RESULT_BACKEND": redis_url}
+    env = {**os.environ, **fleet, **_model_env(fake), "DITTO_WORKER_MEMORY_SQLITE_PATH": str(db)}
+    log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ditto_worker", "worker", "--nodes", "memory,context,infer",
+         "--pool", "threads", "--concurrency", "4", "--loglevel", "INFO"],
+        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: "ready." in (tmp_path / "worker.log").read_text() or worker.poll(),
+                   "the worker is ready")  # fmt: skip
+        assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
+        # the server's own store path points nowhere: only the fleet's worker has the data
+        unused = tmp_path / "unused.sqlite"
+
+        async def main() -> None:
+            async with Client(stdio_params("tenant=acme,user=alice", unused, **fleet,
+                                           **_model_env(fake))) as alice:  # fmt: skip
+                await check_write_then_search(alice)
+
+        anyio.run(main)
+        assert not unused.exists() and db.exists()
+    finally:
+        worker.terminate()
+        worker.wait(timeout=120)
+        log.close()
