@@ -11,8 +11,10 @@ knows the store's declared ``queryFields``.
 
 Sort terms select a few columns each (the dialect's :attr:`FilterDialect.sort_letters`,
 ``r{i}`` first: the type rank of :func:`ditto_worker.memory.filters.sort_key`);
-:func:`order_clause` orders by them, then by the store's sequence ``seq`` ascending, and
-:func:`keyset_condition` selects the rows strictly after a cursor in that order.
+:func:`order_clause` orders by them (or by the fewer :meth:`FilterDialect.order_items`
+names, a record column's own so its index serves the order), then by the store's
+sequence ``seq`` ascending, and :func:`keyset_condition` selects the rows strictly after
+a cursor in that order.
 
 Every value and every field path from a request is a bound parameter; nothing from a
 request is formatted into SQL text (a dialect may format configured names).
@@ -114,6 +116,14 @@ class FilterDialect(ABC):
         :attr:`sort_letters`; a rank without values (missing, objects, arrays) is
         ``r{index} = rank`` for ``=`` and :attr:`false` otherwise."""
 
+    def order_items(self, index: int, term: SortTerm) -> list[str]:
+        """``ORDER BY`` items of sort term ``index``: its :attr:`sort_letters` columns in
+        the term's direction. A dialect may name fewer for a term whose value column alone
+        sorts as its rank and value do (a record column such as ``key``, ``NULL`` where the
+        rank is 0), so the column's index serves the order and a ``LIMIT`` stops early."""
+        direction = "DESC" if term.descending else "ASC"
+        return [f"{letter}{index} {direction}" for letter in self.sort_letters]
+
 
 def compile_filter(dialect: FilterDialect, node: FilterNode | None) -> Sql:
     """A boolean SQL expression for a parsed filter (:attr:`FilterDialect.true` for none).
@@ -161,12 +171,9 @@ def uses_declared(
 
 
 def order_clause(dialect: FilterDialect, terms: Sequence[SortTerm]) -> str:
-    """``ORDER BY`` items over each term's columns (:attr:`FilterDialect.sort_letters`),
+    """``ORDER BY`` items over each term's columns (:meth:`FilterDialect.order_items`),
     then ``seq ASC`` (the sequence breaks every tie, in both directions)."""
-    items: list[str] = []
-    for index, term in enumerate(terms):
-        direction = "DESC" if term.descending else "ASC"
-        items += [f"{letter}{index} {direction}" for letter in dialect.sort_letters]
+    items = [item for index, term in enumerate(terms) for item in dialect.order_items(index, term)]
     return ", ".join([*items, "seq ASC"])
 
 

@@ -164,6 +164,8 @@ ORDERS: list[list[dict[str, str]] | None] = [
     [{"field": "nested.x"}, {"field": "id", "direction": "desc"}],
     [{"field": "createdAt", "direction": "desc"}],
     [{"field": "updatedAt"}, {"field": "key", "direction": "desc"}],
+    [{"field": "key"}],
+    [{"field": "key", "direction": "desc"}],
 ]
 
 

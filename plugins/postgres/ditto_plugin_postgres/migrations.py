@@ -36,7 +36,10 @@ their outputs (exactly-once WRITE/UPDATE/DELETE, :mod:`ditto_plugin_postgres.exe
 Version 6 (``operation ids``, issue 25): ``memories.operation_id`` and the ledger
 ``operations(namespace, operation_id, node, digest, output, created_at)``
 (:mod:`ditto_plugin_postgres.operations`). Version 7 (``operation retention``, issue 37):
-the index ``operations_created_at`` the ledger's prune reads.
+the index ``operations_created_at`` the ledger's prune reads. Version 8 (``key order``,
+issue 33): ``memories_namespace_key_order (namespace, key NULLS FIRST)``, which serves a
+QUERY ``orderBy key`` (``NULL`` first ascending, as type rank 0 sorts) and its ``LIMIT``
+(:meth:`.sql.PostgresFilter.order_items`) instead of a sort of every matching row.
 """
 
 from __future__ import annotations
@@ -116,6 +119,14 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[Step, ...]], ...]] = (
     (5, "keyword terms", (*_KEYWORDS, rebuild_keywords)),
     (6, "operation ids", _OPERATIONS),
     (7, "operation retention", _RETENTION),
+    (
+        8,
+        "key order",
+        (  # orderBy key: a missing key (rank 0) first, as the unique index does not hold it
+            "CREATE INDEX IF NOT EXISTS memories_namespace_key_order ON {s}.memories "
+            "(namespace, key NULLS FIRST)",
+        ),
+    ),
 )
 """``(version, name, statements)`` in order; ``{s}`` is the quoted schema name."""
 

@@ -277,6 +277,15 @@ class PostgresFilter(FilterDialect):
             return Sql(f"(r{index} = %s AND t{index} {op} %s)", [rank, value])
         return Sql(f"(r{index} = %s)", [rank]) if op == "=" else Sql("false")
 
+    def order_items(self, index: int, term: SortTerm) -> list[str]:
+        """A record column's ``t{index}`` alone, ``NULL`` (a missing key, rank 0) first
+        ascending and last descending, so ``memories_namespace_key_order`` (migration 8)
+        serves ``orderBy key`` and its ``LIMIT``; other terms by rank, number and text."""
+        if term.field.reserved:
+            nulls = "DESC NULLS LAST" if term.descending else "ASC NULLS FIRST"
+            return [f"t{index} {nulls}"]
+        return super().order_items(index, term)
+
 
 def compile_filter(node: FilterNode | None, declared: Declared = frozenset()) -> Sql:
     """A boolean SQL expression over ``m`` for a parsed filter (``true`` for none);

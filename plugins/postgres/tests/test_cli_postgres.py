@@ -31,7 +31,7 @@ def test_migrate_command(
         app, ["migrate", "--store", "postgres"], env=_env(postgres_url, pg_schema)
     )
     assert first.exit_code == 0, first.output
-    assert f"schema {pg_schema} at version 7 (applied now: 1, 2, 3, 4, 5, 6, 7)" in first.output
+    assert f"schema {pg_schema} at version 8 (applied now: 1, 2, 3, 4, 5, 6, 7, 8)" in first.output
     again = runner.invoke(
         app, ["migrate", "--store", "postgres"], env=_env(postgres_url, pg_schema)
     )

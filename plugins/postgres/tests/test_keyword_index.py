@@ -38,7 +38,7 @@ def test_a_version_4_schema_is_reindexed(
                 )
     store = PostgresMemoryStore(postgres_url, schema=pg_schema, pool_max_size=2)
     try:
-        assert store.migrate().applied == (5, 6, 7)
+        assert store.migrate().applied == (5, 6, 7, 8)
         memory = create_memory(store)
 
         def ids(query: str, scope: Scope | None = None) -> list[str]:

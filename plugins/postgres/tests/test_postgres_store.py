@@ -106,6 +106,7 @@ def test_migration_is_versioned_and_idempotent(postgres_url: str, pg_schema: str
         (5, "keyword terms"),
         (6, "operation ids"),
         (7, "operation retention"),
+        (8, "key order"),
     ]
     store.write(one())
     assert store.migrate().applied == () and count(store) == 1

@@ -131,6 +131,25 @@ def test_sorts_ranges_and_equality_on_declared_fields_use_their_index(
         store.close()
 
 
+@pytest.mark.parametrize("direction", ["asc", "desc"])
+def test_order_by_key_is_read_from_the_key_order_index(
+    postgres_url: str, pg_schema: str, direction: str
+) -> None:
+    """orderBy key (issue 33: LangGraph's namespace markers) is served by migration 8's
+    ``(namespace, key NULLS FIRST)`` index, a missing key first ascending."""
+    store = PostgresMemoryStore(postgres_url, schema=pg_schema, pool_max_size=2)
+    try:
+        create_memory(store).write({"memories": _records(50, 3)})
+        order = [{"field": "key", "direction": direction}]
+        for flt in (None, {"key": {"$gte": "a", "$lt": "z"}}):
+            query = {"orderBy": order, "limit": 3, **({"filter": flt} if flt else {})}
+            plan = _plan(store, postgres_url, query)
+            assert "memories_namespace_key_order" in plan, plan
+            assert "Presorted Key" in plan or "  Sort Key" not in plan, plan
+    finally:
+        store.close()
+
+
 def test_declaring_and_removing_fields(postgres_url: str, pg_schema: str) -> None:
     def opened(fields: list[str] | None) -> set[str]:
         store = PostgresMemoryStore(postgres_url, schema=pg_schema, query_fields=fields)

@@ -28,7 +28,7 @@ def test_a_version_3_schema_is_upgraded(
                 [T, T],
             )
     store = PostgresMemoryStore(postgres_url, schema=pg_schema, pool_max_size=2)
-    assert store.migrate().applied == (4, 5, 6, 7)
+    assert store.migrate().applied == (4, 5, 6, 7, 8)
     memory = create_memory(store)
     assert [i.id for i in memory.get({"keys": ["pref"]}).output] == ["id-a"]
     assert [h.memory.id for h in memory.search({"query": "green tea"}).output] == ["id-a"]

@@ -136,7 +136,8 @@ def in_namespace(where: Sql, namespace: str, lookup: bool = True, indexed: bool 
     ``lookup=False`` writes it so for every namespace: the rows are found otherwise (a
     keyword search's candidates are its scope's already) and the test is a check.
     ``indexed`` (the query reads a declared field, whose indexes lead with the namespace;
-    the store keeps statistics then): ``m.namespace`` for every namespace.
+    the store keeps statistics then; or it orders by ``key``, which
+    ``memories_namespace_key`` serves): ``m.namespace`` for every namespace.
     """
     plus = not lookup or (namespace == "" and not indexed)
     column = "+m.namespace" if plus else "m.namespace"
@@ -161,9 +162,17 @@ def sort_expressions(type_text: str, value_text: str) -> tuple[str, str]:
 
 def sort_columns(terms: Sequence[SortTerm], declared: Declared = frozenset()) -> Sql:
     """Select-list items ``rank_i AS r{i}, value_i AS v{i}`` for each term (typed order of
-    :func:`ditto_worker.memory.filters.sort_key`), with a leading comma; empty for no terms."""
+    :func:`ditto_worker.memory.filters.sort_key`), with a leading comma; empty for no terms.
+    A record column (``key``, ``id``, ``createdAt``, ``updatedAt``) is ``v{i}`` as stored,
+    ``NULL`` for a missing key: alone it sorts as its rank and value do
+    (:meth:`SqliteFilter.order_items`)."""
     parts: list[Sql] = []
     for index, term in enumerate(terms):
+        if term.field.reserved:  # the column itself (NULL: a missing key), as its index holds it
+            column = _RESERVED_COLUMNS[term.field.name][1]
+            rank = f"(CASE WHEN {column} IS NULL THEN 0 ELSE 2 END)"
+            parts.append(Sql(f", {rank} AS r{index}, {column} AS v{index}"))
+            continue
         type_sql, value_sql = _field_sql(term.field, declared)
         rank, value = sort_expressions(type_sql.text, value_sql.text)
         parts.append(
@@ -200,7 +209,17 @@ class SqliteFilter(FilterDialect):
         return Sql(f"({type_sql.text} {'<>' if exists else '='} 'missing')", type_sql.params)
 
     def at(self, index: int, rank: int, value: Any, op: str) -> Sql:  # noqa: D102
-        return Sql(f"(r{index} = ? AND v{index} {op} ?)", [rank, _bind(value)])
+        if rank in (1, 2, 5):
+            return Sql(f"(r{index} = ? AND v{index} {op} ?)", [rank, _bind(value)])
+        return Sql(f"(r{index} = ?)", [rank]) if op == "=" else Sql(self.false)
+
+    def order_items(self, index: int, term: SortTerm) -> list[str]:
+        """A record column's ``v{index}`` alone (SQLite sorts ``NULL``, rank 0, first
+        ascending and last descending), so ``memories_namespace_key`` serves ``orderBy key``
+        and its ``LIMIT``; other terms by rank and value."""
+        if term.field.reserved:
+            return [f"v{index} {'DESC' if term.descending else 'ASC'}"]
+        return super().order_items(index, term)
 
 
 def compile_filter(node: FilterNode | None, declared: Declared = frozenset()) -> Sql:

@@ -79,7 +79,8 @@ def _sort_values(row: _Row) -> tuple[SortValue, ...]:
     """The cursor's ``(rank, value)`` per sort term: the ``r{i}``/``v{i}`` columns after
     the :data:`~ditto_worker.sqlkit.records.WIDTH` record columns of a QUERY row."""
     extra = row[_WIDTH:]
-    return tuple((extra[i], extra[i + 1]) for i in range(0, len(extra), 2))
+    return tuple((extra[i], 0 if extra[i + 1] is None else extra[i + 1])  # a missing key
+                 for i in range(0, len(extra), 2))  # fmt: skip
 
 
 class SqliteMemoryStore(Lifecycle, SearchMixin):
@@ -187,6 +188,7 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
         dialect = SqliteFilter(self._query.declared)
         declared = dialect.declared
         indexed = uses_declared(request.node, request.terms, lambda f: indexable(f, declared))
+        indexed = indexed or any(t.field.reserved and t.field.name == "key" for t in request.terms)
         where = in_namespace(compile_filter(dialect, request.node), ns, indexed=indexed)
         sql = page_query(
             dialect,

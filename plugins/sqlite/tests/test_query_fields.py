@@ -164,3 +164,19 @@ def test_query_fields_setting(tmp_path: Path) -> None:
     for bad in (["id"], ["a", "a"], "user", [3], ["a..b"]):
         with pytest.raises(ConfigError, match="queryFields"):
             create_store({"path": str(tmp_path / "y.sqlite"), "queryFields": bad}, env={})
+
+
+@pytest.mark.parametrize("scope", [None, ALICE])
+@pytest.mark.parametrize("direction", ["asc", "desc"])
+def test_order_by_key_is_read_from_the_key_index(
+    tmp_path: Path, scope: Scope | None, direction: str
+) -> None:
+    """orderBy key (issue 33: LangGraph's namespace markers) is served by the
+    ``(namespace, key)`` index and stops at its LIMIT: no sort of every matching row."""
+    with _load(tmp_path / "k.sqlite", []) as store:
+        order = [{"field": "key", "direction": direction}]
+        for flt in (None, {"key": {"$gte": "a", "$lt": "z"}}):
+            query = {"orderBy": order, "limit": 3, **({"filter": flt} if flt else {})}
+            plan = _plan(store, query, scope)
+            assert "memories_namespace_key" in plan, plan
+            assert "TEMP B-TREE FOR ORDER BY" not in plan, plan
