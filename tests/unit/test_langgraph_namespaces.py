@@ -97,6 +97,12 @@ def test_a_page_reads_its_markers_not_every_marker(runtime: Any) -> None:
     counting.queries = counting.records = 0  # one group: each page skips the rest of it
     assert store.list_namespaces(max_depth=1, limit=5) == [("users",)]
     assert counting.records <= 5 and counting.queries <= 2
+    counting.queries = counting.records = 0  # limit 100: a first page of 10, not 100
+    assert store.list_namespaces(max_depth=1) == [("users",)]
+    assert counting.records <= 10 and counting.queries <= 2
+    counting.queries = counting.records = 0  # no merge in a page: the next is full size
+    assert store.list_namespaces(max_depth=2, limit=50) == [n[:2] for n in namespaces[:50]]
+    assert counting.records <= 51 and counting.queries == 2
 
 
 def test_a_host_record_among_the_markers_is_not_a_namespace(runtime: Any) -> None:

@@ -7,7 +7,8 @@ QUERY of the key range of the prefix condition's fixed labels (those before its 
 the markers' metadata, reads the namespaces in the order LangGraph returns them: a call
 reads ``offset + limit`` markers, not every marker. With ``max_depth`` the namespaces
 cut to that depth arrive grouped; after a page the rest of its last group is skipped by
-the next page's lower bound (:func:`.records.after`). A store whose filters have no
+the next page's lower bound (:func:`.records.after`); such a page is small while pages
+merge markers into one namespace (:data:`_GROUP_PAGE`). A store whose filters have no
 ranges on ``key`` or that cannot order by ``key`` (``UNSUPPORTED_FILTER`` /
 ``UNSUPPORTED_ORDER_BY``) is asked for every marker under the prefix by its metadata
 instead, sorted here.
@@ -32,6 +33,10 @@ __all__ = ["list_namespaces"]
 
 _PAGE_MAX: Final = 1000
 """The largest page of markers one QUERY asks for."""
+_GROUP_PAGE: Final = 10
+"""With ``max_depth``, the first page, and the next after a page whose markers cut to
+fewer namespaces (``max_depth=1`` over 1,000 namespaces under one label reads 10 markers,
+then skips the group, not ``limit`` markers of it)."""
 _UNORDERED: Final = frozenset({"UNSUPPORTED_FILTER", "UNSUPPORTED_ORDER_BY"})
 
 
@@ -60,13 +65,14 @@ def _ordered(
     want = op.offset + op.limit
     found: list[tuple[str, ...]] = []
     bound: dict[str, str] = {"$gte": span["$gte"]}
+    grouped = op.max_depth is not None  # markers may cut to fewer namespaces: a small page
     while len(found) < want:
-        size = min(max(want - len(found), 1), _PAGE_MAX)
+        size = min(max(want - len(found), 1), _GROUP_PAGE if grouped else _PAGE_MAX)
         flt = {"$and": [{"key": {**bound, "$lt": span["$lt"]}}, *labels]}
         query = {"filter": flt, "limit": size, "orderBy": [{"field": "key", "direction": "asc"}]}
         page: list[MemoryItem] = nodes.call("MEMORY.QUERY", query).items
-        for record in page:
-            _add(found, record, op, conditions)
+        merged = [_add(found, record, op, conditions) for record in page].count(False)
+        grouped = grouped and merged > 0
         if len(page) < size:
             break
         last = _namespace(page[-1]) or ()
@@ -86,15 +92,18 @@ def _add(
     record: MemoryItem,
     op: ListNamespacesOp,
     conditions: Sequence[MatchCondition],
-) -> None:
-    """Append the namespace of a marker (cut to ``max_depth``) unless it repeats the last."""
+) -> bool | None:
+    """Append the namespace of a marker (cut to ``max_depth``) unless it repeats the last;
+    ``False`` when it did (merged), ``None`` when the marker does not match."""
     namespace = _namespace(record)
     if namespace is None or not all(_matches(namespace, c.match_type, c.path) for c in conditions):
-        return
+        return None
     if op.max_depth is not None:
         namespace = namespace[: op.max_depth]
-    if not found or found[-1] != namespace:
-        found.append(namespace)
+    if found and found[-1] == namespace:
+        return False
+    found.append(namespace)
+    return True
 
 
 def _namespace(record: MemoryItem) -> tuple[str, ...] | None:
