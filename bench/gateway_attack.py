@@ -153,15 +153,23 @@ def _head(path: str, length: int, extra: str = "") -> bytes:
     ).encode()
 
 
-async def _send(port: int, chunks: list[bytes], pause_s: float, until: float) -> None:
-    """One connection: each chunk, ``pause_s`` apart, until the server closes or time's up."""
+Stop = Any  # a multiprocessing Event: set when the attack should end
+
+
+async def _send(
+    port: int, chunks: list[bytes], pause_s: float, stop: Stop, opened: asyncio.Event
+) -> None:
+    """One connection: each chunk, ``pause_s`` apart, until the server closes or ``stop``
+    is set (the first chunk always goes); ``opened`` is set once the connect ended."""
     try:
         reader, writer = await asyncio.open_connection(HOST, port)
     except OSError:
         return
+    finally:
+        opened.set()
     try:
-        for chunk in chunks:
-            if time.monotonic() >= until or reader.at_eof():
+        for n, chunk in enumerate(chunks):
+            if n and (stop.is_set() or reader.at_eof()):
                 break
             writer.write(chunk)
             await writer.drain()
@@ -173,19 +181,22 @@ async def _send(port: int, chunks: list[bytes], pause_s: float, until: float) ->
         writer.close()
 
 
-async def _repeat(port: int, make: Any, until: float, limit: int, pause_s: float) -> int:
-    """Reopen a connection ``make()`` describes, until ``until`` or ``limit`` connections."""
+async def _repeat(
+    port: int, make: Any, stop: Stop, limit: int, pause_s: float, opened: asyncio.Event
+) -> int:
+    """Reopen a connection ``make()`` describes, until ``stop`` or ``limit`` connections
+    (at least one: ``opened`` is set once it is open)."""
     count = 0
-    while time.monotonic() < until and count < limit:
+    while count == 0 or (not stop.is_set() and count < limit):
         count += 1
-        await _send(port, make(), pause_s, until)
+        await _send(port, make(), pause_s, stop, opened)
     return count
 
 
-async def attack(port: int, max_in_flight: int, seconds: float) -> dict[str, int]:
-    """The attacker's load (see the module docstring), for ``seconds``; connections opened
-    per kind."""
-    until = time.monotonic() + seconds
+async def attack(port: int, max_in_flight: int, stop: Stop, started: Any) -> dict[str, int]:
+    """The attacker's load (see the module docstring) until ``stop`` is set; ``started``
+    is set once every attacking coroutine has opened its first connection (an event, so a
+    busy machine's slow start never shortens the attack). Connections opened per kind."""
     path = "/v1/nodes/MEMORY.GET"
     deep = b'{"keys": ' + b"[" * 1000 + b"]" * 1000 + b"}"
     rng = random.Random(37)
@@ -209,22 +220,28 @@ async def attack(port: int, max_in_flight: int, seconds: float) -> dict[str, int
 
     plan = [(slow_body, 2 * max_in_flight, 1.0), (slowloris, 64, 1.0), (bomb, 4, 0.0),
             (deep_json, 2, 0.0), (disconnect, 4, 0.0)]  # fmt: skip
-    runs = [(kind.__name__, _repeat(port, kind, until, 2000, pause))
-            for kind, width, pause in plan for _ in range(width)]  # fmt: skip
-    counts = await asyncio.gather(*(run for _, run in runs))
+    opened = [asyncio.Event() for kind, width, _ in plan for _ in range(width)]
+    runs = [(kind.__name__, _repeat(port, kind, stop, 2000, pause, next(each)))
+            for each in [iter(opened)] for kind, width, pause in plan
+            for _ in range(width)]  # fmt: skip
+    gathered = asyncio.gather(*(run for _, run in runs))
+    for event in opened:
+        await event.wait()
+    started.set()
+    counts = await gathered
     totals: dict[str, int] = {}
     for (name, _), count in zip(runs, counts, strict=True):
         totals[name] = totals.get(name, 0) + count
     return totals
 
 
-def _attack_process(port: int, max_in_flight: int, seconds: float, out: Any) -> None:
+def _attack_process(port: int, max_in_flight: int, stop: Stop, started: Any, out: Any) -> None:
     import os
 
     # the attacker's own client work is a loopback artefact (a real one runs elsewhere):
     # at the lowest priority it takes the CPU the server and the tenants leave
     os.nice(19)
-    opened: dict[str, Any] = asyncio.run(attack(port, max_in_flight, seconds))
+    opened: dict[str, Any] = asyncio.run(attack(port, max_in_flight, stop, started))
     out.put({**opened, "attackerCpuS": round(time.process_time(), 1)})
 
 
@@ -254,14 +271,20 @@ def run(seconds: float, rate: float, max_in_flight: int) -> dict[str, Any]:
         with GatewayServer(folder) as server:
             asyncio.run(normal_tenants(server.url, rate, 2.0))  # warm-up
             quiet = phase(server, rate, seconds)
-            queue: Any = multiprocessing.get_context("spawn").Queue()
-            attacker = multiprocessing.get_context("spawn").Process(
-                target=_attack_process, args=(server.port, max_in_flight, seconds + 2, queue)
+            spawn = multiprocessing.get_context("spawn")
+            queue: Any = spawn.Queue()
+            stop, started = spawn.Event(), spawn.Event()
+            attacker = spawn.Process(
+                target=_attack_process, args=(server.port, max_in_flight, stop, started, queue)
             )
             attacker.start()
-            time.sleep(1.0)  # the attack is under way before the tenants start again
+            # the attack is under way (every attacking connection opened once) before the
+            # tenants start again; generous: the attacker runs at nice 19 on a busy machine
+            if not started.wait(600):
+                raise RuntimeError("the attacker never opened its connections")
             loud = phase(server, rate, seconds)
-            attacker.join(seconds + 120)
+            stop.set()
+            attacker.join(120)
             opened = queue.get(timeout=10) if attacker.exitcode == 0 else {}
             log = server.log()
     ratio = loud["p99Ms"] / quiet["p99Ms"] if quiet["p99Ms"] else float("inf")

@@ -314,8 +314,14 @@ class ResultListener:
             future.cancel()
         if self._background:  # let background unsubscribes finish (bounded)
             await asyncio.wait(list(self._background), timeout=2.0)
-        if self._reader is not None:
-            self._reader.cancel()
+        # whatever still runs (the reader, a stored-key read on a busy machine) is cancelled
+        # and awaited here: a task left pending on the closed loop would be destroyed later,
+        # in whatever code the garbage collector happens to interrupt
+        current = asyncio.current_task()
+        rest = [task for task in asyncio.all_tasks() if task is not current]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
         await self._pubsub.aclose()
         await self.client.aclose(close_connection_pool=True)  # the pool is ours to close
 
@@ -324,7 +330,7 @@ class ResultListener:
         if not self._thread.is_alive():
             return
         try:
-            self.submit(self._aclose()).result(5)
+            self.submit(self._aclose()).result(30)  # bounded; quick unless Redis hangs
         except Exception:  # closing a broken connection must not fail close()
             log.warning("result listener did not close cleanly", exc_info=True)
         self.loop.call_soon_threadsafe(self.loop.stop)
