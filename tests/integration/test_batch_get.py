@@ -9,12 +9,10 @@ The same calls run twice over one store: one by one (``Memory.execute``), then a
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from ditto_plugin_sqlite import SqliteMemoryStore
@@ -24,8 +22,7 @@ from ditto_worker.runtime.node_spec import BatchCall
 from ditto_worker.scope import Scope
 from ditto_worker.testing.embedder import HashingEmbedder
 from ditto_worker.testing.memory_store import InMemoryMemoryStore
-from tests.conftest import postgres_url
-from tests.integration.test_operation_ids_fleet import _mysql_stores
+from tests.integration.test_operation_ids_fleet import _mysql_stores, _postgres_stores
 
 pytestmark = pytest.mark.integration
 
@@ -43,15 +40,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
     elif request.param == "mysql":
         yield from _mysql_stores()
     else:
-        from ditto_plugin_postgres import PostgresMemoryStore
-
-        url, schema = postgres_url(), f"t_{uuid.uuid4().hex}"
-        stores: list[Any] = []
-        yield lambda: stores.append(PostgresMemoryStore(url, schema=schema)) or stores[-1]
-        for store in stores:
-            store.close()
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        yield from _postgres_stores()
 
 
 class Counted:

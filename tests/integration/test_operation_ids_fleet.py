@@ -46,15 +46,20 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
         for store in milvus:
             store.close()
     else:
-        from ditto_plugin_postgres import PostgresMemoryStore
+        yield from _postgres_stores()
 
-        url, schema = postgres_url(), f"t_{uuid.uuid4().hex}"
-        stores: list[Any] = []
-        yield lambda: stores.append(PostgresMemoryStore(url, schema=schema)) or stores[-1]
-        for store in stores:
-            store.close()
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+def _postgres_stores() -> Iterator[Callable[[], Any]]:
+    """Stores on a fresh PostgreSQL schema, dropped afterwards."""
+    from ditto_plugin_postgres import PostgresMemoryStore
+
+    url, schema = postgres_url(), f"t_{uuid.uuid4().hex}"
+    stores: list[Any] = []
+    yield lambda: stores.append(PostgresMemoryStore(url, schema=schema)) or stores[-1]
+    for store in stores:
+        store.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _mysql_stores() -> Iterator[Callable[[], Any]]:
