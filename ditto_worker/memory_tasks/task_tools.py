@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from ditto_worker.errors import ErrorCode, NodeError
+from ditto_worker.memory.checks import describe
 from ditto_worker.memory_tasks.contracts import (
     ModelOptions,
     TaskInputs,
@@ -218,16 +219,13 @@ def _inputs(name: str, arguments: Any) -> TaskInputs:
     """The task's inputs from a tool's arguments.
 
     Raises:
-        NodeError: ``INVALID_INPUT`` naming the first bad field (never its value).
+        NodeError: ``INVALID_INPUT`` naming the bad fields (never a value), worded as
+            the memory nodes word it (:func:`ditto_worker.memory.checks.describe`).
     """
     try:
         parsed = _INPUTS[name].model_validate(arguments if arguments is not None else {})
     except ValidationError as exc:
-        first = exc.errors(include_url=False, include_input=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "arguments"
-        raise NodeError(
-            ErrorCode.INVALID_INPUT, f"Invalid input: {where}: {first['msg']}"
-        ) from None
+        raise NodeError(ErrorCode.INVALID_INPUT, f"Invalid input: {describe(exc)}") from None
     return TaskInputs(parsed.request, parsed.model)
 
 

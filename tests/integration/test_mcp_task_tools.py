@@ -28,7 +28,13 @@ from ditto_worker.memory_tasks.task_tools import scope_folder  # noqa: E402
 from ditto_worker.testing.gateway import GatewayServer  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
 from tests.integration._gateway_kit import serving  # noqa: E402
-from tests.integration._mcp_kit import TOOLS, call, http_client, stdio_params  # noqa: E402
+from tests.integration._mcp_kit import (  # noqa: E402
+    SCOPE_ARGUMENTS,
+    TOOLS,
+    call,
+    http_client,
+    stdio_params,
+)
 from tests.unit._task_kit import ScriptedModel  # noqa: E402
 from tests.unit.test_memory_tasks_preferences import GERMAN, model, proposing  # noqa: E402
 
@@ -38,11 +44,7 @@ SAID = [
     {"role": "user", "content": GERMAN},
 ]
 SCOPE_TRIES: list[dict[str, Any]] = [
-    {"tenant": "other"},
-    {"user": "bob"},
-    {"scope": {"tenant": "other", "user": "bob"}},
-    {"namespace": ["other", "bob"]},
-    {"space": "task:w1"},
+    *SCOPE_ARGUMENTS,
     {"request": {"taskId": "x1", "tenant": "other", "conversation": SAID}},
 ]
 

@@ -27,6 +27,7 @@ from ditto_worker.memory_tasks.task_tools import (  # noqa: E402
 )
 from ditto_worker.runtime import Runtime  # noqa: E402
 from ditto_worker.testing import create_store  # noqa: E402
+from tests.integration._mcp_kit import SCOPE_ARGUMENTS, call  # noqa: E402
 from tests.unit._task_kit import ScriptedModel, task_runtime  # noqa: E402
 from tests.unit.test_memory_tasks_preferences import GERMAN, model, proposing  # noqa: E402
 
@@ -53,15 +54,6 @@ def _server(runtime: Runtime, scope: Scope, folder: Path) -> Any:
         task_tools(runtime, lambda: (scope, None), folder) if task_tools_offered(runtime) else []
     )
     return create_mcp_server(runtime_specs(runtime), runtime_call(runtime, scope), extras)
-
-
-async def _call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments)
-    wire = result.structured_content
-    assert isinstance(wire, dict), result
-    assert result.is_error == (wire["status"] != "success"), wire
-    assert json.loads(result.content[0].text) == wire  # type: ignore[union-attr]
-    return wire
 
 
 @pytest.fixture
@@ -104,13 +96,13 @@ def test_write_then_search_through_the_tools(tmp_path: Path, configured: Scripte
                 schema = listed["memory_task_write"].input_schema
                 assert schema["required"] == ["request"] and schema["additionalProperties"] is False
                 assert listed["memory_task_search"].output_schema is not None
-                wrote = await _call(
+                wrote = await call(
                     client, "memory_task_write", {"request": {"taskId": "w1", "conversation": SAID}}
                 )
                 assert wrote["status"] == "success", wrote
                 assert wrote["artifact"]["admission"]["decision"] == "admitted"
                 [saved] = wrote["artifact"]["mutation"]["records"]
-                found = await _call(client, "memory_task_search", {"request": {"taskId": "s1"}})
+                found = await call(client, "memory_task_search", {"request": {"taskId": "s1"}})
                 assert found["status"] == "success", found
                 artifact = found["artifact"]
                 assert artifact["applied"]["language"] == "de"
@@ -118,18 +110,14 @@ def test_write_then_search_through_the_tools(tmp_path: Path, configured: Scripte
                 assert TaskToolOutcome.model_validate(found).wire() == found
                 [published] = (tmp_path / "artifacts").glob("*/s1.json")
                 assert json.loads(published.read_text()) == artifact
-                fresh = await _call(client, "memory_task_search", {})  # a new task id
+                fresh = await call(client, "memory_task_search", {})  # a new task id
                 assert fresh["taskId"].startswith("mcp-") and fresh["status"] == "success"
 
         anyio.run(main)
 
 
 SCOPE_TRIES: list[dict[str, Any]] = [
-    {"tenant": "other"},
-    {"user": "bob"},
-    {"scope": {"tenant": "other", "user": "bob"}},
-    {"namespace": ["other", "bob"]},
-    {"space": "task:w1"},
+    *SCOPE_ARGUMENTS,
     {"request": {"taskId": "x1", "tenant": "other"}},
     {"request": {"taskId": "x2", "user": "bob"}},
     {"request": {"taskId": "x3", "kind": "update"}},
@@ -145,18 +133,18 @@ def test_scope_comes_from_the_trusted_side_only(tmp_path: Path, configured: Scri
                 for extra in SCOPE_TRIES:
                     for tool in TASKS:
                         base = {"request": {"conversation": SAID}} if tool == TASKS[1] else {}
-                        answer = await _call(alice, tool, {**base, **extra})
+                        answer = await call(alice, tool, {**base, **extra})
                         assert answer["status"] == "failed", (tool, extra, answer)
                         assert answer["error"]["code"] == "INVALID_INPUT", answer
                 assert configured.calls == 0  # nothing reached the model
-                wrote = await _call(
+                wrote = await call(
                     alice, "memory_task_write", {"request": {"taskId": "w1", "conversation": SAID}}
                 )
                 assert wrote["status"] == "success", wrote
             for other in (BOB, OTHER_TENANT):
                 async with Client(_server(runtime, other, tmp_path)) as theirs:
                     # Alice's task id again: their own task, not Alice's checkpoints
-                    found = await _call(theirs, "memory_task_search", {"request": {"taskId": "w1"}})
+                    found = await call(theirs, "memory_task_search", {"request": {"taskId": "w1"}})
                     assert found["status"] == "success", found["error"]
                     assert found["artifact"]["kind"] == "search"
                     assert found["artifact"]["memories"] == []
