@@ -4,9 +4,11 @@
 the same NodeResult as the direct SDK (MEM-NODE-3). Failures are NodeResults too: an
 unknown node is ``UNKNOWN_NODE`` (naming the closest known ids) before anything is sent;
 a call past its timeout is ``timeout`` with its kind's timeout code (``MEMORY_TIMEOUT``
-…); a cancelled call is ``cancelled`` with its kind's cancelled code (``MEMORY_CANCELLED``
-…; MEM-PY-2). Cancelling the asyncio task awaiting ``ainvoke`` cancels the call and
-re-raises ``asyncio.CancelledError``.
+…), or ``failed`` / ``FLEET_UNAVAILABLE`` when the result backend was lost while it waited
+(its reply may never come; retry with the same operation id); a cancelled call is
+``cancelled`` with its kind's cancelled code (``MEMORY_CANCELLED`` …; MEM-PY-2).
+Cancelling the asyncio task awaiting ``ainvoke`` cancels the call and re-raises
+``asyncio.CancelledError``.
 
 Every message carries ``expires`` (= the deadline) and the ``ditto_deadline`` header
 (MEM-PY-3): a worker never starts a call whose caller has given up, and stops a running one

@@ -41,7 +41,14 @@ from ditto_worker.fleet.heartbeat import describe_last_seen, heartbeat_key
 from ditto_worker.runtime.calls import Call
 from ditto_worker.runtime.cancel import local_registry
 
-__all__ = ["ClientPaths"]
+__all__ = ["LOST_REPLY", "ClientPaths"]
+
+LOST_REPLY = (
+    "{at} was lost while the call waited for its reply; whether it ran is unknown: retry "
+    "with the same operation id"
+)
+"""The message of a call that ended ``FLEET_UNAVAILABLE`` because the result backend was
+lost while it waited (``at``: ``the result backend (host:port)``)."""
 
 
 class ClientPaths(ClientBase):
@@ -54,6 +61,7 @@ class ClientPaths(ClientBase):
         listener = self._listener
         assert listener is not None
         eid, deadline, cancel = call.execution_id, call.deadline, call.cancel
+        losses = listener.losses
         result, setup = listener.expect(eid)
         stop: ThreadFuture[None] = ThreadFuture()
         unregister = cancel.on_cancel(lambda: settle_future(stop)) if cancel is not None else None
@@ -81,6 +89,8 @@ class ClientPaths(ClientBase):
             # past the deadline the worker stops the call itself (ditto_deadline header) and
             # never starts it (expires): no flag needed, the revoke is a courtesy
             self._revoke_later(eid)
+            if listener.lost_since(losses):
+                return self._lost_reply(call)
             return call.timed_out(self._with_last_seen(call.node, "the call timed out"))
         finally:
             if unregister is not None:
@@ -100,6 +110,7 @@ class ClientPaths(ClientBase):
                 loop.call_soon_threadsafe(cancelled.set)
 
         unregister = cancel.on_cancel(on_cancel) if cancel else None
+        losses = listener.losses
         result, setup = listener.expect(eid)
         waiter: asyncio.Future[Any] | None = None
         try:
@@ -126,6 +137,8 @@ class ClientPaths(ClientBase):
                 await asyncio.wrap_future(listener.submit(self._acancel(eid, deadline)))
                 return call.cancelled()
             self._revoke_later(eid)
+            if listener.lost_since(losses):
+                return self._lost_reply(call)
             seen = await self._alast_seen(call.node)
             return call.timed_out(f"the call timed out: {seen}" if seen else "the call timed out")
         except TimeoutError:
@@ -139,6 +152,14 @@ class ClientPaths(ClientBase):
             if unregister is not None:
                 unregister()
             listener.forget(eid)
+
+    def _lost_reply(self, call: Call) -> NodeResult[Any]:
+        """A call unanswered at its deadline while the result backend was lost meanwhile:
+        its reply may never come (the worker could not store it, or a restarted server
+        lost it), so it is the fleet's outage — ``failed`` / ``FLEET_UNAVAILABLE`` — not a
+        slow node's ``timeout``. Its outcome is unknown: a mutation may have been applied,
+        and a retry with the same operation id applies it at most once (MEM-RUN-7)."""
+        return call.failed(ErrorCode.FLEET_UNAVAILABLE, LOST_REPLY.format(at=self._backend_at))
 
     def _with_last_seen(self, node: str, message: str) -> str:
         """``message`` plus when a worker for ``node``'s queue was last seen

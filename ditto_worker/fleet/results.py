@@ -21,7 +21,9 @@ no awaitable form (celery#6603). :class:`ResultListener` replaces both:
 * the pub/sub connection always holds one private channel of the listener's own, and one
   reader task reads it for the client's whole life;
 * after a lost connection the listener reconnects, subscribes again, and reads the stored
-  key of every waiting call once the subscriptions are confirmed.
+  key of every waiting call once the subscriptions are confirmed; a call still unanswered
+  at its deadline after such a loss learns of it (:meth:`ResultListener.lost_since`) and
+  ends ``FLEET_UNAVAILABLE``, not as a slow node's timeout.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class ResultListener:
         self._lock: asyncio.Lock | None = None
         self._home = f"ditto:listener:{uuid.uuid4().hex}"
         self._down_since: float | None = None  # time.monotonic() when Redis was lost
+        self._losses = 0  # outages seen so far (a waiting call compares it: lost_since)
         self._thread.start()
         self._started.wait()
 
@@ -193,6 +196,18 @@ class ResultListener:
                 future.set_result(meta)
 
     @property
+    def losses(self) -> int:
+        """How many times the listener has lost Redis so far (a mark for
+        :meth:`lost_since`)."""
+        return self._losses
+
+    def lost_since(self, mark: int) -> bool:
+        """True when Redis was lost after :attr:`losses` was ``mark``, or is lost now: a
+        call that waited meanwhile may have missed its reply (the worker could not store
+        it, or stored it in a server that has since lost it)."""
+        return self._losses != mark or self._down_since is not None
+
+    @property
     def ready(self) -> bool:
         """True once the pattern subscription is confirmed (ids of :meth:`new_id` need no
         subscription of their own)."""
@@ -275,6 +290,7 @@ class ResultListener:
             except RedisError:
                 if self._down_since is None:  # one line per outage, one when it ends
                     self._down_since = time.monotonic()
+                    self._losses += 1
                     log.warning("result listener lost Redis; reconnecting every 0.2 s")
                 await asyncio.sleep(0.2)
                 await self._recover()

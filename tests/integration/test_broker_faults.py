@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from celery.contrib.testing.worker import start_worker
@@ -101,3 +102,46 @@ def test_redis_restart_during_load(own_redis: RedisServer, tmp_path: Path) -> No
           f"{sum(1 for s, _, _ in outcomes if s == 'success')} succeeded, "
           f"{sorted({c for _, c, _ in outcomes if c})} failure codes, "
           f"max call {max(e for _, _, e in outcomes):.2f} s")  # fmt: skip
+
+
+@pytest.mark.parametrize("path", ["invoke", "ainvoke"])
+def test_a_call_waiting_when_the_result_backend_is_lost_ends_fleet_unavailable(
+    own_redis: RedisServer, path: str
+) -> None:
+    """A call already sent when Redis dies (the message queued, nobody serving it yet)
+    is unanswered at its timeout: ``failed`` / ``FLEET_UNAVAILABLE`` naming the lost
+    result backend, on the sync and the asyncio path. Redis back, a call that merely
+    times out (no worker: nothing answers) is ``timeout`` / ``MEMORY_TIMEOUT`` again."""
+    import asyncio
+
+    import redis as redis_py
+
+    client = DittoClient.from_fleet(FleetSettings(broker_url=own_redis.url + "/0"))
+    queue = redis_py.Redis.from_url(own_redis.url + "/0")
+    timeout_s = 6.0
+
+    def call() -> Any:
+        payload = {"memories": [{"content": "x"}]}
+        if path == "invoke":
+            return client.invoke("MEMORY.WRITE", payload, timeout=timeout_s)
+        return asyncio.run(client.ainvoke("MEMORY.WRITE", payload, timeout=timeout_s))
+
+    try:
+        outcome: list[Any] = []
+        caller = threading.Thread(target=lambda: outcome.append(call()), daemon=True)
+        caller.start()
+        wait_until(lambda: queue.llen("memory.write") > 0, "the call's message queued")
+        queue.close()
+        own_redis.stop()  # the broker and the result backend die under the waiting call
+        caller.join(timeout_s + EVENT_WAIT_S)
+        assert not caller.is_alive(), "the call hangs"
+        [lost] = outcome
+        own_redis.start()
+        again = call()  # Redis back (empty): the client was not restarted
+    finally:
+        client.close()
+    assert lost.status == "failed" and lost.error is not None, lost
+    assert lost.error.code == "FLEET_UNAVAILABLE", lost.error
+    assert "the result backend (127.0.0.1:" in lost.error.message
+    assert "was lost while the call waited" in lost.error.message
+    assert (again.status, again.error and again.error.code) == ("timeout", "MEMORY_TIMEOUT")
