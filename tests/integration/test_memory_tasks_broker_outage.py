@@ -1,35 +1,37 @@
 """The fleet's broker Redis killed in the middle of a worked task (issue 35 item 8; SPEC.md
 MEM-TASK-5: "Redis, database and embedding outages fail explicitly").
 
-One real ``redis-server`` owned by the test is the fleet's broker *and* result backend; a
-real Celery worker (a thread of the test, threads pool) serves MEMORY over SQLite, CONTEXT
-and INFER (the scripted fake endpoint); the controller runs ``run_write`` / ``run_search``
-through a fleet runtime (``create_ditto`` with ``fleet.brokerUrl``: a ``DittoClient``).
-Redis is SIGKILLed at an event that proves the task is mid-way, never after a sleep:
+One real ``redis-server`` owned by the test is the fleet's broker *and* result backend;
+real Celery workers serve CONTEXT and INFER (the scripted fake endpoint) in a thread of the
+test, and MEMORY over SQLite either there too or as ``ditto-worker worker --nodes memory``
+(prefork, a subprocess: the production shape); the controller runs ``run_write`` /
+``run_search`` through a fleet runtime (``create_ditto`` with ``fleet.brokerUrl``: a
+``DittoClient``). Redis is SIGKILLed at an event that proves the task is mid-way, never
+after a sleep:
 
-* ``write``: inside the preference's MEMORY.WRITE, *after its transaction committed* and
-  before the reply (the ambiguous window: the record is there, nobody heard of it);
+* ``write`` on the prefork worker: the preference's MEMORY.WRITE *committed* and stalls
+  before its reply (the ambiguous window: the record is there, nobody heard of it);
+  Celery terminates the unacknowledged call on the lost connection;
 * ``search``: while its ``message`` INFER call runs, after ``progress:recall`` committed;
-* ``write`` again, between two Graphs: once ``progress:propose`` committed, before the
-  next call is sent.
+* ``write`` between two Graphs: once ``progress:propose`` committed, before the next call
+  is sent.
 
 Checked: the task ends ``failed`` / ``FLEET_UNAVAILABLE`` within a bound (the call's
 timeout plus a busy machine's slack, in a thread: a hang fails the test) saying what was
-lost — not a slow node's ``MEMORY_TIMEOUT`` / ``INFER_TIMEOUT``, as the call in flight
-ended before (issue 35 item 8's finding) —, the task's checkpoints are the ones committed
-before the kill, no artifact is published, the store holds the preference once (after a
-kill past the commit) or not at all (before it). Redis back on the same port (empty: no
-persistence), the *same* runtime resumes the task: no committed stage runs again, the
-mutation is found by its operation id (not written twice), and the outcome equals an
-undisturbed run's (another user's, run first).
-"""
+lost — not a slow node's ``MEMORY_TIMEOUT`` / ``INFER_TIMEOUT``, as a call in flight
+ended before (the finding of issue 35 item 8) —; the task's checkpoints are the ones
+committed before the kill, no artifact is published; the store holds the preference once
+(a kill past the commit: one INSERT, counted by a trigger) or not at all (before it).
+Redis back on the same port (empty: no persistence), the *same* runtime resumes the task:
+no committed stage runs again (the model is not asked again), the mutation is found by its
+operation id (not written twice), and the outcome equals an undisturbed run's (another
+user's)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,6 @@ from ditto_worker import (
 from ditto_worker.config import load_runtime_config
 from ditto_worker.fleet.launch import create_worker_app
 from ditto_worker.memory_tasks import MemoryStorage, open_memory_storage, run_search, run_write
-from ditto_worker.runtime import NodeContext, WorkerDefinition
 from ditto_worker.runtime.definition import queue_of
 from ditto_worker.testing.servers import RedisServer
 from tests.conftest import EVENT_WAIT_S, fleet_config, missing_service, wait_until
@@ -75,32 +76,6 @@ class Gate:
             self.released.wait(EVENT_WAIT_S)
 
 
-def _is_preference_write(input: Any) -> bool:
-    """A MEMORY.WRITE input (its wire JSON) writing a preference."""
-    memories = input.get("memories") if isinstance(input, dict) else None
-    return any(isinstance(m, dict) and (m.get("metadata") or {}).get("kind") == "preference"
-               for m in memories or [])  # fmt: skip
-
-
-def _gated_writes(gate: Gate) -> Callable[[WorkerDefinition], WorkerDefinition]:
-    """Wraps MEMORY.WRITE: a preference write commits, then passes the gate."""
-
-    def wrap(definition: WorkerDefinition) -> WorkerDefinition:
-        spec = definition.nodes["MEMORY.WRITE"]
-        real = spec.handler
-
-        def write(input: Any, ctx: NodeContext) -> Any:
-            answer = real(input, ctx)  # committed
-            if _is_preference_write(input):
-                gate.pass_through()
-            return answer
-
-        nodes = {**definition.nodes, "MEMORY.WRITE": replace(spec, handler=write)}
-        return replace(definition, nodes=nodes)
-
-    return wrap
-
-
 class Fleet:
     """The test's Redis, a Celery worker thread serving MEMORY / CONTEXT / INFER on it, and
     a controller runtime whose calls go through the broker."""
@@ -110,8 +85,7 @@ class Fleet:
         self.server, self.storage, self.model, self.gate = server, storage, model, gate
         infer = create_infer_worker({"baseUrl": model.server.base_url, "model": "fake"},
                                     env={}, dotenv_path=None)  # fmt: skip
-        memory = _gated_writes(gate)(storage.workers[0])
-        self.definitions = [memory, create_context_worker(), infer]
+        self.definitions = [storage.workers[0], create_context_worker(), infer]
         self.app = create_worker_app(fleet_config(server.url), self.definitions)
         fleet = {"brokerUrl": server.url, "resultBackend": server.url,
                  "callTimeoutS": CALL_TIMEOUT_S}  # fmt: skip
@@ -120,22 +94,32 @@ class Fleet:
         """The store read in this process, not through the fleet."""
 
     def up(self) -> bool:
-        """One MEMORY.QUERY through the fleet succeeded (the worker consumes again)."""
-        answer = self.runtime.invoke("MEMORY.QUERY", {"limit": 1}, timeout=5,
-                                     scope=Scope("acme", "probe"))  # fmt: skip
-        return answer.status == "success"
+        return _serving(self.runtime)
 
 
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    from celery.contrib.testing.worker import start_worker
+def _serving(runtime: Any) -> bool:
+    """One MEMORY.QUERY through the fleet succeeded (a MEMORY worker consumes again)."""
+    answer = runtime.invoke("MEMORY.QUERY", {"limit": 1}, timeout=5,
+                            scope=Scope("acme", "probe"))  # fmt: skip
+    return bool(answer.status == "success")
 
+
+def _own_redis() -> RedisServer:
+    """A started ``redis-server`` of the test's own (it is killed and started again)."""
     server = RedisServer()
     try:
         server.start()
     except RuntimeError as exc:
         server.close()
         missing_service(str(exc))
+    return server
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    from celery.contrib.testing.worker import start_worker
+
+    server = _own_redis()
     storage = open_memory_storage("sqlite", tmp_path / "store")
     gate = Gate()
     with ScriptedModel(_replying(gate)) as model:
@@ -237,47 +221,6 @@ def _proposals(model: ScriptedModel) -> int:
     return sum(1 for b in model.bodies if "proposals" in str(b.get("response_format")))
 
 
-def test_broker_killed_mid_write_fails_explicitly_and_the_resume_writes_once(
-    fleet: Fleet, tmp_path: Path
-) -> None:
-    bob = options(tmp_path, user="bob", allow_write=True)
-    alice = options(tmp_path, allow_write=True)
-    calm = run_write(fleet.runtime, _inputs("write", "bob-w1", GERMAN), bob)
-    assert calm.status == "success", calm.error
-    asked_before = _proposals(fleet.model)
-
-    fleet.gate.armed.set()
-
-    def killer() -> None:
-        assert fleet.gate.reached.wait(EVENT_WAIT_S), "the preference write never started"
-        fleet.server.stop()  # SIGKILL: the broker and result backend are gone
-        fleet.gate.released.set()
-
-    kill = threading.Thread(target=killer, daemon=True)
-    kill.start()
-    down, took = _in_thread(lambda: run_write(fleet.runtime, _inputs("write", "w1", GERMAN),
-                                              alice), CALL_TIMEOUT_S + EVENT_WAIT_S)  # fmt: skip
-    kill.join(EVENT_WAIT_S)
-    print(f"\nwrite: failed {down.error} after {took:.1f} s")
-    _lost_fleet(down)
-    # the checkpoints are those committed before the kill; nothing is published
-    assert _task_keys(fleet, "w1") == {"progress:propose", "candidate"}
-    assert not (tmp_path / "artifacts" / "w1.json").exists()
-    [stored] = _preferences(fleet, "alice")  # the mutation committed once (the after state)
-
-    fleet.server.start()  # back on its port, empty
-    wait_until(fleet.up, "the fleet serving again after Redis came back")
-    back = run_write(fleet.runtime, _inputs("write", "w1", GERMAN), alice)
-    assert back.status == "success", back.error
-    assert back.artifact is not None and calm.artifact is not None
-    assert back.artifact["mutation"]["replayed"] is True  # found by its operation id
-    assert [p["stage"] for p in back.artifact["progress"] if p["restored"]] == ["propose"]
-    assert _proposals(fleet.model) == asked_before + 1  # the resume asked the model nothing
-    [again] = _preferences(fleet, "alice")
-    assert (again.id, again.metadata["version"]) == (stored.id, 1)
-    assert _same_shape(back.artifact) == _same_shape(calm.artifact)
-
-
 def test_broker_killed_mid_search_fails_explicitly_and_the_resume_completes(
     fleet: Fleet, tmp_path: Path
 ) -> None:
@@ -348,3 +291,90 @@ def test_broker_killed_between_two_stages_of_a_write_fails_at_once_and_writes_no
     assert _proposals(fleet.model) == asked  # the proposal was not inferred again
     [stored] = _preferences(fleet, "alice")
     assert stored.metadata["version"] == 1
+
+
+def test_broker_killed_while_a_prefork_worker_holds_a_committed_write(tmp_path: Path) -> None:
+    """The production worker's shape: ``ditto-worker worker --nodes memory`` (prefork, a
+    subprocess; the stalling store of ``test_memory_tasks_fleet``) holds the preference
+    write after its COMMIT when Redis is killed. Celery terminates the unacknowledged call
+    on the lost connection; the task fails ``FLEET_UNAVAILABLE``; the worker reconnects
+    to Redis on its own, and the resume finds the write by its operation id: one INSERT of
+    the record (counted by a trigger), no UPDATE."""
+    from celery.contrib.testing.worker import start_worker
+
+    from tests.integration.test_crash_redelivery import SqliteTarget
+    from tests.integration.test_memory_tasks_fleet import MemoryWorker
+
+    server = _own_redis()
+    target = SqliteTarget(tmp_path)
+    target.prepare()
+    gate = Gate()  # never armed: the model answers at once
+    writer = options(tmp_path, allow_write=True)
+    fleet = {"brokerUrl": server.url, "resultBackend": server.url,
+             "callTimeoutS": CALL_TIMEOUT_S}  # fmt: skip
+    worker: MemoryWorker | None = None
+    try:
+        with ScriptedModel(_replying(gate)) as model:
+            infer = create_infer_worker({"baseUrl": model.server.base_url, "model": "fake"},
+                                        env={}, dotenv_path=None)  # fmt: skip
+            helpers = [infer, create_context_worker()]
+            app = create_worker_app(fleet_config(server.url), helpers)
+            queues = [queue_of(n) for d in helpers for n in d.nodes]
+            with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False,
+                              queues=queues, shutdown_timeout=30.0,
+                              loglevel="WARNING"):  # fmt: skip
+                started = time.monotonic()
+                worker = stalling = MemoryWorker(tmp_path, server.url, target)
+                print(f"\nprefork worker up after {time.monotonic() - started:.1f} s")
+                runtime = create_ditto(config=load_runtime_config({"fleet": fleet}, env={}))
+                try:
+
+                    def killer() -> None:  # once the write committed and stalls
+                        stalling.stalled("write", EVENT_WAIT_S)
+                        server.stop()
+
+                    kill = threading.Thread(target=killer, daemon=True)
+                    kill.start()
+                    down, took = _in_thread(
+                        lambda: run_write(runtime, _inputs("write", "w1", GERMAN), writer),
+                        CALL_TIMEOUT_S + EVENT_WAIT_S,
+                    )
+                    kill.join(EVENT_WAIT_S)
+                    print(f"\nprefork write: failed {down.error} after {took:.1f} s")
+                    _lost_fleet(down)
+                    inserted = {k: n for k, n in target.effects().items() if k[0] == "INSERT"}
+                    task = Scope.for_task("acme", "alice", "w1")
+                    found = target.memory().query({}, scope=task).output
+                    kept = {i.key for i in found.items} if found is not None else set()
+                    assert kept == {"progress:propose", "candidate"}  # committed before
+                    assert not (tmp_path / "artifacts" / "w1.json").exists()
+                    server.start()
+                    started = time.monotonic()
+                    wait_until(lambda: _serving(runtime), "the prefork worker back")
+                    print(f"fleet back after {time.monotonic() - started:.1f} s")
+                    back = run_write(runtime, _inputs("write", "w1", GERMAN), writer)
+                    bob = options(tmp_path, user="bob", allow_write=True)
+                    calm = run_write(runtime, _inputs("write", "bob-w1", GERMAN), bob)
+                finally:
+                    runtime.close()
+            app.close()
+    finally:
+        if worker is not None:
+            worker.kill()
+        server.close()
+    memory = target.memory()
+    listed = memory.query({"filter": {"kind": "preference"}}, scope=Scope("acme", "alice"))
+    assert listed.output is not None, listed.error
+    [stored] = listed.output.items
+    target.close()
+    assert back.status == "success", back.error
+    assert back.artifact is not None and back.artifact["mutation"]["replayed"] is True
+    assert [p["stage"] for p in back.artifact["progress"] if p["restored"]] == ["propose"]
+    assert calm.status == "success" and calm.artifact is not None, calm.error
+    assert _same_shape(back.artifact) == _same_shape(calm.artifact)  # an undisturbed run's
+    assert _proposals(model) == 2  # one per task: the resume inferred no proposal again
+    assert inserted.get(("INSERT", stored.id)) == 1  # committed before the kill ...
+    effects = target.effects()
+    assert (effects[("INSERT", stored.id)], effects[("UPDATE", stored.id)]) == (1, 0)  # ... once
+    assert stored.metadata is not None and stored.metadata["version"] == 1
+    assert stored.operation_id == "w1:write"
