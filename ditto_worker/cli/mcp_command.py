@@ -61,6 +61,14 @@ def mcp(
             "scope), when a model is configured."
         ),
     ] = Path(".ditto/artifacts"),
+    task_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="Seconds a whole task tool call may take (its every stage and model call); "
+            "then it ends 'timeout' and the task can be resumed with the same taskId.",
+        ),
+    ] = 300.0,
     config: ConfigOpt = None,
     broker: BrokerOpt = None,
 ) -> None:
@@ -98,7 +106,9 @@ def mcp(
     try:
         extras = []
         if task_tools_offered(runtime):
-            extras = task_tools(runtime, lambda: (trusted, None), artifacts.resolve())
+            extras = task_tools(
+                runtime, lambda: (trusted, None), artifacts.resolve(), timeout_s=task_timeout
+            )
         server = create_mcp_server(
             runtime_specs(runtime), runtime_call(runtime, trusted, timeout_s=timeout), extras
         )

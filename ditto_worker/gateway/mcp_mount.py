@@ -16,7 +16,8 @@ and runs under the token's scope (space ``memory``). When a model is configured
 (:func:`~ditto_worker.memory_tasks.task_tools.task_tools_offered`) the worked ``search``
 and ``write`` tasks are tools too, for a token granted every node they call
 (``PERMISSION_DENIED`` otherwise), counted in ``/metrics`` as node ``TASK.SEARCH`` /
-``TASK.WRITE``, their artifacts under ``.ditto/artifacts`` of the working folder.
+``TASK.WRITE``, their artifacts under ``gateway.mcp.artifactsDir`` (``.ditto/artifacts``
+of the working folder by default), each task's deadline ``gateway.maxTimeoutS``.
 
 Protected-resource metadata (RFC 9728): served at
 ``/.well-known/oauth-protected-resource/mcp`` only when ``gateway.jwt.issuer`` and
@@ -29,7 +30,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict
@@ -58,10 +58,6 @@ MCP_PATH = "/mcp"
 """Where the gateway serves MCP (streamable HTTP)."""
 
 CallAs = Callable[[str, Any, Identity], Awaitable[NodeResult[Any]]]
-
-ARTIFACTS_DIR = Path(".ditto/artifacts")
-"""Where the task tools publish their artifacts (one folder per scope), in the gateway's
-working folder."""
 
 
 def mount_mcp(
@@ -132,7 +128,7 @@ def _task_tools(
         code = outcome.error["code"] if outcome.error else None
         metrics.answered(f"TASK.{TASK_TOOLS[name].upper()}", outcome.status, code)
 
-    return list(task_tools(runtime, trusted, ARTIFACTS_DIR.resolve(),
+    return list(task_tools(runtime, trusted, settings.mcp.artifacts_dir.resolve(),
                            timeout_s=settings.max_timeout_s, on_outcome=counted))  # fmt: skip
 
 

@@ -152,6 +152,12 @@ class McpSettings(_Section):
         "advertises that issuer as the authorization server (RFC 9728) and a 401 points "
         "at it; otherwise no metadata is served.",
     )
+    artifacts_dir: Path = Field(
+        default=Path(".ditto/artifacts"),
+        description="Where the task tools (``memory_task_search``, ``memory_task_write``) "
+        "publish their artifacts, one folder per tenant and user inside it; relative to "
+        "the server's working folder.",
+    )
 
 
 class GatewaySettings(_Section):

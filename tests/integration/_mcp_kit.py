@@ -50,11 +50,11 @@ async def http_client(url: str, token: str | None = None) -> AsyncIterator[Clien
             yield client
 
 
-def stdio_params(scope: str, db: Path, **env: str) -> StdioServerParameters:
-    """``ditto-worker mcp --scope SCOPE`` on the SQLite file ``db``, embedded."""
+def stdio_params(scope: str, db: Path, *args: str, **env: str) -> StdioServerParameters:
+    """``ditto-worker mcp --scope SCOPE [ARGS]`` on the SQLite file ``db``, embedded."""
     return StdioServerParameters(
         command=str(BIN / "ditto-worker"),
-        args=["mcp", "--scope", scope],
+        args=["mcp", "--scope", scope, *args],
         env={
             **os.environ,
             "DITTO_BROKER_URL": "",

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from mcp import Client  # noqa: E402
 from ditto_worker import Scope  # noqa: E402
 from ditto_worker.memory_tasks.task_tools import scope_folder  # noqa: E402
 from ditto_worker.testing.gateway import GatewayServer  # noqa: E402
-from tests.conftest import wait_until  # noqa: E402
+from tests.conftest import EVENT_WAIT_S, wait_until  # noqa: E402
 from tests.integration._gateway_kit import serving  # noqa: E402
 from tests.integration._mcp_kit import (  # noqa: E402
     SCOPE_ARGUMENTS,
@@ -126,6 +127,40 @@ def test_task_tools_over_stdio(tmp_path: Path, fake: ScriptedModel) -> None:
     anyio.run(main)
 
 
+def test_a_stdio_task_past_its_task_timeout_answers_timeout(tmp_path: Path) -> None:
+    """``ditto-worker mcp --task-timeout S``: with the model stalled, the task call answers
+    ``timeout`` (``GRAPH_TIMEOUT``) instead of waiting on the model, and the server keeps
+    serving (the node tools still answer)."""
+    stalled = threading.Event()
+
+    def stall(body: Any) -> Any:
+        stalled.wait(EVENT_WAIT_S)  # released when the test ends
+        return proposing(GERMAN, "de")
+
+    with ScriptedModel(stall) as slow:
+        params = stdio_params(
+            "tenant=acme,user=alice",
+            tmp_path / "m.sqlite",
+            "--task-timeout",
+            "3",
+            **_model_env(slow),
+        )
+
+        async def main() -> None:
+            async with Client(params) as alice:
+                arguments = {"request": {"taskId": "w1", "conversation": SAID}}
+                late = await call(alice, "memory_task_write", arguments)
+                assert late["status"] == "timeout", late
+                assert late["error"]["code"] == "GRAPH_TIMEOUT", late
+                got = await call(alice, "memory_get", {"ids": ["none"]})
+                assert got["status"] == "success", got
+
+        try:
+            anyio.run(main)
+        finally:
+            stalled.set()
+
+
 T1, T2, MEMORY_ONLY, READER = "task-one", "task-two", "task-memory-only", "task-reader"
 TASK_SPACES = 'spaces: [memory, "task:*"]'
 
@@ -141,17 +176,23 @@ def gateway(
         READER: f'tenant: t1, user: u1, nodes: ["MEMORY.GET"], {TASK_SPACES}',
     }
     env = {"DITTO_BROKER_URL": "", "DITTO_RESULT_BACKEND": "", **_model_env(fake)}
-    with serving(tmp_path_factory.mktemp("mcp-tasks"), tokens, env=env) as server:
+    folder = tmp_path_factory.mktemp("mcp-tasks")
+    mcp = f"  mcp: {{artifactsDir: '{folder / 'published'}'}}\n"
+    with serving(folder, tokens, gateway=mcp, env=env) as server:
         yield server
 
 
 def test_task_tools_over_authenticated_http(gateway: GatewayServer, fake: ScriptedModel) -> None:
     async def main() -> None:
         async with http_client(f"{gateway.url}/mcp", T1) as t1:
-            await check_write_then_search(t1)
+            found = await check_write_then_search(t1)
             await check_scope_tries(t1, fake)
         async with http_client(f"{gateway.url}/mcp", T2) as t2:
             await check_other_scope(t2)
+        # gateway.mcp.artifactsDir: one folder per tenant and user inside it
+        published = gateway.folder / "published" / scope_folder(Scope("t1", "u1")) / "s1.json"
+        assert json.loads(published.read_text()) == found["artifact"]
+        assert not (gateway.folder / ".ditto").exists()
 
     anyio.run(main)
     metrics = httpx.get(f"{gateway.url}/metrics", timeout=30).text

@@ -6,6 +6,7 @@ grants are checked before anything runs; the answer is the task's outcome."""
 from __future__ import annotations
 
 import json
+import threading
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,9 @@ from ditto_worker.memory_tasks.task_tools import (  # noqa: E402
 )
 from ditto_worker.runtime import Runtime  # noqa: E402
 from ditto_worker.testing import create_store  # noqa: E402
+from tests.conftest import EVENT_WAIT_S  # noqa: E402
 from tests.integration._mcp_kit import SCOPE_ARGUMENTS, call  # noqa: E402
+from tests.unit._fake_chat import FakeConn  # noqa: E402
 from tests.unit._task_kit import ScriptedModel, task_runtime  # noqa: E402
 from tests.unit.test_memory_tasks_preferences import GERMAN, model, proposing  # noqa: E402
 
@@ -43,6 +46,9 @@ SIX = [
     "memory_delete",
 ]
 TASKS = ["memory_task_search", "memory_task_write"]
+DEADLINE_S = 3.0
+"""The whole-task deadline of the timeout test: short, as any value shows the bound (the
+model stalls until its stream is closed)."""
 SAID = [
     {"role": "assistant", "content": "How should I write to you?"},
     {"role": "user", "content": GERMAN},
@@ -184,3 +190,83 @@ def test_grants_are_checked_before_anything_runs(tmp_path: Path, configured: Scr
         assert spaced.error is not None and "space 'task:" in spaced.error["message"]
         assert configured.calls == 0
         assert not list(tmp_path.glob("*/*.json"))
+
+
+def _stalling(fake: ScriptedModel) -> tuple[threading.Event, list[Any]]:
+    """Make ``fake`` stall every request: it starts the stream and waits for the client to
+    close it (recorded on the request's ``Seen``). Returns the event set when a request
+    arrives and the list of those requests."""
+    reached = threading.Event()
+    seen: list[Any] = []
+
+    def stall(conn: FakeConn) -> None:
+        seen.append(conn.seen)
+        reached.set()
+        conn.start()
+        conn.wait_client_close(EVENT_WAIT_S)
+
+    fake.server.script = stall
+    return reached, seen
+
+
+def test_a_cancelled_tool_call_cancels_the_model_call_in_flight(
+    tmp_path: Path, configured: ScriptedModel
+) -> None:
+    """The client cancels ``tools/call`` (the SDK sends ``notifications/cancelled``): the
+    task's INFER call in flight is cancelled — its HTTP stream to the model is closed —
+    and the same task id then completes."""
+    script = configured.server.script
+    reached, seen = _stalling(configured)
+    with task_runtime(tmp_path, configured) as (runtime, _):
+
+        async def main() -> None:
+            async with Client(_server(runtime, ALICE, tmp_path / "artifacts")) as client:
+                arguments = {"request": {"taskId": "w1", "conversation": SAID}}
+                async with anyio.create_task_group() as group:
+                    group.start_soon(call, client, "memory_task_write", arguments)
+                    assert await anyio.to_thread.run_sync(reached.wait, EVENT_WAIT_S)
+                    group.cancel_scope.cancel()
+                closed = await anyio.to_thread.run_sync(seen[0].closed.wait, EVENT_WAIT_S)
+                assert closed, "the model's stream stayed open after the cancel"
+                configured.server.script = script
+                wrote = await call(client, "memory_task_write", arguments)
+                assert wrote["status"] == "success", wrote
+                assert wrote["artifact"]["admission"]["decision"] == "admitted"
+
+        anyio.run(main)
+
+
+def test_a_task_past_its_deadline_answers_timeout_and_resumes(
+    tmp_path: Path, configured: ScriptedModel
+) -> None:
+    """``timeout_s`` bounds the whole task: a stalled model makes the call answer
+    ``timeout`` (not hang), the model call in flight is closed, and the same task id
+    completes once the model answers."""
+    script = configured.server.script
+    reached, seen = _stalling(configured)
+    with task_runtime(tmp_path, configured) as (runtime, _):
+        outcomes: list[str] = []
+        tools = task_tools(
+            runtime,
+            lambda: (ALICE, None),
+            tmp_path / "artifacts",
+            timeout_s=DEADLINE_S,
+            on_outcome=lambda _, outcome: outcomes.append(outcome.status),
+        )
+        server = create_mcp_server(runtime_specs(runtime), runtime_call(runtime, ALICE), tools)
+
+        async def main() -> None:
+            async with Client(server) as client:
+                arguments = {"request": {"taskId": "w1", "conversation": SAID}}
+                late = await call(client, "memory_task_write", arguments)
+                assert late["status"] == "timeout", late
+                assert late["error"]["code"] == "GRAPH_TIMEOUT", late  # the task's loop
+                if reached.is_set():  # the deadline may pass before the model is asked
+                    closed = await anyio.to_thread.run_sync(seen[0].closed.wait, EVENT_WAIT_S)
+                    assert closed, "the model's stream stayed open after the deadline"
+                configured.server.script = script
+                wrote = await call(client, "memory_task_write", arguments)
+                assert wrote["status"] == "success", wrote
+
+        anyio.run(main)
+        assert outcomes == ["timeout", "success"]
