@@ -31,6 +31,7 @@ better). Issue 36's targets: insert >= 1.0x SqliteStore, GET p50 <= 1.0x, vector
     pip install langgraph-checkpoint-sqlite==3.1.2   # the peer (not a dependency of ours)
     python bench/peers.py                            # 10k records, 3 rounds
     python bench/peers.py --n 100000 --rounds 1 --calls 100
+    python bench/peers.py --data /work/shared/data/locomo   # from a worktree elsewhere
 """
 
 from __future__ import annotations
@@ -53,18 +54,20 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path.home() / ".cache" / "ditto-bench"
 
 
-def conversations() -> list[dict[str, Any]]:
-    """The LoCoMo conversations: the shared six when present, else the repo's two."""
+def conversations(data: Path | None = None) -> list[dict[str, Any]]:
+    """LoCoMo conversations of ``data``, else the shared six when present, else the repo's two."""
     shared = ROOT.parent / "shared" / "data" / "locomo"
-    folder = shared if list(shared.glob("*.json")) else ROOT / "data" / "locomo"
+    folder = data or (shared if list(shared.glob("*.json")) else ROOT / "data" / "locomo")
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
 
-def turns_and_questions() -> tuple[list[tuple[str, str, int]], list[str]]:
+def turns_and_questions(
+    data: Path | None = None,
+) -> tuple[list[tuple[str, str, int]], list[str]]:
     """(text, speaker, session) of every turn, and every question, in file order."""
     turns: list[tuple[str, str, int]] = []
     questions: list[str] = []
-    for conv in conversations():
+    for conv in conversations(data):
         body = conv.get("conversation", conv)
         session = 1
         while f"session_{session}" in body:
@@ -226,9 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=100, help="records per insert call")
     parser.add_argument("--calls", type=int, default=300, help="calls per read measurement")
     parser.add_argument("--sides", default="ours,SqliteStore,InMemoryStore")
+    parser.add_argument(
+        "--data", type=Path, default=None,
+        help="folder of LoCoMo *.json (default: ../shared/data/locomo, else data/locomo)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     names = args.sides.split(",")
-    turns, questions = turns_and_questions()
+    turns, questions = turns_and_questions(args.data)
     table = vectors_of([t for t, _, _ in turns] + questions)
     rows = records(args.n, turns)
     rates: dict[str, list[float]] = {name: [] for name in names}
