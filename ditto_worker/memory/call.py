@@ -19,6 +19,7 @@ from ditto_worker.errors import ErrorCode, MemoryError
 from ditto_worker.memory import checks
 from ditto_worker.memory.ports import CancelToken, MemoryCallOptions
 from ditto_worker.runtime.cancel import stop_outcome
+from ditto_worker.wire import trusted
 
 __all__ = [
     "BACKEND_ERROR_MESSAGE",
@@ -92,6 +93,13 @@ def error_result(eid: str, node: str, exc: MemoryError) -> NodeResult[Any]:
     return NodeResult.failure(eid, node, code, exc.safe_message, status)
 
 
+_SUCCESS_SET: Final = ("execution_id", "node", "status", "output")
+
+
 def success_result(eid: str, node: str, output: object) -> NodeResult[Any]:
-    """A ``success`` NodeResult carrying ``output``."""
-    return any_result()(execution_id=eid, node=node, status="success", output=output)
+    """A ``success`` NodeResult carrying ``output``: the SDK's own, checked output with
+    the call's id (a non-empty text, checked before the call) and a known node id, so
+    built without validating them again (:func:`ditto_worker.wire.trusted`)."""
+    values = {"execution_id": eid, "node": node, "status": "success", "output": output,
+              "error": None}  # fmt: skip
+    return trusted(any_result(), values, _SUCCESS_SET)

@@ -111,7 +111,12 @@ def _output_model(model: type[ModelT], raw: object, where: str) -> ModelT:
 def _output_list(model: type[ModelT], raw: object) -> list[ModelT]:
     if not isinstance(raw, Sequence) or isinstance(raw, str | bytes | bytearray):
         raise bad_output("output: expected a list")
-    return [_output_model(model, value, f"output[{i}]") for i, value in enumerate(raw)]
+    # an instance of the model is taken as it is (pydantic does not validate it again:
+    # revalidate_instances "never"), without the call
+    return [
+        value if type(value) is model else _output_model(model, value, f"output[{i}]")
+        for i, value in enumerate(raw)
+    ]
 
 
 output_list = _output_list
@@ -142,6 +147,8 @@ def prepare_get(data: MemoryGetInput) -> MemoryGetInput | Done:
     ids, keys = dedupe(data.ids or []), dedupe(data.keys or [])
     if not ids and not keys:
         return Done([])
+    if len(ids) == len(data.ids or ()) and len(keys) == len(data.keys or ()):
+        return data  # nothing repeated: already the request to make
     given: dict[str, Any] = {}
     if data.ids is not None:
         given["ids"] = ids

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from ditto_worker.contracts import MemoryItem
 from ditto_worker.errors import ErrorCode, MemoryError
+from ditto_worker.wire import trusted
 
 __all__ = [
     "CHUNK",
@@ -28,6 +29,8 @@ __all__ = [
     "key_taken",
     "marks",
     "row_item",
+    "stored_item",
+    "trusted_item",
     "written_item",
 ]
 
@@ -42,8 +45,14 @@ CHUNK: Final = 500
 Row = tuple[Any, ...]
 
 
+_decode: Final = json.JSONDecoder().decode
+
+
 def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str | bytes) else value
+    kind = type(value)
+    if kind is str:
+        return _decode(value)
+    return json.loads(value) if kind is bytes or isinstance(value, str | bytes) else value
 
 
 def _fields(row: Row) -> dict[str, Any]:
@@ -60,15 +69,38 @@ def _fields(row: Row) -> dict[str, Any]:
 
 def row_item(row: Row) -> MemoryItem:
     """The MemoryItem of a row that starts with :data:`COLUMNS` (JSON as text, or as
-    the driver decoded it)."""
+    the driver decoded it), validated."""
     return MemoryItem(**_fields(row))
+
+
+_ITEM_FIELDS: Final = tuple(MemoryItem.model_fields)
+
+
+def trusted_item(fields: dict[str, Any]) -> MemoryItem:
+    """A MemoryItem of ``fields`` (every field of :class:`MemoryItem`, by name) that the
+    caller knows valid, built without validation (:func:`ditto_worker.wire.trusted`: what
+    ``MemoryItem.model_construct(**fields)`` builds, in a sixth of its time).
+
+    For values the store made from validated input (its own ids, timestamps and the
+    JSON it dumped); anything else goes through :func:`row_item`.
+    """
+    return trusted(MemoryItem, fields, _ITEM_FIELDS)
 
 
 def written_item(row: Row) -> MemoryItem:
     """:func:`row_item` of a row this process has just written from a validated draft (an
     id and timestamps the store made, JSON text it dumped): the same item, without
     validating again what was validated on the way in."""
-    return MemoryItem.model_construct(**_fields(row))
+    return trusted_item(_fields(row))
+
+
+def stored_item(row: Row) -> MemoryItem:
+    """:func:`row_item` of a row read back from a database only the store writes, every
+    value of it validated on the way in (MEM-DATA-1, MEM-DATA-4, MEM-DATA-5: a store
+    writes no record but from a validated draft or update, with its own ids and
+    timestamps) and its JSON text made by :func:`dump`: the same item without the
+    second validation (40 µs of a 0.2 ms GET of one record here)."""
+    return trusted_item(_fields(row))
 
 
 def dump(value: Any, where: str) -> str:

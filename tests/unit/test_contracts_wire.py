@@ -138,3 +138,27 @@ def test_an_optional_content_outside_set_content_wire_is_refused() -> None:
 
         class Loose(_Wire):  # would drop a given null content from its dumps
             content: Any = Field(default=None)
+
+
+def test_trusted_builds_what_model_construct_builds() -> None:  # issue 36 item 0
+    from ditto_worker.contracts import MemoryItem, any_result
+    from ditto_worker.wire import to_wire, trusted
+
+    fields = {"id": "a1", "key": "k", "content": {"x": [1, "é"]}, "metadata": None,
+              "operation_id": None, "created_at": "2026-05-01T12:00:00.250000Z",
+              "updated_at": "2026-05-01T12:00:00.250000Z"}  # fmt: skip
+    made = trusted(MemoryItem, dict(fields), MemoryItem.model_fields)
+    built = MemoryItem.model_construct(**fields)
+    assert made == built == MemoryItem(**fields)
+    assert made.__dict__ == built.__dict__
+    assert made.model_fields_set == built.model_fields_set
+    assert to_wire(made) == to_wire(MemoryItem(**fields))
+    with pytest.raises(Exception, match="frozen"):
+        made.key = "other"  # type: ignore[misc]
+    values = {"execution_id": "e1", "node": "MEMORY.GET", "status": "success",
+              "output": [made], "error": None}  # fmt: skip
+    result = trusted(any_result(), values, ("execution_id", "node", "status", "output"))
+    validated = any_result()(execution_id="e1", node="MEMORY.GET", status="success", output=[made])
+    assert result == validated
+    assert result.model_fields_set == validated.model_fields_set
+    assert to_wire(result) == to_wire(validated)

@@ -305,3 +305,16 @@ def test_write_never_embeds_or_searches() -> None:
     provider = SearchSpy()
     create_memory(store, provider).write({"memories": [{"content": 1}]})
     assert store.ops() == ["write"] and provider.calls == []
+
+
+def test_a_call_without_execution_id_gets_a_uuid4() -> None:  # issue 36 item 0
+    import uuid
+
+    from ditto_worker.memory.core import _new_execution_id
+
+    made = {_new_execution_id() for _ in range(200)}
+    assert len(made) == 200
+    for text in made:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122

@@ -126,3 +126,15 @@ def test_the_ledgers_replay_and_refuse_another_node() -> None:
     with pytest.raises(MemoryError) as info:
         claim_call(ledger, None, "MEMORY.DELETE", None, "e-1", "")
     assert info.value.code == "CONFLICT" and "MEMORY.WRITE" in str(info.value)
+
+
+def test_stored_item_is_the_validated_row_item() -> None:  # issue 36 item 0
+    from ditto_worker.sqlkit.records import row_item, stored_item, written_item
+
+    row = (7, "id7", "k7", '{"a":[1,2.5,"x"]}', '{"g":0}', "op", "2026-05-01T12:00:00.250000Z",
+           "2026-05-01T12:00:00.250000Z")  # fmt: skip
+    validated = row_item(row)
+    for made in (stored_item(row), written_item(row)):
+        assert made == validated
+        assert made.model_fields_set == validated.model_fields_set
+        assert made.model_dump() == validated.model_dump()

@@ -47,7 +47,9 @@ else:
         and a store without an embedder (the core install) must import without it."""
 
         def __getattr__(self, name: str) -> Any:
-            return getattr(importlib.import_module("numpy"), name)
+            module = importlib.import_module("numpy")
+            globals()["np"] = module  # every later use reaches numpy itself
+            return getattr(module, name)
 
     np = _Numpy()
 

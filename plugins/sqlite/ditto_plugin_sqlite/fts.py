@@ -111,9 +111,11 @@ def index_records(conn: Connection, namespace: str, records: Sequence[tuple[int,
     if not termed:
         return
     scope = _scope(conn, namespace, create=True)
+    prefix = f"{scope}_"
+    between = " " + prefix  # "<scope>_a <scope>_b …", one join per record
     conn.executemany(
         "INSERT INTO memories_fts (rowid, terms) VALUES (?, ?)",
-        [(seq, " ".join(f"{scope}_{term}" for term in terms)) for seq, terms in termed],
+        [(seq, prefix + between.join(terms)) for seq, terms in termed],
     )
     lengths = [len(terms) for _, terms in termed]
     conn.executemany(

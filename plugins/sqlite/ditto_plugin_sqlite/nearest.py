@@ -50,13 +50,15 @@ def _rescore(
     """The best ``limit`` candidates passing ``where`` (rows of :data:`COLUMNS` and the
     score, best first) and how many passed: the scores first, then the winners' rows.
 
-    ``CROSS JOIN`` keeps SQLite's join order: the candidates first, each row by its key.
-    Left to choose, the planner drove a scoped search from the scope's ``(namespace, seq)``
+    ``CROSS JOIN`` keeps SQLite's join order: the candidates first, each record by its key,
+    its filter, and only then the vector of a record that passed (a 20 % filter reads and
+    scores a fifth of the vectors: a selective filter makes the rescoring cheaper). Left
+    to choose, the planner drove a scoped search from the scope's ``(namespace, seq)``
     index and scanned the candidate list once per row of the scope (300 ms at 3k rows)."""
     scored = conn.execute(
         "SELECT m.seq, 1.0 - vec_distance_cosine(v.embedding, ?) FROM json_each(?) AS c "
-        "CROSS JOIN memory_vectors AS v ON v.seq = c.value "
-        f"CROSS JOIN memories AS m ON m.seq = v.seq WHERE {where.text}",
+        f"CROSS JOIN memories AS m ON m.seq = c.value AND {where.text} "
+        "CROSS JOIN memory_vectors AS v ON v.seq = m.seq",
         [blob, json.dumps(seqs), *where.params],
     ).fetchall()
     best = sorted(scored, key=lambda pair: (-pair[1], pair[0]))[:limit]

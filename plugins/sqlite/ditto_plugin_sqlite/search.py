@@ -33,7 +33,7 @@ from ditto_worker.memory.filters import parse_filter
 from ditto_worker.memory.native import Hit, NativeSearch
 from ditto_worker.memory.ports import MemoryCallOptions
 from ditto_worker.memory.scope import namespace_of
-from ditto_worker.sqlkit.records import COLUMNS, WIDTH, chunks, marks, row_item
+from ditto_worker.sqlkit.records import COLUMNS, WIDTH, chunks, marks, stored_item
 from ditto_worker.sqlkit.settings import sql_capabilities
 
 __all__ = ["KEYWORD_CAPABILITIES", "VECTOR_CAPABILITIES", "SearchMixin"]
@@ -136,7 +136,7 @@ class SearchMixin(NativeSearch):
                 rows = _best_rows(conn, plan, where, limit)
             else:
                 rows = _filtered_rows(conn, plan, where, limit)
-        return [(row_item(row), float(row[WIDTH])) for row in rows]
+        return [(stored_item(row), float(row[WIDTH])) for row in rows]
 
     def _vector_hits(
         self,
@@ -151,7 +151,7 @@ class SearchMixin(NativeSearch):
             rows = nearest_rows(
                 conn, self._vector_index(len(vector)), namespace, vector, where, limit
             )
-        return [(row_item(row), float(row[WIDTH])) for row in rows]
+        return [(stored_item(row), float(row[WIDTH])) for row in rows]
 
     def _vector_index(self, dims: int) -> SimHashIndex:
         """This process's approximate index (:mod:`.ann`), made at its first use."""

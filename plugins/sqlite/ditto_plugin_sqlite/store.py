@@ -11,6 +11,7 @@ MEM-PY-5/6/11/12; with an embedding provider also MEM-WRITE-4, MEM-SEARCH-6, MEM
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from typing import Any, ClassVar, Final
@@ -59,7 +60,8 @@ from ditto_worker.sqlkit.records import chunks as _chunks
 from ditto_worker.sqlkit.records import dump as _dump
 from ditto_worker.sqlkit.records import marks as _marks
 from ditto_worker.sqlkit.records import row_item as _item
-from ditto_worker.sqlkit.records import written_item as _written
+from ditto_worker.sqlkit.records import stored_item as _stored
+from ditto_worker.sqlkit.records import trusted_item as _trusted
 
 __all__ = ["SqliteMemoryStore"]
 
@@ -73,6 +75,31 @@ _NEXT: Final = (
 
 def _metadata(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def _stored_copy(value: Any, text: str) -> Any:
+    """The value a record now holds, as a read would give it: ``value`` (validated JSON)
+    when it is a scalar or an object of scalars (a shallow copy), else ``text`` decoded.
+    Never the caller's own list or object: the item returned must not change with it."""
+    if type(value) in _SCALARS:
+        return value
+    if type(value) is dict and all(type(v) in _SCALARS for v in value.values()):
+        return dict(value)
+    return json.loads(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _get_sql(shape: tuple[tuple[str, int], ...]) -> str:
+    """GET's statement for ``(column, values)`` parts (``id``/``key``), made once per shape:
+    each part through its own index, ``UNION ALL``-ed."""
+    return " UNION ALL ".join(
+        f"SELECT {_COLUMNS} FROM memories AS m WHERE m.namespace = ? AND m.{column} IN "
+        f"({_marks(range(count))})"
+        for column, count in shape
+    )
 
 
 def _sort_values(row: _Row) -> tuple[SortValue, ...]:
@@ -149,29 +176,25 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
         self, input: MemoryGetInput, options: MemoryCallOptions | None = None
     ) -> list[MemoryItem]:
         """Records whose id or key was requested, each once, in creation order (MEM-GET)."""
-        wanted = (
-            ("id", list(dict.fromkeys(input.ids or ()))),
-            ("key", list(dict.fromkeys(input.keys or ()))),
-        )
+        ids = list(dict.fromkeys(input.ids)) if input.ids else []
+        keys = list(dict.fromkeys(input.keys)) if input.keys else []
         rows: dict[int, _Row] = {}
         ns = namespace_of(options)
-        parts = [(column, chunk) for column, values in wanted for chunk in _chunks(values)]
-        together = len(parts) <= 2 and sum(len(chunk) for _, chunk in parts) <= _CHUNK
-        statements = [parts] if together else [[part] for part in parts]
-        # one statement (the common case) reads without BEGIN/COMMIT; several share a snapshot
-        with self._tx(options, write=False, snapshot=len(statements) > 1) as conn:
-            for statement in statements:
-                if not statement:
-                    continue
-                # ids and keys each through their own index, as one statement
-                sql = " UNION ALL ".join(
-                    f"SELECT {_COLUMNS} FROM memories AS m "
-                    f"WHERE m.namespace = ? AND m.{column} IN ({_marks(chunk)})"
-                    for column, chunk in statement
-                )
-                params = [v for _, chunk in statement for v in (ns, *chunk)]
-                rows.update((row[0], row) for row in conn.execute(sql, params))
-        return [_item(rows[seq]) for seq in sorted(rows)]
+        if len(ids) + len(keys) <= _CHUNK:  # the common case: one statement, no BEGIN/COMMIT
+            shape = (("id", len(ids)),) * bool(ids) + (("key", len(keys)),) * bool(keys)
+            params = ([ns, *ids] if ids else []) + ([ns, *keys] if keys else [])
+            with self._tx(options, write=False, snapshot=False) as conn:
+                for row in conn.execute(_get_sql(shape), params):
+                    rows[row[0]] = row
+            return [_stored(rows[seq]) for seq in sorted(rows)]
+        parts = [
+            (c, chunk) for c, values in (("id", ids), ("key", keys)) for chunk in _chunks(values)
+        ]
+        with self._tx(options, write=False, snapshot=True) as conn:  # several: one snapshot
+            for column, chunk in parts:  # ids and keys each through their own index
+                sql = _get_sql(((column, len(chunk)),))
+                rows.update((row[0], row) for row in conn.execute(sql, [ns, *chunk]))
+        return [_stored(rows[seq]) for seq in sorted(rows)]
 
     def query(
         self, input: MemoryQueryInput, options: MemoryCallOptions | None = None
@@ -249,9 +272,14 @@ class SqliteMemoryStore(Lifecycle, SearchMixin):
             ])  # fmt: skip
             self._store_vectors(conn, seqs, blobs)
             items = [
-                _written((0, memory_id, draft.key, content, metadata, op_id, now, now))
-                for memory_id, draft, (content, metadata) in zip(ids, drafts, encoded, strict=True)
-            ]
+                _trusted({
+                    "id": memory_id, "key": draft.key,
+                    "content": _stored_copy(draft.content, content),
+                    "metadata": None if meta is None else _stored_copy(draft.metadata, meta),
+                    "operation_id": op_id, "created_at": now, "updated_at": now,
+                })
+                for memory_id, draft, (content, meta) in zip(ids, drafts, encoded, strict=True)
+            ]  # fmt: skip
             output = [to_wire(i) for i in items]
             call.record(conn, output, self._retention_s)
         if seqs and self._query.stale(seqs[-1]):  # the planner's statistics, after a doubling

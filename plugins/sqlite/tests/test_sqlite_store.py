@@ -332,3 +332,30 @@ def test_stemming_finds_inflected_words(sqlite_store: SqliteMemoryStore) -> None
     )
     results = sqlite_store.search(MemorySearchInput(query="What did the banker do?", limit=5))
     assert [r.memory.key for r in results] == ["hit"]
+
+
+def test_written_items_are_what_a_read_gives_and_not_the_callers_objects(
+    sqlite_store: SqliteMemoryStore,
+) -> None:  # issue 36 item 0: the write's items are built without a second validation
+    from ditto_worker import create_memory
+
+    flat = {"speaker": "A", "n": 1, "x": 2.5, "ok": True, "none": None}
+    nested = {"tags": ["a", "b"], "deep": {"k": 1}}
+    content = ["list", {"k": "v"}]
+    memory = create_memory(sqlite_store)
+    raw = {"memories": [
+        {"key": "s", "content": "text é", "metadata": flat},
+        {"key": "n", "content": content, "metadata": nested},
+        {"key": "z", "content": None}, {"key": "i", "content": 7},
+    ]}  # fmt: skip
+    written = memory.write(raw)
+    assert written.status == "success", written.error
+    read = memory.get({"keys": ["s", "n", "z", "i"]})
+    assert [i.model_dump() for i in written.output] == [i.model_dump() for i in read.output]
+    flat["speaker"] = "B"  # the caller's own objects change after the call
+    nested["tags"].append("c")
+    content.append("more")
+    assert written.output[0].metadata == {"speaker": "A", "n": 1, "x": 2.5, "ok": True,
+                                          "none": None}  # fmt: skip
+    assert written.output[1].metadata == {"tags": ["a", "b"], "deep": {"k": 1}}
+    assert written.output[1].content == ["list", {"k": "v"}]
