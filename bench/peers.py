@@ -129,7 +129,19 @@ class Side:
             return
         from langgraph.store.base import PutOp
 
-        self.store.batch([PutOp(("bench",), k, {"text": t, **m}) for k, t, m in batch])
+        if self.name != "InMemoryStore":
+            self.store.batch([PutOp(("bench",), k, {"text": t, **m}) for k, t, m in batch])
+            return
+        # InMemoryStore (langgraph 1.x) embeds a batch's distinct texts but expects one vector
+        # per record: a text repeated within a batch raises "Number of embeddings (99) does
+        # not match number of indices (100)". Its batch is cut where a text repeats.
+        run: list[Any] = []
+        for k, t, m in batch:
+            if any(t == op.value["text"] for op in run):
+                self.store.batch(run)
+                run = []
+            run.append(PutOp(("bench",), k, {"text": t, **m}))
+        self.store.batch(run)
 
     def get(self, key: str) -> Any:
         if self.ours:
