@@ -170,8 +170,15 @@ def task_loop(
     before any Graph is yielded.
 
     Args:
-        kind, inputs, options, body, stages, policy: as for :func:`run_task`;
+        kind: the task kind; the request must be of it.
+        inputs: ``{request, model}``.
+        options: the controller's options (tenant, user, permission, artifacts folder);
             ``options.timeout_s`` and ``options.cancel`` are the host loop's business.
+        body: the task's stages.
+        stages: ``stages(request)`` -> the names of the progress checkpoints the task may
+            have committed.
+        policy: as for :func:`run_task` (a ``PreferencePolicy``, a ``tasks.policy``
+            mapping, or ``None`` for the default).
 
     Returns:
         The task's :class:`TaskOutcome`; ``graphs`` counts the Graphs this task ran.

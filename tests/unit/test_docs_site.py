@@ -35,3 +35,12 @@ def test_the_readme_is_short_and_points_into_the_docs() -> None:
     assert "bash scripts/test.sh" in readme and "ditto-worker demo" in readme
     for page in ("getting-started", "fleet", "configuration", "stores", "benchmarks"):
         assert f"(docs/{page}.md)" in readme, page
+
+
+def test_the_strict_docs_build_sees_warnings() -> None:
+    """``mkdocs build --quiet`` drops warnings before ``--strict`` counts them: the strict
+    build of scripts/test.sh must not be quiet, or a broken API reference passes unseen."""
+    script = (REPO / "scripts" / "test.sh").read_text(encoding="utf-8")
+    builds = [line for line in script.splitlines() if "mkdocs build" in line and "say " not in line]
+    assert builds and all("--strict" in line for line in builds), builds
+    assert not any("--quiet" in line or " -q " in line for line in builds), builds
