@@ -8,6 +8,7 @@ configured store in this process) or, with a broker set (``DITTO_BROKER_URL``,
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -17,7 +18,15 @@ import typer
 from ditto_worker.cli.options import BrokerOpt, ConfigOpt, fail, load_config, scope_or_exit
 from ditto_worker.errors import ConfigError
 
-__all__ = ["Transport", "mcp"]
+__all__ = ["STDIO_HINT", "Transport", "mcp"]
+
+#: Printed on stderr when stdin is a terminal: a stdio MCP server run by hand is silent
+#: and waits for JSON-RPC, which reads as a hang. stdout stays the protocol's alone.
+STDIO_HINT = (
+    "mcp: serving MCP over stdio: an MCP host launches this command and speaks JSON-RPC "
+    "on its stdin/stdout (docs/integrations-mcp.md); --transport http serves "
+    "http://127.0.0.1:8765/mcp instead. Ctrl-D (end of input) stops it."
+)
 
 
 class Transport(StrEnum):
@@ -115,6 +124,8 @@ def mcp(
         if transport is Transport.http:
             serve_http(server, host, port, allowed_hosts=allowed_host or ())
         else:
+            if sys.stdin.isatty():  # a person ran it in a terminal, not a host over a pipe
+                typer.echo(STDIO_HINT, err=True)
             anyio.run(serve_stdio, server)
     finally:
         runtime.close()
