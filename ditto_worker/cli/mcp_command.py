@@ -8,10 +8,12 @@ configured store in this process) or, with a broker set (``DITTO_BROKER_URL``,
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -25,7 +27,7 @@ __all__ = ["STDIO_HINT", "Transport", "mcp"]
 STDIO_HINT = (
     "mcp: serving MCP over stdio: an MCP host launches this command and speaks JSON-RPC "
     "on its stdin/stdout (docs/integrations-mcp.md); --transport http serves "
-    "http://127.0.0.1:8765/mcp instead. Ctrl-D (end of input) stops it."
+    "http://127.0.0.1:8765/mcp instead. Ctrl-D (end of input) or Ctrl-C stops it."
 )
 
 
@@ -126,6 +128,32 @@ def mcp(
         else:
             if sys.stdin.isatty():  # a person ran it in a terminal, not a host over a pipe
                 typer.echo(STDIO_HINT, err=True)
+            _exit_on_interrupt(runtime)
             anyio.run(serve_stdio, server)
     finally:
         runtime.close()
+
+
+INTERRUPT_CLOSE_S = 10.0
+"""How long Ctrl-C lets the calls in flight finish before the stdio server exits."""
+
+
+def _exit_on_interrupt(runtime: Any) -> None:
+    """Make SIGINT (Ctrl-C) end the stdio server: close ``runtime`` (calls in flight get
+    :data:`INTERRUPT_CLOSE_S` to finish, the store is released), then exit 130.
+
+    The MCP SDK reads stdin in a worker thread that nothing can interrupt, and asyncio's
+    shutdown waits for that thread, so a ``KeyboardInterrupt`` alone left the process
+    running until stdin closed. A second Ctrl-C kills at once (the default handler).
+    """
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        try:
+            runtime.close(timeout_s=INTERRUPT_CLOSE_S)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+
+    signal.signal(signal.SIGINT, stop)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -72,6 +73,32 @@ def test_a_terminal_gets_the_hint_on_stderr(tmp_path: Path) -> None:
             process.wait()
         os.close(master)
     assert process.stdout.read() == b""  # nothing but protocol on stdout, and none was asked
+
+
+def test_ctrl_c_stops_the_stdio_server(tmp_path: Path) -> None:
+    """SIGINT (Ctrl-C in the terminal) ends the server with exit 130, though the SDK's
+    stdin reader thread is still blocked on the terminal."""
+    master, slave = os.openpty()
+    process = subprocess.Popen(
+        [str(BIN / "ditto-worker"), "mcp", "--scope", "tenant=acme,user=alice"],
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+    )
+    os.close(slave)
+    try:
+        assert process.stderr is not None
+        err = _read_until(process.stderr.fileno(), b"stops it.", READY_S)
+        assert STDIO_HINT.encode() in err, err.decode(errors="replace")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=READY_S) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(master)
 
 
 def test_a_host_over_pipes_gets_no_hint(tmp_path: Path) -> None:
