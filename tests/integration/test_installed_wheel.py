@@ -3,22 +3,28 @@ fresh virtual environment in a temporary folder, then ``ditto-worker demo`` ther
 packaged sample conversation, since LoCoMo is not in the wheel) and a consumer program
 type-checked with ``mypy --strict`` against the installed package (``py.typed``).
 
-Slow (about a minute: the wheel, a venv with the dependencies from the pip index, mypy).
+The wheel is the one this run builds once for this test and the package gate
+(:func:`tests.integration._package_kit.built_package`); the venv is new, its third-party
+dependencies (at the versions of ``constraints.txt``) come from a per-machine cache keyed by
+the wheel's requirements (:func:`tests.integration._package_kit.fresh_venv`, where it says
+why that is safe; ``DITTO_CONSTRAINTS=none`` resolves them from the index again).
+
+Slow (the build, once per run; the first run on a machine also makes the dependency
+environment; mypy).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 import zipfile
-from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.integration._package_kit import REPO, built_package, clean_env, fresh_venv, run
+
+__all__ = ["built_package"]  # the fixture, shared with test_package_gate.py
 CONSUMER = '''
 """A service using ditto-worker's public API (type-checked with mypy --strict)."""
 
@@ -58,24 +64,14 @@ if __name__ == "__main__":
 '''
 
 
-def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
-    done = subprocess.run(
-        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    assert done.returncode == 0, f"{args[:3]} -> {done.returncode}\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
 @pytest.mark.slow
-@pytest.mark.serial  # builds in this checkout (build/, the egg-info): alone
-def test_the_wheel_works_outside_the_repository(tmp_path: Path) -> None:
+@pytest.mark.serial  # the build writes in this checkout (build/, the egg-info): alone
+def test_the_wheel_works_outside_the_repository(
+    tmp_path: Path, built_package: tuple[Path, Path]
+) -> None:
     assert REPO not in tmp_path.parents and not tmp_path.is_relative_to(REPO)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DITTO_", "PYTHON", "VIRTUAL_ENV"))}  # fmt: skip
-    dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)],
-         tmp_path, env)  # fmt: skip
-    (wheel,) = dist.glob("ditto_worker-*.whl")
+    env = clean_env()
+    _, wheel = built_package
     names = zipfile.ZipFile(wheel).namelist()
     for typed in ("ditto_worker", "ditto_plugin_sqlite", "ditto_plugin_postgres",
                   "ditto_plugin_mysql"):  # fmt: skip
@@ -83,21 +79,17 @@ def test_the_wheel_works_outside_the_repository(tmp_path: Path) -> None:
     assert "ditto_worker/cli/samples/conversation.json" in names
     assert not [n for n in names if "locomo" in n.lower() and n.endswith(".json")]
 
-    venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
-    bin_dir = venv / "bin"
+    bin_dir = fresh_venv(tmp_path / "venv", wheel, "", env)
     python = str(bin_dir / "python")
-    _run([python, "-m", "pip", "install", "-q", str(wheel), f"mypy=={version('mypy')}"],
-         tmp_path, env)  # fmt: skip
     env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"}
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    out = _run(["ditto-worker", "demo"], elsewhere, env, timeout=300)
+    out = run(["ditto-worker", "demo"], elsewhere, env, timeout=300)
     assert "the sample conversation" in out
     assert "43 turns written, 20 questions with evidence" in out
     assert "keyword evidence recall@10" in out and "MEMORY.SEARCH" in out
 
     (elsewhere / "consumer.py").write_text(textwrap.dedent(CONSUMER), encoding="utf-8")
-    _run([python, "-m", "mypy", "--strict", "--no-incremental", "consumer.py"], elsewhere, env)
-    assert "consumer ok" in _run([python, "consumer.py"], elsewhere, env)
+    run([python, "-m", "mypy", "--strict", "--no-incremental", "consumer.py"], elsewhere, env)
+    assert "consumer ok" in run([python, "consumer.py"], elsewhere, env)

@@ -9,22 +9,28 @@ nothing and open no socket, a consumer program using only public entries passes
 ``mypy --strict``, and then runs the four tasks (write, search, update, task-state)
 against the installed package with a stand-in model worker.
 
-Slow (a few minutes: the build, a venv with the dependencies from the index, mypy).
+The sdist and wheel are the ones this run builds once for this test and the installed
+wheel's (:func:`tests.integration._package_kit.built_package`); the venv is new, its
+third-party dependencies (``[gateway]`` at the versions of ``constraints.txt``) come from a
+per-machine cache keyed by the wheel's requirements
+(:func:`tests.integration._package_kit.fresh_venv`, where it says why that is safe).
+
+Slow (the build, once per run; the first run on a machine also makes the dependency
+environment; mypy).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tarfile
 import textwrap
-from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.integration._package_kit import REPO, built_package, clean_env, fresh_venv, run
+
+__all__ = ["built_package"]  # the fixture, shared with test_installed_wheel.py
 
 SILENT_IMPORTS = r'''
 """Import every module of the installed package: nothing printed, no socket opened."""
@@ -175,40 +181,25 @@ if __name__ == "__main__":
 '''
 
 
-def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 900) -> str:
-    done = subprocess.run(
-        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    assert done.returncode == 0, f"{args[:4]} -> {done.returncode}\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
 @pytest.mark.slow
-@pytest.mark.serial  # builds in this checkout (build/, the egg-info): alone
-def test_the_installed_package_passes_the_gate(tmp_path: Path) -> None:
+@pytest.mark.serial  # the build writes in this checkout (build/, the egg-info): alone
+def test_the_installed_package_passes_the_gate(
+    tmp_path: Path, built_package: tuple[Path, Path]
+) -> None:
     assert not tmp_path.is_relative_to(REPO)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DITTO_", "PYTHON", "VIRTUAL_ENV"))}  # fmt: skip
-    dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(dist),
-          str(REPO)], tmp_path, env)  # fmt: skip
-    (sdist,) = dist.glob("ditto_worker-*.tar.gz")
-    (wheel,) = dist.glob("ditto_worker-*.whl")
+    env = clean_env()
+    sdist, wheel = built_package
     members = tarfile.open(sdist).getnames()
     assert any(m.endswith("ditto_worker/memory_tasks/artifact.schema.json") for m in members)
 
-    venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
-    python = str(venv / "bin" / "python")
-    constraints = str(REPO / "constraints.txt")
-    _run([python, "-m", "pip", "install", "-q", "-c", constraints, f"{wheel}[gateway]",
-          f"mypy=={version('mypy')}"], tmp_path, env)  # fmt: skip
-    env = {**env, "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"}
+    bin_dir = fresh_venv(tmp_path / "venv", wheel, "[gateway]", env)
+    python = str(bin_dir / "python")
+    env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"}
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "silent.py").write_text(SILENT_IMPORTS, encoding="utf-8")
-    assert "imported" in _run([python, "silent.py"], elsewhere, env)
+    assert "imported" in run([python, "silent.py"], elsewhere, env)
     (elsewhere / "controller.py").write_text(textwrap.dedent(CONSUMER), encoding="utf-8")
-    _run([python, "-m", "mypy", "--strict", "--no-incremental", "controller.py"], elsewhere, env)
-    assert "four tasks ok" in _run([python, "controller.py"], elsewhere, env)
+    run([python, "-m", "mypy", "--strict", "--no-incremental", "controller.py"], elsewhere, env)
+    assert "four tasks ok" in run([python, "controller.py"], elsewhere, env)
