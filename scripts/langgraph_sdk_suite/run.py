@@ -8,7 +8,7 @@ Usage::
 
 The pinned sdist (langgraph-sdk, the version of ``constraints.txt``) is downloaded with
 ``pip download --no-binary :all: --no-deps`` into ``DIR`` (default
-``.cache/langgraph-suites``, never committed) and unpacked; its
+``~/.cache/ditto-worker/langgraph-suites``: ``suite_env.default_cache``) and unpacked; its
 ``tests/integration/test_store.py`` runs as its own pytest process from the sdist's root
 with ``-m integration`` (its conftest probes ``GET /ok`` and skips everything if that
 fails: a skip counts as a failure here) in the virtualenv of
@@ -32,13 +32,13 @@ SDK: Final = ("langgraph-sdk", "0.4.14", "langgraph_sdk")
 SUITE: Final = "tests/integration/test_store.py"
 
 sys.path.insert(0, str(HERE.parent / "langgraph_suites"))
-from suite_env import run_suite_file, sdist, suite_venv, summary  # noqa: E402  (shared)
+from suite_env import default_cache, run_suite_file, sdist, suite_venv, summary  # noqa: E402  (shared)
 
 
 def run_suite(url: str, api_key: str, cache: Path) -> dict[str, Any]:
     """Run the store tests against ``url``; their counts from the shim's per-test lines."""
     python, root = suite_venv(cache), sdist(cache, *SDK)
-    report = cache / "report-sdk-store.jsonl"
+    report = cache / f"report-sdk-store-{os.getpid()}.jsonl"
     env = {**os.environ, "PYTHONPATH": str(HERE), "LANGGRAPH_INTEGRATION_URL": url,
            "DITTO_SDK_API_KEY": api_key, "DITTO_SDK_REPORT": str(report),
            "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", required=True)
     parser.add_argument("--api-key", required=True)
-    parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "langgraph-suites")
+    parser.add_argument("--cache", type=Path, default=default_cache())
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)

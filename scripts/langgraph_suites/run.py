@@ -7,16 +7,16 @@ Usage::
 
 The pinned sdists (langgraph-checkpoint 4.3.2, langgraph-checkpoint-sqlite 3.1.2) are
 downloaded with ``pip download --no-binary :all: --no-deps`` into ``DIR`` (default
-``.cache/langgraph-suites``, never committed) and unpacked; each test file runs as its own
-pytest process from its sdist's root (their ``tests`` package would collide with ours; they
-need ``asyncio_mode=auto``) in a virtualenv of its own under ``DIR`` (made once, then
-reused), which sees this interpreter's packages (ditto-worker) through a ``.pth`` line
-(:mod:`suite_env`, shared with ``scripts/langgraph_sdk_suite/run.py``). The
-plugin ``ditto_lg_shim`` rebinds their stores to ours and records per test how many times
-ours was built. Every (file, store) pair is its own process, ``--jobs`` of them at a time
-(default 4: the files are mostly waiting on sleeps and node calls). Prints one JSON object
-per file and store: passed / failed / skipped / never touched ours, the failed tests and
-the seconds it took.
+``~/.cache/ditto-worker/langgraph-suites``: ``suite_env.default_cache``) and unpacked;
+each test file runs as its own pytest process from its sdist's root (their ``tests``
+package would collide with ours; they need ``asyncio_mode=auto``) in a virtualenv of its
+own under ``DIR`` (made once per pin and Python environment, then reused), which sees
+this interpreter's packages (ditto-worker) through a ``.pth`` line (:mod:`suite_env`,
+shared with ``scripts/langgraph_sdk_suite/run.py``). The plugin ``ditto_lg_shim``
+rebinds their stores to ours and records per test how many times ours was built. Every
+(file, store) pair is its own process, ``--jobs`` of them at a time (default 4: the
+files are mostly waiting on sleeps and node calls). Prints one JSON object per file and
+store: passed / failed / skipped / never touched ours, the failed tests and the seconds it took.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from suite_env import run_suite_file, sdist, suite_venv, summary
+from suite_env import default_cache, run_suite_file, sdist, suite_venv, summary
 
 PINS: Final = {"checkpoint": ("langgraph-checkpoint", "4.3.2", "langgraph_checkpoint"),
                "sqlite": ("langgraph-checkpoint-sqlite", "3.1.2",
@@ -55,7 +55,7 @@ def run_file(python: Path, root: Path, path: str, store: str, cache: Path) -> di
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "langgraph-suites")
+    parser.add_argument("--cache", type=Path, default=default_cache())
     parser.add_argument("--store", action="append", choices=["sqlite", "postgres", "fleet"],
                         help="the store under ours (repeatable; default sqlite)")  # fmt: skip
     parser.add_argument(

@@ -69,8 +69,8 @@ def _served(url: str) -> None:
 def test_langgraph_ttl_suite_on_the_fleet(broker_url: str, tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     command = [sys.executable, str(REPO / "scripts" / "langgraph_suites" / "run.py"),
-               "--cache", str(REPO / ".cache" / "langgraph-suites"), "--store", "fleet",
-               "--suite", "sqlite:tests/test_ttl.py", "--json", str(out)]  # fmt: skip
+               "--store", "fleet", "--suite", "sqlite:tests/test_ttl.py",
+               "--json", str(out)]  # fmt: skip
     env = {**os.environ, "DITTO_LG_BROKER": broker_url}
     done = subprocess.run(command, capture_output=True, text=True, timeout=1100, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -54,8 +54,7 @@ def test_langgraph_sdk_store_suite(gateway: GatewayServer, tmp_path: Path) -> No
     this server: every test passes and reaches it (a skip counts as a failure)."""
     out = tmp_path / "sdk.json"
     command = [sys.executable, str(REPO / "scripts" / "langgraph_sdk_suite" / "run.py"),
-               "--url", gateway.url, "--api-key", T1, "--json", str(out),
-               "--cache", str(REPO / ".cache" / "langgraph-suites")]  # fmt: skip
+               "--url", gateway.url, "--api-key", T1, "--json", str(out)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=850)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())

@@ -1,8 +1,9 @@
 """LangGraph's own store tests against our ``DittoStore`` (issue 33 item 1's proof).
 
 scripts/langgraph_suites/run.py downloads the pinned sdists (langgraph-checkpoint 4.3.2,
-langgraph-checkpoint-sqlite 3.1.2) into ``.cache/langgraph-suites`` (never committed),
-runs each test file as its own pytest process from the sdist's root in a virtualenv of its
+langgraph-checkpoint-sqlite 3.1.2) into ``~/.cache/ditto-worker/langgraph-suites`` (made
+once per machine and pin; ``scripts/langgraph_suites/suite_env.py`` says why reusing it is
+safe), runs each test file as its own pytest process from the sdist's root in a virtualenv of its
 own, and its shim rebinds ``InMemoryStore`` / ``SqliteStore`` / ``AsyncSqliteStore`` to ours
 and counts per test how many of ours it built. All files run once per module, on SQLite
 and (with ``DITTO_TEST_POSTGRES_URL``) on PostgreSQL, the processes side by side.
@@ -46,12 +47,11 @@ COUNTS: Final = {  # file: (passed, expected failures, never touched ours)
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
     out = tmp_path_factory.mktemp("lg") / "results.json"
-    cache = REPO / ".cache" / "langgraph-suites"
     stores = ["--store", "sqlite"]
     if os.environ.get("DITTO_TEST_POSTGRES_URL"):
         stores += ["--store", "postgres"]
     command = [sys.executable, str(REPO / "scripts" / "langgraph_suites" / "run.py"),
-               "--cache", str(cache), *stores, "--json", str(out)]  # fmt: skip
+               *stores, "--json", str(out)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return {(r["store"], r["file"]): r for r in json.loads(out.read_text())}
