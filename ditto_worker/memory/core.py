@@ -33,7 +33,7 @@ One call, in order (SPEC.md MEM-ERR, MEM-PY-2):
 
 from __future__ import annotations
 
-import os
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -80,16 +80,6 @@ TASK_SPACE_SEARCH = (
     "checkpoints with MEMORY.GET or MEMORY.QUERY"
 )
 """The message of a SEARCH in a task space (SPEC.md MEM-SEARCH-7)."""
-
-
-def _new_execution_id() -> str:
-    """A random uuid4 as ``str(uuid.uuid4())`` writes it (version 4, RFC 4122 variant), in
-    half its time: the id of a call given none."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40
-    raw[8] = (raw[8] & 0x3F) | 0x80
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 @dataclass(frozen=True)
@@ -205,7 +195,7 @@ class Memory(NodePreparation):
             A NodeResult: ``success`` with the contract-model output, or ``failed`` /
             ``cancelled`` / ``timeout`` with an error code (see the module docstring).
         """
-        eid = execution_id or _new_execution_id()
+        eid = execution_id or str(uuid.uuid4())
         node = node if isinstance(node, str) else str(node)
         prepare = self._prepare.get(node)
         if prepare is None:

@@ -310,9 +310,8 @@ def test_write_never_embeds_or_searches() -> None:
 def test_a_call_without_execution_id_gets_a_uuid4() -> None:  # issue 36 item 0
     import uuid
 
-    from ditto_worker.memory.core import _new_execution_id
-
-    made = {_new_execution_id() for _ in range(200)}
+    memory = create_memory(Spy(get=[]))
+    made = {memory.get({"ids": ["x"]}).execution_id for _ in range(200)}
     assert len(made) == 200
     for text in made:
         parsed = uuid.UUID(text)
