@@ -29,7 +29,6 @@ half-made one (a killed run) is made again.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -43,6 +42,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
+
+from filelock import FileLock
 
 __all__ = ["TEST_DEPS", "default_cache", "run_suite_file", "sdist", "suite_venv", "summary"]
 
@@ -61,14 +62,11 @@ def default_cache() -> Path:
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``path`` (made if missing) while the block runs."""
+    """An exclusive lock on ``path`` (made if missing, with its folder) while the block runs
+    (``filelock``: across processes, e.g. pytest-xdist workers and concurrent runs)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("ab") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with FileLock(str(path)):
+        yield
 
 
 def sdist(cache: Path, package: str, version: str, stem: str) -> Path:

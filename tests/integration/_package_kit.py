@@ -32,7 +32,6 @@ time, as a newcomer's ``pip install`` would.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from filelock import FileLock
 
 REPO: Final = Path(__file__).resolve().parents[2]
 CONSTRAINTS: Final = REPO / "constraints.txt"
@@ -75,13 +75,11 @@ def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 900) -
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (made if missing, with its folder) while the block runs
+    (``filelock``: across processes, e.g. pytest-xdist workers and concurrent runs)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("ab") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with FileLock(str(path)):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -49,35 +51,10 @@ def _read_until(fd: int, wanted: bytes, limit_s: float) -> bytes:
     return got
 
 
-def test_a_terminal_gets_the_hint_on_stderr(tmp_path: Path) -> None:
-    master, slave = os.openpty()
-    process = subprocess.Popen(
-        [str(BIN / "ditto-worker"), "mcp", "--scope", "tenant=acme,user=alice"],
-        stdin=slave,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(tmp_path),
-        cwd=tmp_path,
-    )
-    os.close(slave)
-    try:
-        assert process.stderr is not None and process.stdout is not None
-        err = _read_until(process.stderr.fileno(), b"stops it.", READY_S)
-        assert STDIO_HINT.encode() in err, err.decode(errors="replace")
-        assert process.poll() is None  # still serving, waiting for the host
-        os.write(master, b"\x04")  # Ctrl-D, as the hint says: end of input ends the server
-        assert process.wait(timeout=READY_S) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        os.close(master)
-    assert process.stdout.read() == b""  # nothing but protocol on stdout, and none was asked
-
-
-def test_ctrl_c_stops_the_stdio_server(tmp_path: Path) -> None:
-    """SIGINT (Ctrl-C in the terminal) ends the server with exit 130, though the SDK's
-    stdin reader thread is still blocked on the terminal."""
+@contextmanager
+def _in_a_terminal(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``ditto-worker mcp`` with a pseudo-terminal as stdin, once its hint is on stderr:
+    ``(process, the terminal's master fd)``; killed at the end if still running."""
     master, slave = os.openpty()
     process = subprocess.Popen(
         [str(BIN / "ditto-worker"), "mcp", "--scope", "tenant=acme,user=alice"],
@@ -92,13 +69,29 @@ def test_ctrl_c_stops_the_stdio_server(tmp_path: Path) -> None:
         assert process.stderr is not None
         err = _read_until(process.stderr.fileno(), b"stops it.", READY_S)
         assert STDIO_HINT.encode() in err, err.decode(errors="replace")
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=READY_S) == 130
+        assert process.poll() is None  # still serving, waiting for the host
+        yield process, master
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
         os.close(master)
+
+
+def test_a_terminal_gets_the_hint_on_stderr(tmp_path: Path) -> None:
+    with _in_a_terminal(tmp_path) as (process, master):
+        os.write(master, b"\x04")  # Ctrl-D, as the hint says: end of input ends the server
+        assert process.wait(timeout=READY_S) == 0
+    assert process.stdout is not None
+    assert process.stdout.read() == b""  # nothing but protocol on stdout, and none was asked
+
+
+def test_ctrl_c_stops_the_stdio_server(tmp_path: Path) -> None:
+    """SIGINT (Ctrl-C in the terminal) ends the server with exit 130, though the SDK's
+    stdin reader thread is still blocked on the terminal."""
+    with _in_a_terminal(tmp_path) as (process, _):
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=READY_S) == 130
 
 
 def test_a_host_over_pipes_gets_no_hint(tmp_path: Path) -> None:
