@@ -30,6 +30,7 @@ from ditto_worker.wire import (
     check_json,
     check_text,
     to_wire,
+    trusted,
 )
 from ditto_worker.wire import JsonData as JsonData
 from ditto_worker.wire import JsonObject as JsonObject
@@ -72,6 +73,7 @@ __all__ = [
     "check_json",
     "check_text",
     "to_wire",
+    "trusted",
 ]
 
 MAX_LIMIT = 10_000

@@ -8,9 +8,11 @@ configured store in this process) or, with a broker set (``DITTO_BROKER_URL``,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import threading
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -126,9 +128,9 @@ def mcp(
         if transport is Transport.http:
             serve_http(server, host, port, allowed_hosts=allowed_host or ())
         else:
+            _exit_on_interrupt(runtime)  # before the hint, which tells how to stop it
             if sys.stdin.isatty():  # a person ran it in a terminal, not a host over a pipe
                 typer.echo(STDIO_HINT, err=True)
-            _exit_on_interrupt(runtime)
             anyio.run(serve_stdio, server)
     finally:
         runtime.close()
@@ -140,20 +142,36 @@ INTERRUPT_CLOSE_S = 10.0
 
 def _exit_on_interrupt(runtime: Any) -> None:
     """Make SIGINT (Ctrl-C) end the stdio server: close ``runtime`` (calls in flight get
-    :data:`INTERRUPT_CLOSE_S` to finish, the store is released), then exit 130.
+    :data:`INTERRUPT_CLOSE_S` to finish, the store is released), then exit 130; a backstop
+    exits 130 five seconds after that even if closing hangs.
 
     The MCP SDK reads stdin in a worker thread that nothing can interrupt, and asyncio's
     shutdown waits for that thread, so a ``KeyboardInterrupt`` alone left the process
-    running until stdin closed. A second Ctrl-C kills at once (the default handler).
+    running until stdin closed. The closing runs on a thread of its own: the handler runs
+    on the main thread between two bytecodes, where waiting for anything the main thread
+    holds would never end. A second Ctrl-C kills at once (the default handler).
     """
 
-    def stop(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    def close_and_exit() -> None:
         try:
             runtime.close(timeout_s=INTERRUPT_CLOSE_S)
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(130)
+            _exit(130)
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        backstop = threading.Timer(INTERRUPT_CLOSE_S + 5.0, _exit, (130,))
+        backstop.daemon = True
+        backstop.start()
+        threading.Thread(target=close_and_exit, name="ditto-mcp-interrupt", daemon=True).start()
 
     signal.signal(signal.SIGINT, stop)
+
+
+def _exit(code: int) -> None:
+    """Flush stdout and stderr, then end the process at once (no interpreter shutdown:
+    it would wait for the SDK's stdin reader thread)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
